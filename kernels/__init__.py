@@ -1,0 +1,1 @@
+"""kvplan's Triton kernels, installed as `kvplan.kernels` (torch/triton are imported lazily)."""

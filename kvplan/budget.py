@@ -1,0 +1,60 @@
+"""Memory left for the KV cache on one GPU: card x utilization - weights - reserve."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvplan.specs.models import ModelSpec
+from kvplan.units import GiB
+
+# Rough constants of the serving runtime, all labelled "estimated" in the output; issue-level
+# calibration against real startup logs replaces them. Typical vLLM logs on H100 show
+# non-torch memory of 0.1-0.7 GiB on one GPU and about 1 GiB more with NCCL (TP/PP > 1).
+NON_TORCH_BYTES_SINGLE = int(0.4 * GiB)
+NCCL_BYTES = int(1.0 * GiB)
+CUDA_GRAPH_BYTES = int(0.5 * GiB)
+SAMPLER_FP32_COPIES = 3  # logits, probabilities, a sort/top-k buffer
+PROFILE_NUM_SEQS = 256  # sequences the engine's dummy sampler run uses
+
+
+@dataclass(frozen=True)
+class Reserve:
+    activation_bytes: int
+    sampler_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int
+    given: bool  # True when the user stated the reserve (then only `total` matters)
+
+    @property
+    def total(self) -> int:
+        return self.activation_bytes + self.sampler_bytes + self.non_torch_bytes + self.cuda_graph_bytes
+
+
+def estimate_reserve(
+    spec: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, act_bytes: int
+) -> Reserve:
+    """Peak non-weight, non-KV memory of one GPU during the engine's profiling forward pass.
+
+    Activations: the widest point of a layer for `max_num_batched_tokens` tokens, the
+    hidden state a few times plus the MLP's gate/up and activated outputs on this rank.
+    Sampler: fp32 logits over the vocabulary for the profiling batch of sequences.
+    """
+    h = spec.hidden_size
+    mlp_width = spec.intermediate_size or 4 * h
+    if spec.moe is not None:
+        routed = spec.moe.experts_per_token * spec.moe.expert_intermediate_size
+        shared = spec.moe.shared_experts * (
+            spec.moe.shared_expert_intermediate_size or spec.moe.expert_intermediate_size
+        )
+        mlp_width = max(mlp_width if spec.moe.first_dense_layers else 0, routed + shared)
+    per_token = act_bytes * (4 * h + 3 * math.ceil(mlp_width / tp))
+    activation = max_num_batched_tokens * per_token
+    sampler = PROFILE_NUM_SEQS * spec.vocab_size * 4 * SAMPLER_FP32_COPIES
+    non_torch = NON_TORCH_BYTES_SINGLE + (NCCL_BYTES if tp * pp > 1 else 0)
+    return Reserve(activation, sampler, non_torch, CUDA_GRAPH_BYTES, given=False)
+
+
+def requested_bytes(memory_bytes: int, utilization: float) -> int:
+    # engines.md (vLLM): requested = ceil(total_gpu_memory * gpu_memory_utilization)
+    return math.ceil(memory_bytes * utilization)

@@ -1,0 +1,193 @@
+"""The `kvplan` command line: parse flags, call the planner, render. Nothing else."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Annotated, Callable, Optional, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+
+from kvplan.errors import KvplanError, UsageError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="KV-cache capacity planner: how many GPUs, which context, which KV dtype, how many users.",
+    pretty_exceptions_enable=False,
+)
+
+_GPUS_RE = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?(?:(\d+)\s*[xX*]\s*)?(.+?)\s*$")
+
+
+def parse_gpus(text: str) -> tuple[int | None, int | None, str]:
+    """'8xH100' -> (8 GPUs, 1 node, 'H100'); '2x8xH100' -> (16, 2); 'H100' -> (None, None)."""
+    m = _GPUS_RE.match(text)
+    if not m or not m.group(3):
+        raise UsageError(f"--gpus: cannot read {text!r}; write e.g. H100, 8xH100 or 2x8xH100")
+    a, b, name = m.group(1), m.group(2), m.group(3)
+    if a is not None and int(a) < 1 or b is not None and int(b) < 1:
+        raise UsageError(f"--gpus: GPU and node counts must be >= 1 in {text!r}")
+    if b is not None:
+        return int(a) * int(b), int(a), name
+    if a is not None:
+        return int(a), None, name
+    return None, None, name
+
+
+def _reports_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn kvplan's own errors into one message on stderr and the documented exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except KvplanError as exc:
+            from rich.markup import escape
+
+            Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper
+
+
+def _console(json_out: bool = False) -> Console:
+    return Console(stderr=json_out, soft_wrap=False)
+
+
+@app.command()
+@_reports_errors
+def estimate(
+    model: Annotated[str, typer.Option("--model", "-m", help="Shipped name/alias/HF id, a spec .yaml, or a Hugging Face config.json.")],
+    gpus: Annotated[str, typer.Option("--gpus", "-g", help="GPU type and count: H100, 8xH100, 2x8xH100 (nodes x GPUs).")] = "H100",
+    max_model_len: Annotated[Optional[str], typer.Option("--max-model-len", "--context", help="Context length each request may reach (default: the model's maximum). 8192 or 8K.")] = None,
+    avg_context: Annotated[Optional[str], typer.Option("--avg-context", help="Also report concurrency at this average context length.")] = None,
+    gpu_memory_utilization: Annotated[float, typer.Option("--gpu-memory-utilization", help="Fraction of each GPU's memory the engine may use.")] = 0.9,
+    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto (the model's activation dtype), fp16, bf16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8, int4, int2.")] = "auto",
+    kv_quant_group_size: Annotated[Optional[int], typer.Option("--kv-quant-group-size", help="Values per quantization group for int8/int4/int2 KV (0: one scale per layer). Default: int4/int2 64, int8/fp8 0.")] = None,
+    kv_quant_scale_bits: Annotated[Optional[int], typer.Option("--kv-quant-scale-bits", help="Bits of each group scale (default 16).")] = None,
+    kv_quant_zero_point: Annotated[Optional[bool], typer.Option("--kv-quant-zero-point/--kv-quant-no-zero-point", help="Store a zero-point per group too (default: yes for int4/int2).")] = None,
+    weight_dtype: Annotated[Optional[str], typer.Option("--weight-dtype", help="Override the weights' dtype: bf16, fp16, fp32, fp8, int8, int4, mxfp4, nvfp4.")] = None,
+    block_size: Annotated[int, typer.Option("--block-size", help="PagedAttention block size in tokens.")] = 16,
+    tensor_parallel_size: Annotated[Optional[int], typer.Option("--tensor-parallel-size", "-tp", help="Default: the GPUs of one node.")] = None,
+    pipeline_parallel_size: Annotated[Optional[int], typer.Option("--pipeline-parallel-size", "-pp", help="Default: the number of nodes.")] = None,
+    enable_prefix_caching: Annotated[bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="As in vLLM (on by default); sharing is modelled when --shared-prefix-tokens is given.")] = True,
+    shared_prefix_tokens: Annotated[str, typer.Option("--shared-prefix-tokens", help="Tokens of a prefix (system prompt, document) shared across requests.")] = "0",
+    prefix_hit_rate: Annotated[float, typer.Option("--prefix-hit-rate", help="Fraction of requests that share that prefix.")] = 1.0,
+    max_num_batched_tokens: Annotated[str, typer.Option("--max-num-batched-tokens", help="Tokens per forward pass; sizes the activation reserve.")] = "8192",
+    max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs", help="Cap on concurrent requests, as the engine's flag.")] = None,
+    kv_cache_memory: Annotated[Optional[str], typer.Option("--kv-cache-memory", help="KV cache memory per GPU (51.02GiB, 40GB, bytes); replaces the computed budget.")] = None,
+    reserve_memory: Annotated[Optional[str], typer.Option("--reserve-memory", help="Activation/workspace reserve per GPU; replaces the estimate.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the whole plan as JSON (schema in the README).")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Trace each number to its formula and spec field.")] = False,
+) -> None:
+    """How a model fits on GPUs: weights, KV budget, KV per token, pool tokens, concurrent requests."""
+    from kvplan.plan import PlanRequest
+    from kvplan.plan import estimate as run_estimate
+    from kvplan.specs.registry import load_gpu, load_model
+    from kvplan.units import parse_bytes, parse_count
+
+    num_gpus, nodes, gpu_name = parse_gpus(gpus)
+    gpu = load_gpu(gpu_name)
+    spec = load_model(model)
+    if nodes is None and num_gpus is not None:
+        nodes = -(-num_gpus // gpu.gpus_per_node)
+    req = PlanRequest(
+        model=spec,
+        gpu=gpu,
+        num_gpus=num_gpus,
+        nodes=nodes or 1,
+        tp=tensor_parallel_size,
+        pp=pipeline_parallel_size,
+        max_model_len=parse_count(max_model_len, "--max-model-len") if max_model_len else None,
+        avg_context_tokens=parse_count(avg_context, "--avg-context") if avg_context else None,
+        kv_cache_dtype=kv_cache_dtype,
+        kv_quant_group_size=kv_quant_group_size,
+        kv_quant_scale_bits=kv_quant_scale_bits,
+        kv_quant_zero_point=kv_quant_zero_point,
+        weight_dtype=weight_dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_memory_bytes=parse_bytes(kv_cache_memory, "--kv-cache-memory") if kv_cache_memory else None,
+        reserve_bytes=parse_bytes(reserve_memory, "--reserve-memory") if reserve_memory else None,
+        max_num_batched_tokens=parse_count(max_num_batched_tokens, "--max-num-batched-tokens"),
+        max_num_seqs=max_num_seqs,
+        block_size=block_size,
+        enable_prefix_caching=enable_prefix_caching,
+        shared_prefix_tokens=parse_count(shared_prefix_tokens, "--shared-prefix-tokens"),
+        prefix_hit_rate=prefix_hit_rate,
+    )
+    plan = run_estimate(req)
+    if json_out:
+        from kvplan.render import to_json
+
+        typer.echo(to_json(plan.to_dict()))
+        return
+    from kvplan.render import render_plan
+
+    render_plan(plan, _console(), explain=explain)
+
+
+@app.command()
+@_reports_errors
+def models(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False) -> None:
+    """List the shipped model specs."""
+    from kvplan.specs.registry import all_models
+
+    specs = all_models()
+    if json_out:
+        from kvplan.formats import KV_DTYPES
+        from kvplan.kv import is_growing, layer_bits_per_token
+        from kvplan.render import to_json
+
+        bf16 = KV_DTYPES["bf16"]
+        typer.echo(
+            to_json(
+                [
+                    {
+                        "name": m.name,
+                        "hf_id": m.hf_id,
+                        "aliases": m.aliases,
+                        "num_layers": m.num_layers,
+                        "attention": m.attention_summary,
+                        "kv_bytes_per_token_bf16": sum(layer_bits_per_token(x, bf16) for x in m.layers) // 8,
+                        "kv_bytes_per_token_growing_bf16": sum(
+                            layer_bits_per_token(x, bf16) for x in m.layers if is_growing(x)
+                        )
+                        // 8,
+                        "max_context": m.max_context,
+                        "sources": m.sources,
+                    }
+                    for m in specs
+                ]
+            )
+        )
+        return
+    from kvplan.render import render_models
+
+    render_models(specs, _console())
+
+
+@app.command()
+@_reports_errors
+def gpus(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False) -> None:
+    """List the shipped GPU specs."""
+    from kvplan.specs.registry import all_gpus
+
+    specs = all_gpus()
+    if json_out:
+        from kvplan.render import to_json
+
+        typer.echo(to_json([g.model_dump() for g in specs]))
+        return
+    from kvplan.render import render_gpus
+
+    render_gpus(specs, _console())
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,91 @@
+"""KV-cache formulas per layer: pure functions, no I/O.
+
+Bits are integers so that group-quantized formats stay exact; bytes appear
+when whole blocks are charged.
+"""
+
+from __future__ import annotations
+
+from kvplan.formats import Format
+from kvplan.specs.models import (
+    ChunkedAttention,
+    CompressedAttention,
+    HeadLayer,
+    LatentAttention,
+    Layer,
+    RecurrentState,
+    SlidingWindow,
+)
+from kvplan.units import ceil_div
+
+
+def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
+    # engines.md (vLLM): KV heads split over TP ranks, replicated when tp > num_kv_heads
+    return max(1, num_kv_heads // tp)
+
+
+def layer_bits_per_token(layer: Layer, fmt: Format, tp: int = 1) -> int:
+    """Bits one token adds to this layer's cache on one TP rank (0: no per-token cache)."""
+    if isinstance(layer, HeadLayer):
+        # seed 000 15.2: per token per layer = 2 (K and V) x h_kv x d_h x bytes
+        heads = kv_heads_per_rank(layer.num_kv_heads, tp)
+        return heads * (fmt.vector_bits(layer.head_dim) + fmt.vector_bits(layer.v_dim))
+    if isinstance(layer, LatentAttention):
+        # seed 001 10.2.7: one latent of kv_lora_rank + qk_rope_head_dim (512 + 64); replicated on TP
+        return fmt.vector_bits(layer.latent_dim)
+    return 0  # shared, state, none
+
+
+def layer_state_bytes(layer: Layer, tp: int = 1) -> int:
+    """Fixed bytes per sequence (linear attention / Mamba state), split over TP ranks."""
+    if isinstance(layer, RecurrentState):
+        return ceil_div(layer.state_bytes, tp)
+    return 0
+
+
+def layer_entries(layer: Layer, context_tokens: int) -> int:
+    """Token entries the layer holds for one sequence of `context_tokens` (no block rounding)."""
+    if isinstance(layer, SlidingWindow):
+        return min(context_tokens, layer.window)
+    if isinstance(layer, ChunkedAttention):
+        return min(context_tokens, layer.chunk)
+    if isinstance(layer, CompressedAttention):
+        # seed 001 10.2.8: one entry per m tokens
+        return ceil_div(context_tokens, layer.ratio)
+    if isinstance(layer, (HeadLayer, LatentAttention)):
+        return context_tokens
+    return 0
+
+
+def layer_blocks(layer: Layer, context_tokens: int, block_size: int) -> int:
+    """Whole blocks one sequence holds in this layer: a request is charged whole blocks."""
+    if context_tokens <= 0 or not isinstance(layer, (HeadLayer, LatentAttention)):
+        return 0
+    growing = ceil_div(context_tokens, block_size)
+    if isinstance(layer, SlidingWindow):
+        # the last `window` tokens can straddle one more block than they fill
+        return min(growing, ceil_div(layer.window - 1, block_size) + 1)
+    if isinstance(layer, ChunkedAttention):
+        extra = 1 if layer.chunk % block_size else 0
+        return min(growing, ceil_div(layer.chunk, block_size) + extra)
+    if isinstance(layer, CompressedAttention):
+        return ceil_div(ceil_div(context_tokens, layer.ratio), block_size)
+    return growing
+
+
+def is_growing(layer: Layer) -> bool:
+    """True when the layer's cache grows with the whole context (no window)."""
+    return isinstance(layer, (HeadLayer, LatentAttention)) and not isinstance(
+        layer, (SlidingWindow, ChunkedAttention)
+    )
+
+
+def page_bytes(layer: Layer, fmt: Format, block_size: int, tp: int = 1) -> int:
+    """Bytes of one block of `block_size` tokens of this layer on one rank."""
+    return ceil_div(block_size * layer_bits_per_token(layer, fmt, tp), 8)
+
+
+def sequence_bytes(layers: tuple[Layer, ...] | list[Layer], fmt: Format, context_tokens: int) -> int:
+    """Exact KV bytes of one sequence, no blocks, whole model on one device (seed 000 15.3)."""
+    bits = sum(layer_bits_per_token(layer, fmt) * layer_entries(layer, context_tokens) for layer in layers)
+    return ceil_div(bits, 8) + sum(layer_state_bytes(layer) for layer in layers)

@@ -1,0 +1,90 @@
+"""How layers and heads land on GPUs under tensor and pipeline parallelism."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.errors import InfeasibleError, UsageError
+from kvplan.specs.models import HeadLayer, LatentAttention, ModelSpec, SharedKV
+
+
+@dataclass(frozen=True)
+class Layout:
+    num_gpus: int
+    tp: int
+    pp: int
+    dp: int  # independent replicas: num_gpus / (tp * pp)
+
+
+def make_layout(num_gpus: int | None, gpus_per_node: int, nodes: int, tp: int | None, pp: int | None) -> Layout:
+    """TP defaults to the GPUs of one node, PP to the number of nodes, the rest is DP."""
+    if tp is not None and tp < 1:
+        raise UsageError(f"--tensor-parallel-size must be >= 1, got {tp}")
+    if pp is not None and pp < 1:
+        raise UsageError(f"--pipeline-parallel-size must be >= 1, got {pp}")
+    if num_gpus is None:  # a bare GPU name: as many as the layout asks for
+        t, p = tp or 1, pp or 1
+        return Layout(t * p, t, p, 1)
+    t = tp or min(gpus_per_node, num_gpus)
+    p = pp or (nodes if tp is None or t * nodes == num_gpus else 1)
+    if num_gpus % (t * p):
+        raise UsageError(
+            f"--gpus gives {num_gpus} GPUs, which TP {t} x PP {p} = {t * p} does not divide; "
+            "choose -tp/-pp whose product divides the GPU count"
+        )
+    return Layout(num_gpus, t, p, num_gpus // (t * p))
+
+
+def check_tp(spec: ModelSpec, tp: int, pp: int) -> None:
+    """vLLM's rules: TP divides the query heads; KV heads split evenly or are replicated."""
+    heads = spec.num_attention_heads
+    if heads % tp:
+        raise InfeasibleError(
+            f"TP {tp} does not divide the {heads} attention heads of {spec.name}; "
+            f"use a TP that divides {heads}"
+        )
+    for layer in spec.layers:
+        if isinstance(layer, HeadLayer):
+            kv = layer.num_kv_heads
+            if kv % tp and tp % kv:
+                raise InfeasibleError(
+                    f"TP {tp} must divide the {kv} KV heads of {spec.name} (or be a multiple of it); "
+                    f"choose TP from {_divisor_options(kv, heads)}"
+                )
+    if pp > spec.num_layers:
+        raise InfeasibleError(f"PP {pp} exceeds the {spec.num_layers} layers of {spec.name}")
+
+
+def _divisor_options(kv: int, heads: int) -> str:
+    opts = [t for t in range(1, heads + 1) if heads % t == 0 and (kv % t == 0 or t % kv == 0)]
+    return ", ".join(str(t) for t in opts)
+
+
+def stage_ranges(num_layers: int, pp: int) -> list[range]:
+    """Contiguous layer slices per pipeline stage; extra layers go to the stages before the last
+    (vLLM's default partition)."""
+    sizes = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    out, start = [], 0
+    for size in sizes:
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+def stage_layers(spec: ModelSpec, stage: range) -> list:
+    """The stage's layers; a shared-KV layer whose producer sits on an earlier stage must keep
+    its own copy there, so it is turned into the producer's kind."""
+    layers = list(spec.layers)
+    out = []
+    for i in stage:
+        layer = layers[i]
+        if isinstance(layer, SharedKV) and i + layer.source < stage.start:
+            layer = layers[i + layer.source]
+        out.append(layer)
+    return out
+
+
+def is_mla(spec: ModelSpec) -> bool:
+    return any(isinstance(layer, LatentAttention) for layer in spec.layers)

@@ -1,0 +1,523 @@
+"""estimate(): specs + options -> Plan. The composition of the pure formulas.
+
+Flow: layout (TP/PP/DP) -> per-stage layers -> KV bits per token per rank ->
+weights per GPU -> KV budget per GPU -> paged blocks -> concurrency.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kvplan import kv
+from kvplan.budget import Reserve, estimate_reserve, requested_bytes
+from kvplan.errors import InfeasibleError, UsageError
+from kvplan.formats import Format, kv_format, normalize_dtype_name, weight_format
+from kvplan.parallel import Layout, check_tp, make_layout, stage_layers, stage_ranges
+from kvplan.params import param_breakdown
+from kvplan.specs.models import GpuSpec, ModelSpec
+from kvplan.units import ceil_div, fmt_bytes, fmt_gib
+from kvplan.weights import stage_weights
+
+SCHEMA = "kvplan.plan/1"
+NULL_BLOCKS = 1  # engines.md: vLLM keeps one block as the null block
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: ModelSpec
+    gpu: GpuSpec
+    num_gpus: int | None = None  # None: as many as TP x PP
+    nodes: int = 1
+    tp: int | None = None
+    pp: int | None = None
+    max_model_len: int | None = None  # None: the model's max context
+    avg_context_tokens: int | None = None
+    kv_cache_dtype: str = "auto"
+    kv_quant_group_size: int | None = None
+    kv_quant_scale_bits: int | None = None
+    kv_quant_zero_point: bool | None = None
+    weight_dtype: str | None = None
+    gpu_memory_utilization: float = 0.9
+    kv_cache_memory_bytes: int | None = None
+    reserve_bytes: int | None = None
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int | None = None
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+    shared_prefix_tokens: int = 0
+    prefix_hit_rate: float = 1.0
+
+
+@dataclass(frozen=True)
+class Explain:
+    quantity: str
+    value: str
+    formula: str
+    source: str
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    stage: int
+    first_layer: int
+    num_layers: int
+    weight_bytes_per_gpu: int
+    kv_budget_bytes_per_gpu: int
+    kv_bits_per_token_per_gpu: int
+    block_bytes_per_gpu: int
+    num_blocks: int | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    schema: str
+    model: dict[str, Any]
+    gpu: dict[str, Any]
+    cluster: dict[str, int]
+    settings: dict[str, Any]
+    kv_bytes_per_token: float
+    kv_bytes_per_token_per_gpu: float
+    kv_bytes_per_token_growing: float
+    kv_bytes_per_sequence_windowed_cap: int
+    kv_bytes_per_request: int
+    kv_bytes_per_request_per_gpu: int
+    params_total: int
+    params_active: int
+    params_stated: bool
+    memory_bytes_per_gpu: int
+    requested_bytes_per_gpu: int
+    weight_bytes_per_gpu: int
+    reserve_bytes_per_gpu: int
+    reserve: dict[str, Any]
+    kv_budget_bytes_per_gpu: int
+    kv_budget_source: str
+    block_bytes_per_gpu: int
+    num_blocks_per_gpu: int | None
+    kv_pool_tokens: int
+    kv_pool_tokens_cluster: int
+    blocks_per_request: int
+    concurrency_factor: float
+    max_concurrency_per_replica: int
+    max_concurrency: int
+    limited_by: str
+    avg_context: dict[str, Any] | None
+    prefix_caching: dict[str, Any] | None
+    fragmentation: dict[str, Any]
+    stages: list[StagePlan]
+    assumptions: list[str]
+    explain: list[Explain] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _num(bits: int) -> float:
+    """Bits -> bytes, an int when whole (JSON stays clean for the usual formats)."""
+    return bits // 8 if bits % 8 == 0 else bits / 8
+
+
+def _check_request(req: PlanRequest) -> tuple[int, Format]:
+    spec = req.model
+    if not 0 < req.gpu_memory_utilization <= 1:
+        raise UsageError(
+            f"--gpu-memory-utilization must be in (0, 1], got {req.gpu_memory_utilization}"
+        )
+    if req.block_size < 1:
+        raise UsageError(f"--block-size must be >= 1, got {req.block_size}")
+    if req.max_num_batched_tokens < 1:
+        raise UsageError("--max-num-batched-tokens must be >= 1")
+    if req.max_num_seqs is not None and req.max_num_seqs < 1:
+        raise UsageError("--max-num-seqs must be >= 1")
+    max_len = req.max_model_len or spec.max_context
+    if max_len < 1:
+        raise UsageError("--max-model-len must be >= 1")
+    if max_len > spec.max_context:
+        raise InfeasibleError(
+            f"--max-model-len {max_len:,} exceeds {spec.name}'s maximum context of "
+            f"{spec.max_context:,} tokens; use --max-model-len {spec.max_context} or less"
+        )
+    if req.avg_context_tokens is not None and not 1 <= req.avg_context_tokens <= max_len:
+        raise UsageError(
+            f"--avg-context must be between 1 and --max-model-len ({max_len:,}), got {req.avg_context_tokens:,}"
+        )
+    if not 0 <= req.prefix_hit_rate <= 1:
+        raise UsageError(f"--prefix-hit-rate must be in [0, 1], got {req.prefix_hit_rate}")
+    if req.shared_prefix_tokens < 0 or req.shared_prefix_tokens > max_len:
+        raise UsageError(
+            f"--shared-prefix-tokens must be between 0 and --max-model-len ({max_len:,}), "
+            f"got {req.shared_prefix_tokens:,}"
+        )
+    if req.shared_prefix_tokens and not req.enable_prefix_caching:
+        raise UsageError("--shared-prefix-tokens needs prefix caching; drop --no-enable-prefix-caching")
+    if req.kv_cache_memory_bytes is not None and req.kv_cache_memory_bytes <= 0:
+        raise UsageError("--kv-cache-memory must be positive")
+    if req.reserve_bytes is not None and req.reserve_bytes < 0:
+        raise UsageError("--reserve-memory must be >= 0")
+    fmt = kv_format(
+        req.kv_cache_dtype,
+        spec.activation_dtype,
+        req.kv_quant_group_size,
+        req.kv_quant_scale_bits,
+        req.kv_quant_zero_point,
+    )
+    return max_len, fmt
+
+
+def _request_bytes(layers: list, fmt: Format, context: int, block_size: int, tp: int) -> int:
+    """Block-rounded bytes one request of `context` tokens holds on one GPU."""
+    return sum(
+        kv.page_bytes(layer, fmt, block_size, tp) * kv.layer_blocks(layer, context, block_size)
+        + kv.layer_state_bytes(layer, tp)
+        for layer in layers
+    )
+
+
+def estimate(req: PlanRequest) -> Plan:
+    spec, gpu = req.model, req.gpu
+    max_len, fmt = _check_request(req)
+    layout: Layout = make_layout(req.num_gpus, gpu.gpus_per_node, req.nodes, req.tp, req.pp)
+    check_tp(spec, layout.tp, layout.pp)
+    tp, pp, bs = layout.tp, layout.pp, req.block_size
+    ex: list[Explain] = []
+    assumptions: list[str] = []
+
+    # --- KV bytes per token -------------------------------------------------------------
+    all_layers = list(spec.layers)
+    bits_all = sum(kv.layer_bits_per_token(layer, fmt) for layer in all_layers)
+    bits_growing = sum(kv.layer_bits_per_token(layer, fmt) for layer in all_layers if kv.is_growing(layer))
+    windowed_cap = ceil_div(
+        sum(
+            kv.layer_bits_per_token(layer, fmt) * kv.layer_entries(layer, 1 << 62)
+            for layer in all_layers
+            if not kv.is_growing(layer)
+        ),
+        8,
+    )
+    ex.append(
+        Explain(
+            "KV bytes per token",
+            fmt_bytes(_num(bits_all)),
+            "sum over layers: 2 x kv_heads x head_dim x bytes (MLA: kv_lora_rank + qk_rope_head_dim)",
+            f"layer_types/layer_pattern of {spec.name}; dtype {fmt.describe()}; seed 000 15.2",
+        )
+    )
+    request_exact = kv.sequence_bytes(all_layers, fmt, max_len)
+    ex.append(
+        Explain(
+            "KV bytes per request",
+            fmt_gib(request_exact),
+            "max_model_len x bytes per token (windowed layers capped at their window)",
+            f"max_model_len {max_len:,}; seed 000 15.3",
+        )
+    )
+
+    # --- weights ------------------------------------------------------------------------
+    params = param_breakdown(spec)
+    w_name = normalize_dtype_name(req.weight_dtype) if req.weight_dtype else spec.weight_dtype
+    w_fmt = weight_format(w_name)
+    e_fmt = weight_format(req.weight_dtype or spec.expert_weight_dtype or w_name)
+    weights = stage_weights(spec, params, w_fmt, e_fmt, tp, pp)
+    if not params.total_stated:
+        assumptions.append(
+            f"parameter count {params.total / 1e9:,.2f}B estimated from the architecture (the spec states none)"
+        )
+    ex.append(
+        Explain(
+            "weights per GPU",
+            fmt_gib(max(w.bytes_per_gpu for w in weights)),
+            "params x bits/weight / 8, split by TP; PP stages hold their own layers",
+            f"total_params {params.total:,}; weight dtype {w_fmt.describe()}"
+            + (f", experts {e_fmt.describe()}" if params.routed_experts and e_fmt != w_fmt else ""),
+        )
+    )
+
+    # --- budget per GPU -----------------------------------------------------------------
+    requested = requested_bytes(gpu.memory_bytes, req.gpu_memory_utilization)
+    if req.reserve_bytes is not None:
+        reserve = Reserve(req.reserve_bytes, 0, 0, 0, given=True)
+    else:
+        act_bytes = 4 if spec.activation_dtype == "fp32" else 2
+        reserve = estimate_reserve(spec, tp, pp, req.max_num_batched_tokens, act_bytes)
+    stages: list[StagePlan] = []
+    stage_layer_lists = []
+    for w, rng in zip(weights, stage_ranges(spec.num_layers, pp)):
+        layers = stage_layers(spec, rng)
+        stage_layer_lists.append(layers)
+        if req.kv_cache_memory_bytes is not None:
+            budget = req.kv_cache_memory_bytes
+        else:
+            if w.bytes_per_gpu >= requested:
+                raise InfeasibleError(
+                    f"weights need {fmt_gib(w.bytes_per_gpu)} per GPU (stage {w.stage}, TP {tp}, PP {pp}) "
+                    f"but {gpu.name} x {req.gpu_memory_utilization:g} gives {fmt_gib(requested)}; "
+                    "use more GPUs (-tp/-pp), a smaller --weight-dtype, or a larger GPU"
+                )
+            budget = requested - w.bytes_per_gpu - reserve.total
+            if budget <= 0:
+                raise InfeasibleError(
+                    f"no memory left for the KV cache: {fmt_gib(requested)} usable - "
+                    f"{fmt_gib(w.bytes_per_gpu)} weights - {fmt_gib(reserve.total)} reserve = "
+                    f"{fmt_gib(budget)} per GPU; use more GPUs, a smaller --weight-dtype, "
+                    "a higher --gpu-memory-utilization or a smaller --max-num-batched-tokens"
+                )
+        bits_rank = sum(kv.layer_bits_per_token(layer, fmt, tp) for layer in layers)
+        block_bytes = sum(kv.page_bytes(layer, fmt, bs, tp) for layer in layers)
+        num_blocks = budget // block_bytes if block_bytes else None
+        stages.append(
+            StagePlan(w.stage, rng.start, len(rng), w.bytes_per_gpu, budget, bits_rank, block_bytes, num_blocks)
+        )
+
+    if req.kv_cache_memory_bytes is not None:
+        budget_source = "--kv-cache-memory"
+        assumptions.append(
+            f"KV cache memory per GPU given as {fmt_gib(req.kv_cache_memory_bytes)} (replaces utilization, weights and reserve)"
+        )
+    else:
+        budget_source = "computed"
+        if reserve.given:
+            assumptions.append(f"activation/workspace reserve per GPU given as {fmt_gib(reserve.total)}")
+        else:
+            assumptions.append(
+                f"activation/workspace reserve per GPU estimated at {fmt_gib(reserve.total)} "
+                f"(activations for {req.max_num_batched_tokens:,} batched tokens, sampler, NCCL/cuBLAS, "
+                "CUDA graphs); override with --reserve-memory"
+            )
+        assumptions.append(
+            f"{gpu.name} memory {fmt_gib(gpu.memory_bytes)} as the CUDA runtime reports it "
+            f"(datasheet {gpu.memory_marketing})"
+        )
+
+    # --- blocks and concurrency (the binding stage decides) ------------------------------
+    block_counts = [s.num_blocks for s in stages if s.num_blocks is not None]
+    num_blocks = min(block_counts) if block_counts else None
+
+    def usable_bytes(s: StagePlan, reserved_blocks: int) -> int:
+        if num_blocks is None or not s.block_bytes_per_gpu:
+            return s.kv_budget_bytes_per_gpu
+        return max(num_blocks - reserved_blocks, 0) * s.block_bytes_per_gpu
+
+    def factor(context: int, reserved_blocks: int = 0, shared: dict | None = None) -> tuple[float, int]:
+        """(requests that fit at `context`, index of the binding stage)."""
+        best, best_i = math.inf, 0
+        for i, (s, layers) in enumerate(zip(stages, stage_layer_lists)):
+            per_req = _request_bytes(layers, fmt, context, bs, tp)
+            pool = usable_bytes(s, reserved_blocks)
+            if shared is not None:
+                pool -= shared["once"][i]
+                per_req -= shared["per_request"][i]
+            f = pool / per_req if per_req > 0 else math.inf
+            if f < best:
+                best, best_i = f, i
+        return best, best_i
+
+    conc_factor, bind = factor(max_len)
+    usable_factor, _ = factor(max_len, NULL_BLOCKS)
+    binding = stages[bind]
+    per_req_gpu = _request_bytes(stage_layer_lists[bind], fmt, max_len, bs, tp)
+    if usable_factor < 1:
+        fit = _largest_fitting_len(stage_layer_lists[bind], fmt, bs, tp, usable_bytes(binding, NULL_BLOCKS), max_len)
+        hint = f"; the largest --max-model-len that fits is {fit:,}" if fit else ""
+        raise InfeasibleError(
+            f"one request at --max-model-len {max_len:,} needs {fmt_gib(per_req_gpu)} of KV cache per GPU, "
+            f"but only {fmt_gib(usable_bytes(binding, NULL_BLOCKS))} is available{hint}; "
+            "or add GPUs, or use a smaller --kv-cache-dtype"
+        )
+    kv_limit = math.floor(usable_factor)
+    max_conc = kv_limit if req.max_num_seqs is None else min(kv_limit, req.max_num_seqs)
+    limited_by = "max_num_seqs" if req.max_num_seqs is not None and req.max_num_seqs < kv_limit else "kv_cache"
+    pool_tokens = num_blocks * bs if num_blocks is not None else 0
+    ex.append(
+        Explain(
+            "KV budget per GPU",
+            fmt_gib(binding.kv_budget_bytes_per_gpu),
+            "given by --kv-cache-memory"
+            if budget_source != "computed"
+            else "ceil(memory x gpu_memory_utilization) - weights - reserve",
+            f"{gpu.name} memory_bytes {gpu.memory_bytes:,}; utilization {req.gpu_memory_utilization:g}; engines.md (vLLM)",
+        )
+    )
+    ex.append(
+        Explain(
+            "blocks per GPU",
+            f"{num_blocks:,}" if num_blocks is not None else "n/a",
+            "floor(KV budget / (block_size x KV bytes per token per GPU)); min over PP stages",
+            f"block_size {bs}; KV heads per rank max(1, h_kv // {tp}); MLA latent replicated; engines.md",
+        )
+    )
+    ex.append(
+        Explain(
+            "KV pool tokens",
+            f"{pool_tokens:,}",
+            "blocks x block_size",
+            "engines.md (vLLM: GPU KV cache size)",
+        )
+    )
+    ex.append(
+        Explain(
+            "max concurrency",
+            f"{max_conc:,} per replica x {layout.dp} replica(s)",
+            "floor((blocks - 1 null block) / blocks one request needs at max_model_len)",
+            f"ceil({max_len:,} / {bs}) blocks per full-attention layer; seed 000 15.8",
+        )
+    )
+
+    avg = None
+    if req.avg_context_tokens is not None:
+        a = req.avg_context_tokens
+        f_avg, _ = factor(a, NULL_BLOCKS)
+        per_req_avg = _request_bytes(stage_layer_lists[bind], fmt, a, bs, tp)
+        avg = {
+            "avg_context_tokens": a,
+            "kv_bytes_per_request_per_gpu": per_req_avg,
+            "max_concurrency_per_replica": math.floor(f_avg),
+            "max_concurrency": math.floor(f_avg) * layout.dp,
+        }
+
+    prefix = None
+    if req.shared_prefix_tokens:
+        prefix = _prefix(req, stages, stage_layer_lists, fmt, bs, tp, factor, layout.dp, usable_factor, max_len)
+        assumptions.append(
+            f"prefix caching: {req.shared_prefix_tokens:,}-token shared prefix hit by "
+            f"{req.prefix_hit_rate:.0%} of requests; only full blocks are shared and stored once"
+        )
+
+    frag = _fragmentation(req, stage_layer_lists[bind], binding, fmt, bs, tp, max_len, usable_bytes(binding, NULL_BLOCKS))
+
+    cluster = {
+        "num_gpus": layout.num_gpus,
+        "tensor_parallel_size": tp,
+        "pipeline_parallel_size": pp,
+        "data_parallel_size": layout.dp,
+    }
+    settings = {
+        "max_model_len": max_len,
+        "kv_cache_dtype": fmt.name,
+        "kv_cache_format": fmt.describe(),
+        "kv_bits_per_value": float(fmt.bits_per_value),
+        "block_size": bs,
+        "gpu_memory_utilization": req.gpu_memory_utilization,
+        "max_num_batched_tokens": req.max_num_batched_tokens,
+        "max_num_seqs": req.max_num_seqs,
+        "enable_prefix_caching": req.enable_prefix_caching,
+        "weight_dtype": w_fmt.name,
+        "expert_weight_dtype": e_fmt.name if params.routed_experts else None,
+    }
+    return Plan(
+        schema=SCHEMA,
+        model={
+            "name": spec.name,
+            "hf_id": spec.hf_id,
+            "attention": spec.attention_summary,
+            "num_layers": spec.num_layers,
+            "max_context": spec.max_context,
+        },
+        gpu={
+            "name": gpu.name,
+            "memory_bytes": gpu.memory_bytes,
+            "hbm_bytes_per_s": gpu.hbm_bytes_per_s,
+        },
+        cluster=cluster,
+        settings=settings,
+        kv_bytes_per_token=_num(bits_all),
+        kv_bytes_per_token_per_gpu=_num(binding.kv_bits_per_token_per_gpu),
+        kv_bytes_per_token_growing=_num(bits_growing),
+        kv_bytes_per_sequence_windowed_cap=windowed_cap,
+        kv_bytes_per_request=request_exact,
+        kv_bytes_per_request_per_gpu=per_req_gpu,
+        params_total=params.total,
+        params_active=params.active,
+        params_stated=params.total_stated,
+        memory_bytes_per_gpu=gpu.memory_bytes,
+        requested_bytes_per_gpu=requested,
+        weight_bytes_per_gpu=max(s.weight_bytes_per_gpu for s in stages),
+        reserve_bytes_per_gpu=reserve.total if budget_source == "computed" else 0,
+        reserve={
+            "activation_bytes": reserve.activation_bytes,
+            "sampler_bytes": reserve.sampler_bytes,
+            "non_torch_bytes": reserve.non_torch_bytes,
+            "cuda_graph_bytes": reserve.cuda_graph_bytes,
+            "estimated": not reserve.given,
+            "used": budget_source == "computed",
+        },
+        kv_budget_bytes_per_gpu=binding.kv_budget_bytes_per_gpu,
+        kv_budget_source=budget_source,
+        block_bytes_per_gpu=binding.block_bytes_per_gpu,
+        num_blocks_per_gpu=num_blocks,
+        kv_pool_tokens=pool_tokens,
+        kv_pool_tokens_cluster=pool_tokens * layout.dp,
+        blocks_per_request=max(kv.layer_blocks(layer, max_len, bs) for layer in all_layers),
+        concurrency_factor=conc_factor,
+        max_concurrency_per_replica=max_conc,
+        max_concurrency=max_conc * layout.dp,
+        limited_by=limited_by,
+        avg_context=avg,
+        prefix_caching=prefix,
+        fragmentation=frag,
+        stages=stages,
+        assumptions=assumptions,
+        explain=ex,
+    )
+
+
+def _largest_fitting_len(layers: list, fmt: Format, bs: int, tp: int, pool: int, upper: int) -> int:
+    lo, hi = 0, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _request_bytes(layers, fmt, mid, bs, tp) <= pool:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _prefix(req, stages, stage_layer_lists, fmt, bs, tp, factor, dp, base_factor, max_len) -> dict:
+    """Shared prefix (seed 000 15.6, engines.md): only full blocks are shared, stored once."""
+    shared_blocks = req.shared_prefix_tokens // bs
+    if shared_blocks * bs >= max_len:  # a hit never covers the request's last token
+        shared_blocks = (max_len - 1) // bs
+    once, per_request = [], []
+    for layers in stage_layer_lists:
+        b = sum(kv.page_bytes(layer, fmt, bs, tp) * shared_blocks for layer in layers if kv.is_growing(layer))
+        once.append(b)
+        per_request.append(req.prefix_hit_rate * b)
+    f, bind = factor(max_len, NULL_BLOCKS, {"once": once, "per_request": per_request})
+    with_prefix = math.floor(f)
+    if req.max_num_seqs is not None:
+        with_prefix = min(with_prefix, req.max_num_seqs)
+    saved = max(with_prefix * per_request[bind] - once[bind], 0)
+    return {
+        "shared_prefix_tokens": req.shared_prefix_tokens,
+        "prefix_hit_rate": req.prefix_hit_rate,
+        "shared_blocks": shared_blocks,
+        "shared_tokens_cached": shared_blocks * bs,
+        "shared_bytes_per_gpu": once[bind],
+        "max_concurrency_per_replica": with_prefix,
+        "max_concurrency": with_prefix * dp,
+        "gain": with_prefix / math.floor(base_factor) if base_factor >= 1 else None,
+        "memory_saved_bytes_per_gpu": int(saved),
+        "prefill_tokens_saved_per_request": req.prefix_hit_rate * shared_blocks * bs,
+    }
+
+
+def _fragmentation(req, layers, stage: StagePlan, fmt, bs, tp, max_len, usable) -> dict:
+    """Seed 000 15.4: preallocating max_model_len per request vs paged blocks."""
+    context = req.avg_context_tokens or max_len
+    exact_rank = ceil_div(
+        sum(kv.layer_bits_per_token(layer, fmt, tp) * kv.layer_entries(layer, context) for layer in layers), 8
+    ) + sum(kv.layer_state_bytes(layer, tp) for layer in layers)
+    exact_max = ceil_div(
+        sum(kv.layer_bits_per_token(layer, fmt, tp) * kv.layer_entries(layer, max_len) for layer in layers), 8
+    ) + sum(kv.layer_state_bytes(layer, tp) for layer in layers)
+    paged = _request_bytes(layers, fmt, context, bs, tp)
+    budget = stage.kv_budget_bytes_per_gpu
+    return {
+        "context_tokens": context,
+        "prealloc_max_concurrency_per_replica": budget // exact_max if exact_max else None,
+        "prealloc_waste_bytes_per_request_per_gpu": exact_max - exact_rank,
+        "prealloc_utilization": exact_rank / exact_max if exact_max else 1.0,
+        "paged_max_concurrency_per_replica": usable // paged if paged else None,
+        "paged_waste_bytes_per_request_per_gpu": paged - exact_rank,
+        "paged_utilization": exact_rank / paged if paged else 1.0,
+    }

@@ -1,0 +1,142 @@
+"""Turning a Plan (or spec lists) into rich tables and JSON. Renderers only read."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kvplan.plan import Plan
+from kvplan.units import GiB, fmt_bytes, fmt_gib
+
+
+def to_json(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False)
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right", no_wrap=i > 0)
+    return table
+
+
+def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
+    c = plan.cluster
+    n = c["num_gpus"]
+    s = plan.settings
+    console.print(
+        f"[bold]{plan.model['name']}[/] on {n}x {plan.gpu['name']} "
+        f"(TP {c['tensor_parallel_size']}, PP {c['pipeline_parallel_size']}, DP {c['data_parallel_size']}); "
+        f"max-model-len {s['max_model_len']:,} tokens; KV {s['kv_cache_format']}; block size {s['block_size']} tokens"
+    )
+    console.print(f"attention: {plan.model['attention']}")
+    console.print()
+
+    mem = _table("Memory", "", "per GPU", f"cluster ({n} GPUs)")
+    est = " (estimated)" if plan.reserve["estimated"] else " (given)"
+    rows: list[tuple[str, int]] = []
+    if plan.kv_budget_source == "computed":
+        rows = [
+            ("GPU memory (runtime total)", plan.memory_bytes_per_gpu),
+            (f"x gpu-memory-utilization {s['gpu_memory_utilization']:g}", plan.requested_bytes_per_gpu),
+            (f"- weights ({s['weight_dtype']}" + (f", experts {s['expert_weight_dtype']}" if s["expert_weight_dtype"] and s["expert_weight_dtype"] != s["weight_dtype"] else "") + ")", plan.weight_bytes_per_gpu),
+            (f"- activation/workspace reserve{est}", plan.reserve_bytes_per_gpu),
+        ]
+    else:
+        rows = [("weights (not deducted: budget given)", plan.weight_bytes_per_gpu)]
+    rows.append(("= KV cache budget" + (" (--kv-cache-memory)" if plan.kv_budget_source != "computed" else ""), plan.kv_budget_bytes_per_gpu))
+    for label, value in rows:
+        mem.add_row(label, fmt_gib(value), fmt_gib(value * n))
+    console.print(mem)
+    console.print()
+
+    kvt = _table("KV cache", "", "value")
+    kvt.add_row("KV per token, whole model", fmt_bytes(plan.kv_bytes_per_token))
+    kvt.add_row("KV per token, per GPU", fmt_bytes(plan.kv_bytes_per_token_per_gpu))
+    if plan.kv_bytes_per_sequence_windowed_cap:
+        kvt.add_row("KV per token, layers without a window", fmt_bytes(plan.kv_bytes_per_token_growing))
+        kvt.add_row("windowed layers' cap per request", fmt_bytes(plan.kv_bytes_per_sequence_windowed_cap))
+    kvt.add_row(f"KV per request at {s['max_model_len']:,} tokens", fmt_gib(plan.kv_bytes_per_request))
+    kvt.add_row("  per GPU, in whole blocks", fmt_gib(plan.kv_bytes_per_request_per_gpu))
+    kvt.add_row("block (all layers, per GPU)", fmt_bytes(plan.block_bytes_per_gpu))
+    if plan.num_blocks_per_gpu is not None:
+        kvt.add_row("blocks per GPU", f"{plan.num_blocks_per_gpu:,}")
+    kvt.add_row("KV pool per replica", f"{plan.kv_pool_tokens:,} tokens")
+    if c["data_parallel_size"] > 1:
+        kvt.add_row("KV pool, cluster", f"{plan.kv_pool_tokens_cluster:,} tokens")
+    console.print(kvt)
+    console.print()
+
+    ct = _table("Concurrency", "", "requests")
+    limit = " (capped by --max-num-seqs)" if plan.limited_by == "max_num_seqs" else ""
+    ct.add_row(f"max concurrent requests at {s['max_model_len']:,} tokens{limit}", f"{plan.max_concurrency:,}")
+    ct.add_row("  engine-style concurrency factor per replica", f"{plan.concurrency_factor:,.2f}x")
+    if plan.avg_context:
+        a = plan.avg_context
+        ct.add_row(f"at an average context of {a['avg_context_tokens']:,} tokens", f"{a['max_concurrency']:,}")
+    if plan.prefix_caching:
+        p = plan.prefix_caching
+        gain = f" ({p['gain']:.2f}x)" if p["gain"] else ""
+        ct.add_row(
+            f"with a {p['shared_tokens_cached']:,}-token shared prefix, {p['prefix_hit_rate']:.0%} hits{gain}",
+            f"{p['max_concurrency']:,}",
+        )
+        ct.add_row("  KV memory saved per GPU", fmt_gib(p["memory_saved_bytes_per_gpu"]))
+        ct.add_row("  prefill tokens skipped per request (avg)", f"{p['prefill_tokens_saved_per_request']:,.0f}")
+    f = plan.fragmentation
+    if f["prealloc_max_concurrency_per_replica"] is not None:
+        dp = c["data_parallel_size"]
+        ct.add_row(
+            f"preallocating max-model-len (no paging), at {f['context_tokens']:,} tokens used",
+            f"{f['prealloc_max_concurrency_per_replica'] * dp:,} ({f['prealloc_utilization']:.0%} of reserved KV used)",
+        )
+        ct.add_row(
+            "paged blocks at the same context",
+            f"{(f['paged_max_concurrency_per_replica'] or 0) * dp:,} ({f['paged_utilization']:.0%} of held KV used)",
+        )
+    console.print(ct)
+    console.print()
+    console.print("[bold]Assumptions[/]")
+    for a in plan.assumptions:
+        console.print(f"- {a}")
+    if explain:
+        console.print()
+        et = _table("Where each number comes from", "quantity", "value", "formula", "spec field / source")
+        for e in plan.explain:
+            et.add_row(e.quantity, e.value, e.formula, e.source)
+        for col in et.columns[2:]:
+            col.no_wrap = False
+            col.justify = "left"
+        console.print(et)
+
+
+def render_models(models: list, console: Console) -> None:
+    from kvplan.formats import KV_DTYPES
+    from kvplan.kv import is_growing, layer_bits_per_token
+
+    t = _table("Shipped models", "name", "HF id", "layers", "attention", "KV/token (bf16)", "max context")
+    for m in models:
+        bits = sum(layer_bits_per_token(layer, KV_DTYPES["bf16"]) for layer in m.layers if is_growing(layer))
+        t.add_row(m.name, m.hf_id or "-", str(m.num_layers), m.attention_summary, fmt_bytes(bits / 8), f"{m.max_context:,}")
+    t.columns[3].no_wrap = False
+    t.columns[3].justify = "left"
+    console.print(t)
+    console.print("KV/token counts the layers whose cache grows with the context (windowed layers are capped).")
+
+
+def render_gpus(gpus: list, console: Console) -> None:
+    t = _table("Shipped GPUs", "name", "aliases", "memory", "runtime total", "HBM bandwidth", "bf16 dense")
+    for g in gpus:
+        t.add_row(
+            g.name,
+            ", ".join(g.aliases[:3]),
+            g.memory_marketing,
+            f"{g.memory_bytes / GiB:,.2f} GiB",
+            f"{g.hbm_bytes_per_s / 1e9:,.0f} GB/s",
+            f"{g.bf16_dense_flops / 1e12:,.0f} TFLOP/s",
+        )
+    t.columns[1].no_wrap = False
+    console.print(t)

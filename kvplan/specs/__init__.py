@@ -1,0 +1,1 @@
+"""Spec models (pydantic) and their loaders."""

@@ -1,0 +1,145 @@
+"""Finding and loading specs: shipped YAML by name/alias/HF id, or a user's file."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from kvplan.errors import SpecError, UsageError
+from kvplan.specs.models import GpuSpec, ModelSpec
+
+try:  # the C loader is ~10x faster; planning time matters (see benchmarks/)
+    _Loader: Any = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - PyYAML built without libyaml
+    _Loader = yaml.SafeLoader
+
+T = TypeVar("T", bound=BaseModel)
+
+
+def _spec_dir(kind: str) -> Path:
+    """model_specs/<kind>, as installed (kvplan.model_specs) or in a source checkout."""
+    import kvplan.model_specs as pkg
+
+    return Path(pkg.__file__).resolve().parent / kind
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"{path}:{where}: malformed YAML ({problem}); fix the file's syntax") from None
+
+
+def validation_message(path: Path | str, exc: ValidationError) -> str:
+    """One line per problem, each naming the file and the field."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field (typo?)"
+        lines.append(f"{path}: {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def validate(cls: type[T], data: Any, path: Path | str) -> T:
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping of fields at the top level, got {type(data).__name__}")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(validation_message(path, exc)) from None
+
+
+@lru_cache(maxsize=None)
+def _raw_specs(kind: str) -> tuple[tuple[Path, dict], ...]:
+    out = []
+    for path in sorted(_spec_dir(kind).glob("*.yaml")):
+        data = read_yaml(path)
+        out.append((path, data if isinstance(data, dict) else {}))
+    return tuple(out)
+
+
+def _names(data: dict) -> Iterator[str]:
+    for key in ("name", "hf_id"):
+        if isinstance(data.get(key), str):
+            yield data[key]
+    for alias in data.get("aliases") or []:
+        yield str(alias)
+
+
+def _find_shipped(kind: str, ref: str, cls: type[T], what: str, flag: str) -> T:
+    key = ref.strip().lower()
+    exact = _spec_dir(kind) / f"{key}.yaml"
+    if exact.is_file():  # fast path: the canonical name is the file name
+        return validate(cls, read_yaml(exact), exact)
+    for path, data in _raw_specs(kind):
+        if any(n.lower() == key for n in _names(data)):
+            return validate(cls, data, path)
+    canonical = {n.lower(): str(data.get("name")) for _, data in _raw_specs(kind) for n in _names(data)}
+    close: list[str] = []
+    for match in difflib.get_close_matches(key, list(canonical), n=12, cutoff=0.5):
+        if canonical[match] not in close:
+            close.append(canonical[match])
+    close = close[:4]
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise UsageError(f"{flag}: unknown {what} {ref!r}{hint} (`kvplan {kind}` lists them)")
+
+
+def load_model(ref: str) -> ModelSpec:
+    """A shipped model by name/alias/HF id, a YAML spec file, or a Hugging Face config.json."""
+    path = Path(ref).expanduser()
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return validate(ModelSpec, read_yaml(path), path)
+    if path.suffix.lower() == ".json" or (path.is_dir() and (path / "config.json").is_file()):
+        from kvplan.specs.hf import model_from_config
+
+        cfg_path = path / "config.json" if path.is_dir() else path
+        return model_from_config(_read_json(cfg_path), cfg_path)
+    return _find_shipped("models", ref, ModelSpec, "model", "--model")
+
+
+def load_gpu(ref: str) -> GpuSpec:
+    path = Path(ref).expanduser()
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return validate(GpuSpec, read_yaml(path), path)
+    return _find_shipped("gpus", ref, GpuSpec, "GPU", "--gpus")
+
+
+def all_models() -> list[ModelSpec]:
+    return [validate(ModelSpec, data, path) for path, data in _raw_specs("models")]
+
+
+def all_gpus() -> list[GpuSpec]:
+    return [validate(GpuSpec, data, path) for path, data in _raw_specs("gpus")]
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(
+            f"{path}: line {exc.lineno}, column {exc.colno}: malformed JSON ({exc.msg})"
+        ) from None

@@ -1,0 +1,102 @@
+"""Byte quantities: parsing user input and formatting for output.
+
+Bytes are integers everywhere inside kvplan; GiB (2**30) and GB (10**9) only
+appear at the edges, and are never mixed up.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from kvplan.errors import UsageError
+
+KiB = 2**10
+MiB = 2**20
+GiB = 2**30
+TiB = 2**40
+KB = 10**3
+MB = 10**6
+GB = 10**9
+TB = 10**12
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kib": KiB,
+    "mib": MiB,
+    "gib": GiB,
+    "tib": TiB,
+    "kb": KB,
+    "mb": MB,
+    "gb": GB,
+    "tb": TB,
+}
+_BYTES_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\s*([A-Za-z]*)\s*$")
+
+
+def parse_bytes(text: str, what: str = "size") -> int:
+    """Parse '51.02GiB', '40GB', '40 GB', '1.5e9' or a plain byte count into bytes."""
+    match = _BYTES_RE.match(str(text))
+    unit = match.group(3).lower() if match else ""
+    if not match or unit not in _UNITS:
+        raise UsageError(
+            f"{what}: cannot read {text!r} as a size; write e.g. 51.02GiB, 40GB or 42949672960 "
+            "(GiB/MiB/KiB are powers of 2, GB/MB/KB powers of 10)"
+        )
+    value = float(match.group(1)) * 10 ** int(match.group(2) or 0)
+    return int(round(value * _UNITS[unit]))
+
+
+def parse_count(text: str, what: str = "count") -> int:
+    """Parse a token count such as '8192', '8K', '128k', '1M' (K = 1024, M = 1024**2)."""
+    s = str(text).strip().lower().replace("_", "").replace(",", "")
+    scale = 1
+    if s.endswith("k"):
+        s, scale = s[:-1], 1024
+    elif s.endswith("m"):
+        s, scale = s[:-1], 1024**2
+    try:
+        value = float(s) * scale
+    except ValueError:
+        raise UsageError(f"{what}: cannot read {text!r} as a number; write e.g. 8192 or 8K") from None
+    if value != int(value) or value < 0:
+        raise UsageError(f"{what}: {text!r} is not a whole non-negative number")
+    return int(value)
+
+
+def fmt_gib(num_bytes: float, digits: int = 2) -> str:
+    return f"{num_bytes / GiB:,.{digits}f} GiB"
+
+
+def fmt_gb(num_bytes: float, digits: int = 1) -> str:
+    return f"{num_bytes / GB:,.{digits}f} GB"
+
+
+def fmt_bytes(num_bytes: float) -> str:
+    """Binary units, picked by size: 512 B, 320 KiB, 4.50 MiB, 2.50 GiB."""
+    n = float(num_bytes)
+    if abs(n) < KiB:
+        return f"{n:,.0f} B" if n == int(n) else f"{n:,.2f} B"
+    for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if abs(n) >= size:
+            v = n / size
+            text = f"{v:,.0f}" if v == int(v) else f"{v:,.2f}"
+            return f"{text} {unit}"
+    raise AssertionError("unreachable")
+
+
+def fmt_tokens(tokens: float) -> str:
+    return f"{tokens:,.0f} tokens"
+
+
+def fmt_bandwidth(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / GB:,.0f} GB/s"
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def is_close(a: float, b: float, rel: float) -> bool:
+    return math.isclose(a, b, rel_tol=rel)

@@ -1,0 +1,1 @@
+"""Shipped model and GPU specs (YAML data), installed as `kvplan.model_specs`."""
