@@ -38,26 +38,21 @@ def make_layout(num_gpus: int | None, gpus_per_node: int, nodes: int, tp: int | 
 def check_tp(spec: ModelSpec, tp: int, pp: int) -> None:
     """vLLM's rules: TP divides the query heads; KV heads split evenly or are replicated."""
     heads = spec.num_attention_heads
-    if heads % tp:
+    kv_heads = sorted({layer.num_kv_heads for layer in spec.layers if isinstance(layer, HeadLayer)})
+    ok = [t for t in range(1, heads + 1) if _tp_valid(t, heads, kv_heads)]
+    if not _tp_valid(tp, heads, kv_heads):
+        kv_text = f" and {'/'.join(map(str, kv_heads))} KV heads" if kv_heads else ""
         raise InfeasibleError(
-            f"TP {tp} does not divide the {heads} attention heads of {spec.name}; "
-            f"use a TP that divides {heads}"
+            f"TP {tp} must divide the {heads} attention heads{kv_text} of {spec.name} "
+            f"(KV heads may instead be replicated when TP is a multiple of them); "
+            f"valid TP sizes: {', '.join(map(str, ok))}"
         )
-    for layer in spec.layers:
-        if isinstance(layer, HeadLayer):
-            kv = layer.num_kv_heads
-            if kv % tp and tp % kv:
-                raise InfeasibleError(
-                    f"TP {tp} must divide the {kv} KV heads of {spec.name} (or be a multiple of it); "
-                    f"choose TP from {_divisor_options(kv, heads)}"
-                )
     if pp > spec.num_layers:
         raise InfeasibleError(f"PP {pp} exceeds the {spec.num_layers} layers of {spec.name}")
 
 
-def _divisor_options(kv: int, heads: int) -> str:
-    opts = [t for t in range(1, heads + 1) if heads % t == 0 and (kv % t == 0 or t % kv == 0)]
-    return ", ".join(str(t) for t in opts)
+def _tp_valid(tp: int, heads: int, kv_heads: list[int]) -> bool:
+    return heads % tp == 0 and all(kv % tp == 0 or tp % kv == 0 for kv in kv_heads)
 
 
 def stage_ranges(num_layers: int, pp: int) -> list[range]:
