@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Annotated, Callable, Optional, ParamSpec, TypeVar
+from collections.abc import Callable
+from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -49,7 +50,9 @@ def _reports_errors(func: Callable[P, R]) -> Callable[P, R]:
         except KvplanError as exc:
             from rich.markup import escape
 
-            Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+            Console(stderr=True, soft_wrap=True).print(
+                f"[bold red]error:[/] {escape(str(exc))}", highlight=False
+            )
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper
@@ -62,28 +65,114 @@ def _console(json_out: bool = False) -> Console:
 @app.command()
 @_reports_errors
 def estimate(
-    model: Annotated[str, typer.Option("--model", "-m", help="Shipped name/alias/HF id, a spec .yaml, or a Hugging Face config.json.")],
-    gpus: Annotated[str, typer.Option("--gpus", "-g", help="GPU type and count: H100, 8xH100, 2x8xH100 (nodes x GPUs).")] = "H100",
-    max_model_len: Annotated[Optional[str], typer.Option("--max-model-len", "--context", help="Context length each request may reach (default: the model's maximum). 8192 or 8K.")] = None,
-    avg_context: Annotated[Optional[str], typer.Option("--avg-context", help="Also report concurrency at this average context length.")] = None,
-    gpu_memory_utilization: Annotated[float, typer.Option("--gpu-memory-utilization", help="Fraction of each GPU's memory the engine may use.")] = 0.9,
-    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto (the model's activation dtype), fp16, bf16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8, int4, int2.")] = "auto",
-    kv_quant_group_size: Annotated[Optional[int], typer.Option("--kv-quant-group-size", help="Values per quantization group for int8/int4/int2 KV (0: one scale per layer). Default: int4/int2 64, int8/fp8 0.")] = None,
-    kv_quant_scale_bits: Annotated[Optional[int], typer.Option("--kv-quant-scale-bits", help="Bits of each group scale (default 16).")] = None,
-    kv_quant_zero_point: Annotated[Optional[bool], typer.Option("--kv-quant-zero-point/--kv-quant-no-zero-point", help="Store a zero-point per group too (default: yes for int4/int2).")] = None,
-    weight_dtype: Annotated[Optional[str], typer.Option("--weight-dtype", help="Override the weights' dtype: bf16, fp16, fp32, fp8, int8, int4, mxfp4, nvfp4.")] = None,
-    block_size: Annotated[int, typer.Option("--block-size", help="PagedAttention block size in tokens.")] = 16,
-    tensor_parallel_size: Annotated[Optional[int], typer.Option("--tensor-parallel-size", "-tp", help="Default: the GPUs of one node.")] = None,
-    pipeline_parallel_size: Annotated[Optional[int], typer.Option("--pipeline-parallel-size", "-pp", help="Default: the number of nodes.")] = None,
-    enable_prefix_caching: Annotated[bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="As in vLLM (on by default); sharing is modelled when --shared-prefix-tokens is given.")] = True,
-    shared_prefix_tokens: Annotated[str, typer.Option("--shared-prefix-tokens", help="Tokens of a prefix (system prompt, document) shared across requests.")] = "0",
-    prefix_hit_rate: Annotated[float, typer.Option("--prefix-hit-rate", help="Fraction of requests that share that prefix.")] = 1.0,
-    max_num_batched_tokens: Annotated[str, typer.Option("--max-num-batched-tokens", help="Tokens per forward pass; sizes the activation reserve.")] = "8192",
-    max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs", help="Cap on concurrent requests, as the engine's flag.")] = None,
-    kv_cache_memory: Annotated[Optional[str], typer.Option("--kv-cache-memory", help="KV cache memory per GPU (51.02GiB, 40GB, bytes); replaces the computed budget.")] = None,
-    reserve_memory: Annotated[Optional[str], typer.Option("--reserve-memory", help="Activation/workspace reserve per GPU; replaces the estimate.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the whole plan as JSON (schema in the README).")] = False,
-    explain: Annotated[bool, typer.Option("--explain", help="Trace each number to its formula and spec field.")] = False,
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model", "-m", help="Shipped name/alias/HF id, a spec .yaml, or a Hugging Face config.json."
+        ),
+    ],
+    gpus: Annotated[
+        str, typer.Option("--gpus", "-g", help="GPU type and count: H100, 8xH100, 2x8xH100 (nodes x GPUs).")
+    ] = "H100",
+    max_model_len: Annotated[
+        str | None,
+        typer.Option(
+            "--max-model-len",
+            "--context",
+            help="Context length each request may reach (default: the model's maximum). 8192 or 8K.",
+        ),
+    ] = None,
+    avg_context: Annotated[
+        str | None,
+        typer.Option("--avg-context", help="Also report concurrency at this average context length."),
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float,
+        typer.Option("--gpu-memory-utilization", help="Fraction of each GPU's memory the engine may use."),
+    ] = 0.9,
+    kv_cache_dtype: Annotated[
+        str,
+        typer.Option(
+            "--kv-cache-dtype",
+            help="auto (the model's activation dtype), fp16, bf16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8, int4, int2.",
+        ),
+    ] = "auto",
+    kv_quant_group_size: Annotated[
+        int | None,
+        typer.Option(
+            "--kv-quant-group-size",
+            help="Values per quantization group for int8/int4/int2 KV (0: one scale per layer). Default: int4/int2 64, int8/fp8 0.",
+        ),
+    ] = None,
+    kv_quant_scale_bits: Annotated[
+        int | None, typer.Option("--kv-quant-scale-bits", help="Bits of each group scale (default 16).")
+    ] = None,
+    kv_quant_zero_point: Annotated[
+        bool | None,
+        typer.Option(
+            "--kv-quant-zero-point/--kv-quant-no-zero-point",
+            help="Store a zero-point per group too (default: yes for int4/int2).",
+        ),
+    ] = None,
+    weight_dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--weight-dtype",
+            help="Override the weights' dtype: bf16, fp16, fp32, fp8, int8, int4, mxfp4, nvfp4.",
+        ),
+    ] = None,
+    block_size: Annotated[
+        int, typer.Option("--block-size", help="PagedAttention block size in tokens.")
+    ] = 16,
+    tensor_parallel_size: Annotated[
+        int | None, typer.Option("--tensor-parallel-size", "-tp", help="Default: the GPUs of one node.")
+    ] = None,
+    pipeline_parallel_size: Annotated[
+        int | None, typer.Option("--pipeline-parallel-size", "-pp", help="Default: the number of nodes.")
+    ] = None,
+    enable_prefix_caching: Annotated[
+        bool,
+        typer.Option(
+            "--enable-prefix-caching/--no-enable-prefix-caching",
+            help="As in vLLM (on by default); sharing is modelled when --shared-prefix-tokens is given.",
+        ),
+    ] = True,
+    shared_prefix_tokens: Annotated[
+        str,
+        typer.Option(
+            "--shared-prefix-tokens",
+            help="Tokens of a prefix (system prompt, document) shared across requests.",
+        ),
+    ] = "0",
+    prefix_hit_rate: Annotated[
+        float, typer.Option("--prefix-hit-rate", help="Fraction of requests that share that prefix.")
+    ] = 1.0,
+    max_num_batched_tokens: Annotated[
+        str,
+        typer.Option(
+            "--max-num-batched-tokens", help="Tokens per forward pass; sizes the activation reserve."
+        ),
+    ] = "8192",
+    max_num_seqs: Annotated[
+        int | None, typer.Option("--max-num-seqs", help="Cap on concurrent requests, as the engine's flag.")
+    ] = None,
+    kv_cache_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--kv-cache-memory",
+            help="KV cache memory per GPU (51.02GiB, 40GB, bytes); replaces the computed budget.",
+        ),
+    ] = None,
+    reserve_memory: Annotated[
+        str | None,
+        typer.Option("--reserve-memory", help="Activation/workspace reserve per GPU; replaces the estimate."),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the whole plan as JSON (schema in the README).")
+    ] = False,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="Trace each number to its formula and spec field.")
+    ] = False,
 ) -> None:
     """How a model fits on GPUs: weights, KV budget, KV per token, pool tokens, concurrent requests."""
     from kvplan.plan import PlanRequest

@@ -115,7 +115,9 @@ def kv_format(
     if group_size is None and scale_bits is None and zero_point is None:
         return base
     if base.value_bits >= 16 and group_size:
-        raise UsageError(f"--kv-quant-group-size: {key} is not quantized; group scales apply to int8/int4/int2/fp8")
+        raise UsageError(
+            f"--kv-quant-group-size: {key} is not quantized; group scales apply to int8/int4/int2/fp8"
+        )
     g = base.group_size if group_size is None else group_size
     if g < 0:
         raise UsageError("--kv-quant-group-size must be >= 0 (0 = one scalar scale per layer)")

@@ -16,7 +16,9 @@ class Layout:
     dp: int  # independent replicas: num_gpus / (tp * pp)
 
 
-def make_layout(num_gpus: int | None, gpus_per_node: int, nodes: int, tp: int | None, pp: int | None) -> Layout:
+def make_layout(
+    num_gpus: int | None, gpus_per_node: int, nodes: int, tp: int | None, pp: int | None
+) -> Layout:
     """TP defaults to the GPUs of one node, PP to the number of nodes, the rest is DP."""
     if tp is not None and tp < 1:
         raise UsageError(f"--tensor-parallel-size must be >= 1, got {tp}")

@@ -17,7 +17,7 @@ from kvplan.formats import Format, kv_format, normalize_dtype_name, weight_forma
 from kvplan.parallel import Layout, check_tp, make_layout, stage_layers, stage_ranges
 from kvplan.params import param_breakdown
 from kvplan.specs.models import GpuSpec, ModelSpec
-from kvplan.units import ceil_div, fmt_bytes, fmt_gib
+from kvplan.units import GiB, ceil_div, fmt_bytes, fmt_gib
 from kvplan.weights import stage_weights
 
 SCHEMA = "kvplan.plan/1"
@@ -121,9 +121,7 @@ def _num(bits: int) -> float:
 def _check_request(req: PlanRequest) -> tuple[int, Format]:
     spec = req.model
     if not 0 < req.gpu_memory_utilization <= 1:
-        raise UsageError(
-            f"--gpu-memory-utilization must be in (0, 1], got {req.gpu_memory_utilization}"
-        )
+        raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {req.gpu_memory_utilization}")
     if req.block_size < 1:
         raise UsageError(f"--block-size must be >= 1, got {req.block_size}")
     if req.max_num_batched_tokens < 1:
@@ -242,7 +240,7 @@ def estimate(req: PlanRequest) -> Plan:
         reserve = estimate_reserve(spec, tp, pp, req.max_num_batched_tokens, act_bytes)
     stages: list[StagePlan] = []
     stage_layer_lists = []
-    for w, rng in zip(weights, stage_ranges(spec.num_layers, pp)):
+    for w, rng in zip(weights, stage_ranges(spec.num_layers, pp), strict=False):
         layers = stage_layers(spec, rng)
         stage_layer_lists.append(layers)
         if req.kv_cache_memory_bytes is not None:
@@ -266,7 +264,9 @@ def estimate(req: PlanRequest) -> Plan:
         block_bytes = sum(kv.page_bytes(layer, fmt, bs, tp) for layer in layers)
         num_blocks = budget // block_bytes if block_bytes else None
         stages.append(
-            StagePlan(w.stage, rng.start, len(rng), w.bytes_per_gpu, budget, bits_rank, block_bytes, num_blocks)
+            StagePlan(
+                w.stage, rng.start, len(rng), w.bytes_per_gpu, budget, bits_rank, block_bytes, num_blocks
+            )
         )
 
     if req.kv_cache_memory_bytes is not None:
@@ -301,7 +301,7 @@ def estimate(req: PlanRequest) -> Plan:
     def factor(context: int, reserved_blocks: int = 0, shared: dict | None = None) -> tuple[float, int]:
         """(requests that fit at `context`, index of the binding stage)."""
         best, best_i = math.inf, 0
-        for i, (s, layers) in enumerate(zip(stages, stage_layer_lists)):
+        for i, (s, layers) in enumerate(zip(stages, stage_layer_lists, strict=False)):
             per_req = _request_bytes(layers, fmt, context, bs, tp)
             pool = usable_bytes(s, reserved_blocks)
             if shared is not None:
@@ -317,16 +317,22 @@ def estimate(req: PlanRequest) -> Plan:
     binding = stages[bind]
     per_req_gpu = _request_bytes(stage_layer_lists[bind], fmt, max_len, bs, tp)
     if usable_factor < 1:
-        fit = _largest_fitting_len(stage_layer_lists[bind], fmt, bs, tp, usable_bytes(binding, NULL_BLOCKS), max_len)
+        fit = _largest_fitting_len(
+            stage_layer_lists[bind], fmt, bs, tp, usable_bytes(binding, NULL_BLOCKS), max_len
+        )
         hint = f"; the largest --max-model-len that fits is {fit:,}" if fit else ""
+        avail = usable_bytes(binding, NULL_BLOCKS)
+        digits = 2 if abs(per_req_gpu - avail) > 0.01 * GiB else 4
         raise InfeasibleError(
-            f"one request at --max-model-len {max_len:,} needs {fmt_gib(per_req_gpu)} of KV cache per GPU, "
-            f"but only {fmt_gib(usable_bytes(binding, NULL_BLOCKS))} is available{hint}; "
-            "or add GPUs, or use a smaller --kv-cache-dtype"
+            f"one request at --max-model-len {max_len:,} needs {fmt_gib(per_req_gpu, digits)} of KV cache "
+            f"per GPU, but only {fmt_gib(avail, digits)} is usable (whole blocks, one kept as the null "
+            f"block){hint}; or add GPUs, or use a smaller --kv-cache-dtype"
         )
     kv_limit = math.floor(usable_factor)
     max_conc = kv_limit if req.max_num_seqs is None else min(kv_limit, req.max_num_seqs)
-    limited_by = "max_num_seqs" if req.max_num_seqs is not None and req.max_num_seqs < kv_limit else "kv_cache"
+    limited_by = (
+        "max_num_seqs" if req.max_num_seqs is not None and req.max_num_seqs < kv_limit else "kv_cache"
+    )
     pool_tokens = num_blocks * bs if num_blocks is not None else 0
     ex.append(
         Explain(
@@ -377,13 +383,17 @@ def estimate(req: PlanRequest) -> Plan:
 
     prefix = None
     if req.shared_prefix_tokens:
-        prefix = _prefix(req, stages, stage_layer_lists, fmt, bs, tp, factor, layout.dp, usable_factor, max_len)
+        prefix = _prefix(
+            req, stages, stage_layer_lists, fmt, bs, tp, factor, layout.dp, usable_factor, max_len
+        )
         assumptions.append(
             f"prefix caching: {req.shared_prefix_tokens:,}-token shared prefix hit by "
             f"{req.prefix_hit_rate:.0%} of requests; only full blocks are shared and stored once"
         )
 
-    frag = _fragmentation(req, stage_layer_lists[bind], binding, fmt, bs, tp, max_len, usable_bytes(binding, NULL_BLOCKS))
+    frag = _fragmentation(
+        req, stage_layer_lists[bind], binding, fmt, bs, tp, max_len, usable_bytes(binding, NULL_BLOCKS)
+    )
 
     cluster = {
         "num_gpus": layout.num_gpus,

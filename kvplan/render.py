@@ -42,12 +42,26 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
         rows = [
             ("GPU memory (runtime total)", plan.memory_bytes_per_gpu),
             (f"x gpu-memory-utilization {s['gpu_memory_utilization']:g}", plan.requested_bytes_per_gpu),
-            (f"- weights ({s['weight_dtype']}" + (f", experts {s['expert_weight_dtype']}" if s["expert_weight_dtype"] and s["expert_weight_dtype"] != s["weight_dtype"] else "") + ")", plan.weight_bytes_per_gpu),
+            (
+                f"- weights ({s['weight_dtype']}"
+                + (
+                    f", experts {s['expert_weight_dtype']}"
+                    if s["expert_weight_dtype"] and s["expert_weight_dtype"] != s["weight_dtype"]
+                    else ""
+                )
+                + ")",
+                plan.weight_bytes_per_gpu,
+            ),
             (f"- activation/workspace reserve{est}", plan.reserve_bytes_per_gpu),
         ]
     else:
         rows = [("weights (not deducted: budget given)", plan.weight_bytes_per_gpu)]
-    rows.append(("= KV cache budget" + (" (--kv-cache-memory)" if plan.kv_budget_source != "computed" else ""), plan.kv_budget_bytes_per_gpu))
+    rows.append(
+        (
+            "= KV cache budget" + (" (--kv-cache-memory)" if plan.kv_budget_source != "computed" else ""),
+            plan.kv_budget_bytes_per_gpu,
+        )
+    )
     for label, value in rows:
         mem.add_row(label, fmt_gib(value), fmt_gib(value * n))
     console.print(mem)
@@ -60,7 +74,7 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
         kvt.add_row("KV per token, layers without a window", fmt_bytes(plan.kv_bytes_per_token_growing))
         kvt.add_row("windowed layers' cap per request", fmt_bytes(plan.kv_bytes_per_sequence_windowed_cap))
     kvt.add_row(f"KV per request at {s['max_model_len']:,} tokens", fmt_gib(plan.kv_bytes_per_request))
-    kvt.add_row("  per GPU, in whole blocks", fmt_gib(plan.kv_bytes_per_request_per_gpu))
+    kvt.add_row("  per GPU, in whole blocks", fmt_bytes(plan.kv_bytes_per_request_per_gpu))
     kvt.add_row("block (all layers, per GPU)", fmt_bytes(plan.block_bytes_per_gpu))
     if plan.num_blocks_per_gpu is not None:
         kvt.add_row("blocks per GPU", f"{plan.num_blocks_per_gpu:,}")
@@ -72,11 +86,15 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
 
     ct = _table("Concurrency", "", "requests")
     limit = " (capped by --max-num-seqs)" if plan.limited_by == "max_num_seqs" else ""
-    ct.add_row(f"max concurrent requests at {s['max_model_len']:,} tokens{limit}", f"{plan.max_concurrency:,}")
+    ct.add_row(
+        f"max concurrent requests at {s['max_model_len']:,} tokens{limit}", f"{plan.max_concurrency:,}"
+    )
     ct.add_row("  engine-style concurrency factor per replica", f"{plan.concurrency_factor:,.2f}x")
     if plan.avg_context:
         a = plan.avg_context
-        ct.add_row(f"at an average context of {a['avg_context_tokens']:,} tokens", f"{a['max_concurrency']:,}")
+        ct.add_row(
+            f"at an average context of {a['avg_context_tokens']:,} tokens", f"{a['max_concurrency']:,}"
+        )
     if plan.prefix_caching:
         p = plan.prefix_caching
         gain = f" ({p['gain']:.2f}x)" if p["gain"] else ""
@@ -85,7 +103,9 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
             f"{p['max_concurrency']:,}",
         )
         ct.add_row("  KV memory saved per GPU", fmt_gib(p["memory_saved_bytes_per_gpu"]))
-        ct.add_row("  prefill tokens skipped per request (avg)", f"{p['prefill_tokens_saved_per_request']:,.0f}")
+        ct.add_row(
+            "  prefill tokens skipped per request (avg)", f"{p['prefill_tokens_saved_per_request']:,.0f}"
+        )
     f = plan.fragmentation
     if f["prealloc_max_concurrency_per_replica"] is not None:
         dp = c["data_parallel_size"]
@@ -104,13 +124,11 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
         console.print(f"- {a}")
     if explain:
         console.print()
-        et = _table("Where each number comes from", "quantity", "value", "formula", "spec field / source")
+        console.print("[bold]Where each number comes from[/]")
         for e in plan.explain:
-            et.add_row(e.quantity, e.value, e.formula, e.source)
-        for col in et.columns[2:]:
-            col.no_wrap = False
-            col.justify = "left"
-        console.print(et)
+            console.print(f"[bold]{e.quantity}[/] = {e.value}")
+            console.print(f"    formula: {e.formula}", highlight=False)
+            console.print(f"    from:    {e.source}", highlight=False)
 
 
 def render_models(models: list, console: Console) -> None:
@@ -120,11 +138,20 @@ def render_models(models: list, console: Console) -> None:
     t = _table("Shipped models", "name", "HF id", "layers", "attention", "KV/token (bf16)", "max context")
     for m in models:
         bits = sum(layer_bits_per_token(layer, KV_DTYPES["bf16"]) for layer in m.layers if is_growing(layer))
-        t.add_row(m.name, m.hf_id or "-", str(m.num_layers), m.attention_summary, fmt_bytes(bits / 8), f"{m.max_context:,}")
+        t.add_row(
+            m.name,
+            m.hf_id or "-",
+            str(m.num_layers),
+            m.attention_summary,
+            fmt_bytes(bits / 8),
+            f"{m.max_context:,}",
+        )
     t.columns[3].no_wrap = False
     t.columns[3].justify = "left"
     console.print(t)
-    console.print("KV/token counts the layers whose cache grows with the context (windowed layers are capped).")
+    console.print(
+        "KV/token counts the layers whose cache grows with the context (windowed layers are capped)."
+    )
 
 
 def render_gpus(gpus: list, console: Console) -> None:

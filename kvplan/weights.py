@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.formats import Format
-from kvplan.params import ParamBreakdown, is_moe_layer
 from kvplan.parallel import stage_ranges
+from kvplan.params import ParamBreakdown, is_moe_layer
 from kvplan.specs.models import ModelSpec
 from kvplan.units import ceil_div
 

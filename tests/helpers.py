@@ -34,5 +34,3 @@ def run_cli(*args: str) -> CliResult:
 
 def plan(model: str, gpu: str = "H100", **kw) -> Plan:
     return estimate(PlanRequest(model=load_model(model), gpu=load_gpu(gpu), **kw))
-
-

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers import SHARED, plan
 from kvplan import kv
 from kvplan.errors import UsageError
 from kvplan.formats import KV_DTYPES, kv_format
@@ -20,8 +21,6 @@ from kvplan.specs.models import (
     SlidingWindow,
 )
 from kvplan.specs.registry import all_models, load_model
-
-from helpers import SHARED, plan
 
 BF16 = KV_DTYPES["bf16"]
 
@@ -42,7 +41,9 @@ def test_mla_latent_is_replicated_across_tp():
     assert kv.layer_bits_per_token(layer, BF16, tp=8) // 8 == 576 * 2
 
 
-@pytest.mark.parametrize(("kv_heads", "tp", "per_rank"), [(8, 1, 8), (8, 2, 4), (8, 8, 1), (4, 8, 1), (1, 8, 1)])
+@pytest.mark.parametrize(
+    ("kv_heads", "tp", "per_rank"), [(8, 1, 8), (8, 2, 4), (8, 8, 1), (4, 8, 1), (1, 8, 1)]
+)
 def test_kv_heads_split_then_replicated(kv_heads, tp, per_rank):
     assert kv.kv_heads_per_rank(kv_heads, tp) == per_rank
     layer = FullAttention(num_kv_heads=kv_heads, head_dim=128)
@@ -139,7 +140,11 @@ def test_shipped_models_match_the_reference_fact_sheet(spec):
     layers = spec.layers
     all_bits = sum(kv.layer_bits_per_token(x, BF16) for x in layers)
     growing = sum(kv.layer_bits_per_token(x, BF16) for x in layers if kv.is_growing(x))
-    cap = sum(kv.layer_bits_per_token(x, BF16) * kv.layer_entries(x, 1 << 40) for x in layers if not kv.is_growing(x))
+    cap = sum(
+        kv.layer_bits_per_token(x, BF16) * kv.layer_entries(x, 1 << 40)
+        for x in layers
+        if not kv.is_growing(x)
+    )
     assert all_bits // 8 == k["bf16_bytes_per_token_if_all_layers_full"]
     assert growing // 8 == k["bf16_bytes_per_token_full_layers_only"]
     assert cap // 8 == k.get("bf16_bytes_cap_per_sequence_windowed_layers", 0)

@@ -6,13 +6,12 @@ import math
 
 import pytest
 
+from helpers import plan
 from kvplan import kv
 from kvplan.errors import InfeasibleError, UsageError
 from kvplan.formats import KV_DTYPES
 from kvplan.specs.registry import load_model
 from kvplan.units import GiB, KiB
-
-from helpers import plan
 
 
 def test_pool_tokens_and_concurrency_from_blocks():
@@ -34,7 +33,10 @@ def test_block_rounding_charges_a_partial_block():
 def test_budget_is_utilization_minus_weights_minus_reserve():
     p = plan("llama3-8b", "H100", num_gpus=1, max_model_len=8192)
     assert p.requested_bytes_per_gpu == math.ceil(p.memory_bytes_per_gpu * 0.9)
-    assert p.kv_budget_bytes_per_gpu == p.requested_bytes_per_gpu - p.weight_bytes_per_gpu - p.reserve_bytes_per_gpu
+    assert (
+        p.kv_budget_bytes_per_gpu
+        == p.requested_bytes_per_gpu - p.weight_bytes_per_gpu - p.reserve_bytes_per_gpu
+    )
     assert p.reserve["estimated"] is True
     given = plan("llama3-8b", "H100", num_gpus=1, max_model_len=8192, reserve_bytes=3 * GiB)
     assert given.reserve_bytes_per_gpu == 3 * GiB and given.reserve["estimated"] is False
@@ -96,14 +98,26 @@ def test_max_num_seqs_caps_concurrency():
 
 
 def test_avg_context_concurrency():
-    p = plan("llama3-8b", "H100", num_gpus=1, max_model_len=8192, avg_context_tokens=2048,
-             kv_cache_memory_bytes=40 * GiB)
+    p = plan(
+        "llama3-8b",
+        "H100",
+        num_gpus=1,
+        max_model_len=8192,
+        avg_context_tokens=2048,
+        kv_cache_memory_bytes=40 * GiB,
+    )
     assert p.avg_context["max_concurrency"] == (p.num_blocks_per_gpu - 1) // 128
 
 
 def test_prefix_sharing_counts_full_blocks_only():
-    p = plan("llama3-8b", "H100", num_gpus=1, max_model_len=4096, shared_prefix_tokens=100,
-             kv_cache_memory_bytes=40 * GiB)
+    p = plan(
+        "llama3-8b",
+        "H100",
+        num_gpus=1,
+        max_model_len=4096,
+        shared_prefix_tokens=100,
+        kv_cache_memory_bytes=40 * GiB,
+    )
     assert p.prefix_caching["shared_blocks"] == 6
     assert p.prefix_caching["shared_tokens_cached"] == 96
     assert p.prefix_caching["prefill_tokens_saved_per_request"] == 96

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from helpers import plan, run_cli
 from kvplan import kv
 from kvplan.formats import KV_DTYPES
 from kvplan.specs.registry import load_model
 from kvplan.units import GiB, KiB, MiB
-
-from helpers import plan, run_cli
 
 BF16 = KV_DTYPES["bf16"]
 FP16 = KV_DTYPES["fp16"]
@@ -84,8 +83,17 @@ SEED_KV = "50GiB"
 
 def walkthrough(*extra: str, model: str = "llama3-70b", context: str = "8192") -> dict:
     r = run_cli(
-        "estimate", "--model", model, "--gpus", "8xH100", "--max-model-len", context,
-        "--kv-cache-memory", SEED_KV, "--json", *extra,
+        "estimate",
+        "--model",
+        model,
+        "--gpus",
+        "8xH100",
+        "--max-model-len",
+        context,
+        "--kv-cache-memory",
+        SEED_KV,
+        "--json",
+        *extra,
     )
     assert r.exit_code == 0, r.stderr
     return r.json()

@@ -8,7 +8,7 @@ tiled over `num_layers` (e.g. five sliding layers then one full, repeated).
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
@@ -90,16 +90,14 @@ class NoCache(_Strict):
 
 
 Layer = Annotated[
-    Union[
-        SlidingWindow,
-        ChunkedAttention,
-        CompressedAttention,
-        FullAttention,
-        LatentAttention,
-        SharedKV,
-        RecurrentState,
-        NoCache,
-    ],
+    SlidingWindow
+    | ChunkedAttention
+    | CompressedAttention
+    | FullAttention
+    | LatentAttention
+    | SharedKV
+    | RecurrentState
+    | NoCache,
     Field(discriminator="kind"),
 ]
 WindowedLayer = (SlidingWindow, ChunkedAttention)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Iterator
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -69,7 +69,7 @@ def validate(cls: type[T], data: Any, path: Path | str) -> T:
         raise SpecError(validation_message(path, exc)) from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _raw_specs(kind: str) -> tuple[tuple[Path, dict], ...]:
     out = []
     for path in sorted(_spec_dir(kind).glob("*.yaml")):

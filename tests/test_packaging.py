@@ -1,0 +1,86 @@
+"""`pip install .` (not only editable) gives a working kvplan with every shipped spec."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO
+
+pytest.importorskip("setuptools")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (whl,) = out.glob("kvplan-*.whl")
+    return whl
+
+
+def test_wheel_ships_specs_under_the_kvplan_namespace(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped_models = sorted(p.name for p in (REPO / "model_specs/models").glob("*.yaml"))
+    shipped_gpus = sorted(p.name for p in (REPO / "model_specs/gpus").glob("*.yaml"))
+    assert (
+        sorted(
+            n.split("/")[-1]
+            for n in names
+            if n.startswith("kvplan/model_specs/models/") and n.endswith(".yaml")
+        )
+        == shipped_models
+    )
+    assert (
+        sorted(
+            n.split("/")[-1]
+            for n in names
+            if n.startswith("kvplan/model_specs/gpus/") and n.endswith(".yaml")
+        )
+        == shipped_gpus
+    )
+    assert "kvplan/kernels/__init__.py" in names
+    assert not [n for n in names if n.startswith(("kernels/", "model_specs/", "tests/"))]
+
+
+def test_installed_wheel_plans_from_another_directory(wheel, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    code = (
+        "import kvplan, json, sys\n"
+        "assert kvplan.__file__.startswith(sys.argv[1]), kvplan.__file__\n"
+        "from kvplan.specs.registry import all_models, all_gpus, load_model\n"
+        "print(len(all_models()), len(all_gpus()), load_model('meta-llama/Meta-Llama-3-70B').name)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(target)], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    n_models, n_gpus, name = r.stdout.split()
+    assert int(n_models) == len(list((REPO / "model_specs/models").glob("*.yaml")))
+    assert int(n_gpus) == len(list((REPO / "model_specs/gpus").glob("*.yaml")))
+    assert name == "llama3-70b"
