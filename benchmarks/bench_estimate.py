@@ -13,52 +13,19 @@ import sys
 import time
 
 BASELINE = [sys.executable, "-c", "import typer, rich, pydantic, yaml"]
+
+
+def kvplan(*args: str) -> list[str]:
+    return [sys.executable, "-m", "kvplan.cli", "estimate", *args]
+
+
 COMMANDS = {
-    "estimate (table)": [
-        sys.executable,
-        "-m",
-        "kvplan.cli",
-        "estimate",
-        "--model",
-        "llama3-70b",
-        "--gpus",
-        "8xH100",
-    ],
-    "estimate --json": [
-        sys.executable,
-        "-m",
-        "kvplan.cli",
-        "estimate",
-        "--model",
-        "llama3-70b",
-        "--gpus",
-        "8xH100",
-        "--json",
-    ],
-    "estimate alias lookup": [
-        sys.executable,
-        "-m",
-        "kvplan.cli",
-        "estimate",
-        "--model",
-        "meta-llama/Meta-Llama-3-70B",
-        "--gpus",
-        "8xH100",
-        "--json",
-    ],
-    "estimate gemma3 hybrid": [
-        sys.executable,
-        "-m",
-        "kvplan.cli",
-        "estimate",
-        "--model",
-        "gemma3-27b",
-        "--gpus",
-        "2xH100",
-        "--max-model-len",
-        "32K",
-        "--json",
-    ],
+    "estimate (table)": kvplan("--model", "llama3-70b", "--gpus", "8xH100"),
+    "estimate --json": kvplan("--model", "llama3-70b", "--gpus", "8xH100", "--json"),
+    "estimate alias lookup": kvplan("--model", "meta-llama/Meta-Llama-3-70B", "--gpus", "8xH100", "--json"),
+    "estimate gemma3 hybrid": kvplan(
+        "--model", "gemma3-27b", "--gpus", "2xH100", "--max-model-len", "32K", "--json"
+    ),
 }
 
 
