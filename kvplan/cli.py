@@ -229,7 +229,7 @@ def models(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.
     specs = all_models()
     if json_out:
         from kvplan.formats import KV_DTYPES
-        from kvplan.kv import is_growing, layer_bits_per_token
+        from kvplan.kv import model_bits_per_token
         from kvplan.render import to_json
 
         bf16 = KV_DTYPES["bf16"]
@@ -242,9 +242,9 @@ def models(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.
                         "aliases": m.aliases,
                         "num_layers": m.num_layers,
                         "attention": m.attention_summary,
-                        "kv_bytes_per_token_bf16": sum(layer_bits_per_token(x, bf16) for x in m.layers) // 8,
-                        "kv_bytes_per_token_growing_bf16": sum(
-                            layer_bits_per_token(x, bf16) for x in m.layers if is_growing(x)
+                        "kv_bytes_per_token_bf16": model_bits_per_token(m.layers, bf16) // 8,
+                        "kv_bytes_per_token_growing_bf16": model_bits_per_token(
+                            m.layers, bf16, growing_only=True
                         )
                         // 8,
                         "max_context": m.max_context,

@@ -85,6 +85,23 @@ def page_bytes(layer: Layer, fmt: Format, block_size: int, tp: int = 1) -> int:
     return ceil_div(block_size * layer_bits_per_token(layer, fmt, tp), 8)
 
 
+def model_bits_per_token(layers, fmt: Format, tp: int = 1, growing_only: bool = False) -> int:
+    """Sum over layers of the bits one token adds (seed 000 15.2: L x 2 x h_kv x d_h x bytes)."""
+    return sum(
+        layer_bits_per_token(layer, fmt, tp) for layer in layers if not growing_only or is_growing(layer)
+    )
+
+
+def windowed_cap_bytes(layers, fmt: Format) -> int:
+    """The most the windowed (sliding/chunked) layers hold for one sequence, whole model."""
+    bits = sum(
+        layer_bits_per_token(layer, fmt) * layer_entries(layer, 1 << 62)
+        for layer in layers
+        if not is_growing(layer)
+    )
+    return ceil_div(bits, 8)
+
+
 def sequence_bytes(layers: tuple[Layer, ...] | list[Layer], fmt: Format, context_tokens: int) -> int:
     """Exact KV bytes of one sequence, no blocks, whole model on one device (seed 000 15.3)."""
     bits = sum(layer_bits_per_token(layer, fmt) * layer_entries(layer, context_tokens) for layer in layers)

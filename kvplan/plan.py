@@ -183,16 +183,9 @@ def estimate(req: PlanRequest) -> Plan:
 
     # --- KV bytes per token -------------------------------------------------------------
     all_layers = list(spec.layers)
-    bits_all = sum(kv.layer_bits_per_token(layer, fmt) for layer in all_layers)
-    bits_growing = sum(kv.layer_bits_per_token(layer, fmt) for layer in all_layers if kv.is_growing(layer))
-    windowed_cap = ceil_div(
-        sum(
-            kv.layer_bits_per_token(layer, fmt) * kv.layer_entries(layer, 1 << 62)
-            for layer in all_layers
-            if not kv.is_growing(layer)
-        ),
-        8,
-    )
+    bits_all = kv.model_bits_per_token(all_layers, fmt)
+    bits_growing = kv.model_bits_per_token(all_layers, fmt, growing_only=True)
+    windowed_cap = kv.windowed_cap_bytes(all_layers, fmt)
     ex.append(
         Explain(
             "KV bytes per token",
@@ -260,7 +253,7 @@ def estimate(req: PlanRequest) -> Plan:
                     f"{fmt_gib(budget)} per GPU; use more GPUs, a smaller --weight-dtype, "
                     "a higher --gpu-memory-utilization or a smaller --max-num-batched-tokens"
                 )
-        bits_rank = sum(kv.layer_bits_per_token(layer, fmt, tp) for layer in layers)
+        bits_rank = kv.model_bits_per_token(layers, fmt, tp)
         block_bytes = sum(kv.page_bytes(layer, fmt, bs, tp) for layer in layers)
         num_blocks = budget // block_bytes if block_bytes else None
         stages.append(

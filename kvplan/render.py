@@ -133,11 +133,11 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
 
 def render_models(models: list, console: Console) -> None:
     from kvplan.formats import KV_DTYPES
-    from kvplan.kv import is_growing, layer_bits_per_token
+    from kvplan.kv import model_bits_per_token
 
     t = _table("Shipped models", "name", "HF id", "layers", "attention", "KV/token (bf16)", "max context")
     for m in models:
-        bits = sum(layer_bits_per_token(layer, KV_DTYPES["bf16"]) for layer in m.layers if is_growing(layer))
+        bits = model_bits_per_token(m.layers, KV_DTYPES["bf16"], growing_only=True)
         t.add_row(
             m.name,
             m.hf_id or "-",

@@ -314,3 +314,40 @@ def test_console_script_runs():
         check=False,
     )
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (
+            lambda s: s.replace("layer_pattern: [attn]", "layer_pattern: [attn, local]"),
+            "layer_pattern names 'local'",
+        ),
+        (lambda s: s.replace("{kind: full,", "{kind: fancy,"), "layer_types.attn"),
+        (
+            lambda s: s.replace("layer_pattern: [attn]", "layer_pattern: [attn]\nweight_dtype: int3"),
+            "weight_dtype 'int3'",
+        ),
+        (lambda s: s.replace("sources:", "sources: []\nold_sources:"), "sources"),
+    ],
+)
+def test_spec_validation_errors_name_the_field(tmp_path: Path, edit, needle):
+    path = tmp_path / "spec.yaml"
+    path.write_text(edit((REPO / "model_specs/models/llama3-8b.yaml").read_text()))
+    r = run_cli("estimate", "--model", str(path))
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    assert str(path) in r.stderr and needle in " ".join(r.stderr.split())
+
+
+def test_gpu_spec_file_and_pipeline_beyond_layers(tmp_path: Path):
+    gpu = tmp_path / "mygpu.yaml"
+    gpu.write_text(
+        (REPO / "model_specs/gpus/h100-sxm.yaml").read_text().replace("name: H100-SXM", "name: MyGPU")
+    )
+    r = run_cli("estimate", "--model", "llama3-8b", "--gpus", f"2x{gpu}", "--json")
+    assert r.exit_code == 0 and r.json()["gpu"]["name"] == "MyGPU"
+    assert_one_line_error(
+        run_cli("estimate", "--model", "llama3-8b", "--gpus", "H100", "-pp", "40"),
+        3,
+        "PP 40 exceeds the 32 layers",
+    )
