@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.errors import InfeasibleError, UsageError
-from kvplan.specs.models import HeadLayer, LatentAttention, ModelSpec, SharedKV
+from kvplan.specs.models import HeadLayer, ModelSpec, SharedKV
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,3 @@ def stage_layers(spec: ModelSpec, stage: range) -> list:
             layer = layers[i + layer.source]
         out.append(layer)
     return out
-
-
-def is_mla(spec: ModelSpec) -> bool:
-    return any(isinstance(layer, LatentAttention) for layer in spec.layers)

@@ -238,6 +238,12 @@ def estimate(req: PlanRequest) -> Plan:
         stage_layer_lists.append(layers)
         if req.kv_cache_memory_bytes is not None:
             budget = req.kv_cache_memory_bytes
+            if w.bytes_per_gpu + budget > gpu.memory_bytes:
+                raise InfeasibleError(
+                    f"--kv-cache-memory {fmt_gib(budget)} plus {fmt_gib(w.bytes_per_gpu)} of weights per GPU "
+                    f"exceed {gpu.name}'s {fmt_gib(gpu.memory_bytes)}; give a smaller --kv-cache-memory "
+                    "or use more GPUs"
+                )
         else:
             if w.bytes_per_gpu >= requested:
                 raise InfeasibleError(

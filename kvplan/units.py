@@ -6,7 +6,6 @@ appear at the edges, and are never mixed up.
 
 from __future__ import annotations
 
-import math
 import re
 
 from kvplan.errors import UsageError
@@ -69,10 +68,6 @@ def fmt_gib(num_bytes: float, digits: int = 2) -> str:
     return f"{num_bytes / GiB:,.{digits}f} GiB"
 
 
-def fmt_gb(num_bytes: float, digits: int = 1) -> str:
-    return f"{num_bytes / GB:,.{digits}f} GB"
-
-
 def fmt_bytes(num_bytes: float) -> str:
     """Binary units, picked by size: 512 B, 320 KiB, 4.50 MiB, 2.50 GiB."""
     n = float(num_bytes)
@@ -86,17 +81,5 @@ def fmt_bytes(num_bytes: float) -> str:
     raise AssertionError("unreachable")
 
 
-def fmt_tokens(tokens: float) -> str:
-    return f"{tokens:,.0f} tokens"
-
-
-def fmt_bandwidth(bytes_per_s: float) -> str:
-    return f"{bytes_per_s / GB:,.0f} GB/s"
-
-
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def is_close(a: float, b: float, rel: float) -> bool:
-    return math.isclose(a, b, rel_tol=rel)

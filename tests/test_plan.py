@@ -165,3 +165,8 @@ def test_tp_that_does_not_divide_heads():
 def test_impossible_flags_are_usage_errors(kw):
     with pytest.raises(UsageError):
         plan("llama3-8b", "H100", num_gpus=1, max_model_len=8192, **kw)
+
+
+def test_given_kv_memory_cannot_exceed_the_card():
+    with pytest.raises(InfeasibleError, match="exceed H100-SXM's 79.19 GiB"):
+        plan("llama3-70b", "H100", num_gpus=8, max_model_len=8192, kv_cache_memory_bytes=70 * GiB)

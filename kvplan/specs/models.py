@@ -100,7 +100,6 @@ Layer = Annotated[
     | NoCache,
     Field(discriminator="kind"),
 ]
-WindowedLayer = (SlidingWindow, ChunkedAttention)
 HeadLayer = (FullAttention, SlidingWindow, ChunkedAttention, CompressedAttention)
 
 
