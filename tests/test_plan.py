@@ -81,7 +81,7 @@ def test_tp_above_kv_heads_replicates():
 
 def test_hybrid_model_concurrency_counts_windows():
     spec = load_model("gpt-oss-120b")
-    p = plan("gpt-oss-120b", "H100", num_gpus=1, max_model_len=131072, kv_cache_memory_bytes=40 * GiB)
+    p = plan("gpt-oss-120b", "H200", num_gpus=1, max_model_len=131072, kv_cache_memory_bytes=40 * GiB)
     full = 18 * 16 * 2048 * math.ceil(131072 / 16)
     sliding = 18 * 16 * 2048 * 9
     assert p.kv_bytes_per_request_per_gpu == full + sliding
