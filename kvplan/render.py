@@ -35,7 +35,7 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
     console.print(f"attention: {plan.model['attention']}")
     console.print()
 
-    mem = _table("Memory", "", "per GPU", f"cluster ({n} GPUs)")
+    mem = _table("Memory", "", "per GPU", f"cluster ({n} GPU{'s' if n > 1 else ''})")
     est = " (estimated)" if plan.reserve["estimated"] else " (given)"
     rows: list[tuple[str, int]] = []
     if plan.kv_budget_source == "computed":
