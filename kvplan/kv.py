@@ -102,7 +102,11 @@ def windowed_cap_bytes(layers, fmt: Format) -> int:
     return ceil_div(bits, 8)
 
 
-def sequence_bytes(layers: tuple[Layer, ...] | list[Layer], fmt: Format, context_tokens: int) -> int:
-    """Exact KV bytes of one sequence, no blocks, whole model on one device (seed 000 15.3)."""
-    bits = sum(layer_bits_per_token(layer, fmt) * layer_entries(layer, context_tokens) for layer in layers)
-    return ceil_div(bits, 8) + sum(layer_state_bytes(layer) for layer in layers)
+def sequence_bytes(
+    layers: tuple[Layer, ...] | list[Layer], fmt: Format, context_tokens: int, tp: int = 1
+) -> int:
+    """Exact KV bytes of one sequence on one TP rank, no block rounding (seed 000 15.3)."""
+    bits = sum(
+        layer_bits_per_token(layer, fmt, tp) * layer_entries(layer, context_tokens) for layer in layers
+    )
+    return ceil_div(bits, 8) + sum(layer_state_bytes(layer, tp) for layer in layers)

@@ -17,7 +17,7 @@ from kvplan.formats import Format, kv_format, normalize_dtype_name, weight_forma
 from kvplan.parallel import Layout, check_tp, make_layout, stage_layers, stage_ranges
 from kvplan.params import param_breakdown
 from kvplan.specs.models import GpuSpec, ModelSpec
-from kvplan.units import GiB, ceil_div, fmt_bytes, fmt_gib
+from kvplan.units import GiB, fmt_bytes, fmt_gib
 from kvplan.weights import stage_weights
 
 SCHEMA = "kvplan.plan/1"
@@ -510,17 +510,11 @@ def _prefix(req, stages, stage_layer_lists, fmt, bs, tp, factor, dp, base_factor
     }
 
 
-def _exact_bytes(layers: list, fmt: Format, context: int, tp: int) -> int:
-    """Bytes one request of `context` tokens holds on one GPU without block rounding."""
-    bits = sum(kv.layer_bits_per_token(layer, fmt, tp) * kv.layer_entries(layer, context) for layer in layers)
-    return ceil_div(bits, 8) + sum(kv.layer_state_bytes(layer, tp) for layer in layers)
-
-
 def _fragmentation(req, layers, stage: StagePlan, fmt, bs, tp, max_len, usable) -> dict:
     """Seed 000 15.4: preallocating max_model_len per request vs paged blocks."""
     context = req.avg_context_tokens or max_len
-    exact_rank = _exact_bytes(layers, fmt, context, tp)
-    exact_max = _exact_bytes(layers, fmt, max_len, tp)
+    exact_rank = kv.sequence_bytes(layers, fmt, context, tp)
+    exact_max = kv.sequence_bytes(layers, fmt, max_len, tp)
     paged = _request_bytes(layers, fmt, context, bs, tp)
     budget = stage.kv_budget_bytes_per_gpu
     return {

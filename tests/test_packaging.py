@@ -38,26 +38,15 @@ def wheel(tmp_path_factory) -> Path:
     return whl
 
 
+def _yaml_names(names: list[str], folder: str) -> list[str]:
+    return sorted(n.rsplit("/", 1)[-1] for n in names if n.startswith(folder) and n.endswith(".yaml"))
+
+
 def test_wheel_ships_specs_under_the_kvplan_namespace(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    shipped_models = sorted(p.name for p in (REPO / "model_specs/models").glob("*.yaml"))
-    shipped_gpus = sorted(p.name for p in (REPO / "model_specs/gpus").glob("*.yaml"))
-    assert (
-        sorted(
-            n.split("/")[-1]
-            for n in names
-            if n.startswith("kvplan/model_specs/models/") and n.endswith(".yaml")
-        )
-        == shipped_models
-    )
-    assert (
-        sorted(
-            n.split("/")[-1]
-            for n in names
-            if n.startswith("kvplan/model_specs/gpus/") and n.endswith(".yaml")
-        )
-        == shipped_gpus
-    )
+    for kind in ("models", "gpus"):
+        shipped = sorted(p.name for p in (REPO / "model_specs" / kind).glob("*.yaml"))
+        assert _yaml_names(names, f"kvplan/model_specs/{kind}/") == shipped
     assert "kvplan/kernels/__init__.py" in names
     assert not [n for n in names if n.startswith(("kernels/", "model_specs/", "tests/"))]
 

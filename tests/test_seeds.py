@@ -100,7 +100,7 @@ def walkthrough(*extra: str, model: str = "llama3-70b", context: str = "8192") -
 
 
 def test_seed000_step1_weights_per_gpu():
-    p = plan("llama3-70b", "8xH100".split("x")[1], num_gpus=8, max_model_len=8192)
+    p = plan("llama3-70b", "H100", num_gpus=8, max_model_len=8192)
     # "70B x 2 byte = 140 GB, 17.5 GB per GPU" (70.55B parameters in fact)
     assert p.weight_bytes_per_gpu == pytest.approx(17.5e9, rel=0.015)
 

@@ -30,13 +30,19 @@ def _spec_dir(kind: str) -> Path:
     return Path(pkg.__file__).resolve().parent / kind
 
 
-def read_yaml(path: Path) -> Any:
+def _read_text(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: file not found") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a UTF-8 text file") from None
     except OSError as exc:
         raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def read_yaml(path: Path) -> Any:
+    text = _read_text(path)
     try:
         return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
@@ -133,12 +139,9 @@ def all_gpus() -> list[GpuSpec]:
 
 
 def _read_json(path: Path) -> Any:
+    text = _read_text(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError(
             f"{path}: line {exc.lineno}, column {exc.colno}: malformed JSON ({exc.msg})"
