@@ -32,7 +32,7 @@ class Reserve:
 
 
 def estimate_reserve(
-    spec: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, act_bytes: int
+    spec: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, act_bytes: int, cuda_graphs: bool = True
 ) -> Reserve:
     """Peak non-weight, non-KV memory of one GPU during the engine's profiling forward pass.
 
@@ -52,7 +52,8 @@ def estimate_reserve(
     activation = max_num_batched_tokens * per_token
     sampler = PROFILE_NUM_SEQS * spec.vocab_size * 4 * SAMPLER_FP32_COPIES
     non_torch = NON_TORCH_BYTES_SINGLE + (NCCL_BYTES if tp * pp > 1 else 0)
-    return Reserve(activation, sampler, non_torch, CUDA_GRAPH_BYTES, given=False)
+    # CUDA graphs count only where the engine subtracts them (vLLM >= 0.21, not --enforce-eager)
+    return Reserve(activation, sampler, non_torch, CUDA_GRAPH_BYTES if cuda_graphs else 0, given=False)
 
 
 def requested_bytes(memory_bytes: int, utilization: float) -> int:

@@ -87,9 +87,12 @@ def estimate(
         typer.Option("--avg-context", help="Also report concurrency at this average context length."),
     ] = None,
     gpu_memory_utilization: Annotated[
-        float,
-        typer.Option("--gpu-memory-utilization", help="Fraction of each GPU's memory the engine may use."),
-    ] = 0.9,
+        float | None,
+        typer.Option(
+            "--gpu-memory-utilization",
+            help="vLLM: fraction of each GPU's memory it may use (default 0.92; 0.9 before vLLM 0.20).",
+        ),
+    ] = None,
     kv_cache_dtype: Annotated[
         str,
         typer.Option(
@@ -122,8 +125,14 @@ def estimate(
         ),
     ] = None,
     block_size: Annotated[
-        int, typer.Option("--block-size", help="PagedAttention block size in tokens.")
-    ] = 16,
+        int | None,
+        typer.Option(
+            "--block-size",
+            "--page-size",
+            help="Block (vLLM) or page (SGLang) size in tokens. Default: vLLM 16 (MLA: 64 on Hopper, "
+            "128 on Blackwell), SGLang 1.",
+        ),
+    ] = None,
     tensor_parallel_size: Annotated[
         int | None, typer.Option("--tensor-parallel-size", "-tp", help="Default: the GPUs of one node.")
     ] = None,
@@ -167,6 +176,54 @@ def estimate(
         str | None,
         typer.Option("--reserve-memory", help="Activation/workspace reserve per GPU; replaces the estimate."),
     ] = None,
+    engine: Annotated[
+        str, typer.Option("--engine", help="Whose accounting and log lines to reproduce: vllm or sglang.")
+    ] = "vllm",
+    engine_version: Annotated[
+        str | None,
+        typer.Option(
+            "--engine-version", help="Engine release, e.g. 0.11 (default: the newest kvplan knows)."
+        ),
+    ] = None,
+    num_gpu_blocks_override: Annotated[
+        int | None,
+        typer.Option(
+            "--num-gpu-blocks-override", help="vLLM: KV blocks per GPU; replaces the computed budget."
+        ),
+    ] = None,
+    disable_hybrid_kv_cache_manager: Annotated[
+        bool,
+        typer.Option(
+            "--disable-hybrid-kv-cache-manager", help="vLLM: treat sliding-window layers as full attention."
+        ),
+    ] = False,
+    enforce_eager: Annotated[
+        bool, typer.Option("--enforce-eager", help="vLLM: no CUDA graphs (none reserved for them).")
+    ] = False,
+    mem_fraction_static: Annotated[
+        float | None,
+        typer.Option(
+            "--mem-fraction-static",
+            help="SGLang: weights + KV pool as a fraction of memory (default: SGLang's).",
+        ),
+    ] = None,
+    swa_full_tokens_ratio: Annotated[
+        float,
+        typer.Option(
+            "--swa-full-tokens-ratio", help="SGLang: sliding-window pool size / full-attention pool."
+        ),
+    ] = 0.8,
+    disable_hybrid_swa_memory: Annotated[
+        bool,
+        typer.Option("--disable-hybrid-swa-memory", help="SGLang: one pool for all layers, no SWA pool."),
+    ] = False,
+    calibration: Annotated[
+        bool,
+        typer.Option(
+            "--calibration/--no-calibration",
+            help="Use a non-KV overhead saved by `kvplan check-log --save-calibration` when one matches.",
+        ),
+    ] = True,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the whole plan as JSON (schema in the README).")
     ] = False,
@@ -205,6 +262,14 @@ def estimate(
         max_num_batched_tokens=parse_count(max_num_batched_tokens, "--max-num-batched-tokens"),
         max_num_seqs=max_num_seqs,
         block_size=block_size,
+        engine=engine.lower(),
+        engine_version=engine_version,
+        num_gpu_blocks_override=num_gpu_blocks_override,
+        disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+        enforce_eager=enforce_eager,
+        mem_fraction_static=mem_fraction_static,
+        swa_full_tokens_ratio=swa_full_tokens_ratio,
+        disable_hybrid_swa_memory=disable_hybrid_swa_memory,
         enable_prefix_caching=enable_prefix_caching,
         shared_prefix_tokens=parse_count(shared_prefix_tokens, "--shared-prefix-tokens"),
         prefix_hit_rate=prefix_hit_rate,

@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvplan import kv
+from kvplan import engines, kv
 from kvplan.budget import Reserve, estimate_reserve, requested_bytes
 from kvplan.errors import InfeasibleError, UsageError
 from kvplan.formats import Format, kv_format, normalize_dtype_name, weight_format
@@ -21,7 +21,8 @@ from kvplan.units import GiB, fmt_bytes, fmt_gib
 from kvplan.weights import stage_weights
 
 SCHEMA = "kvplan.plan/1"
-NULL_BLOCKS = 1  # engines.md: vLLM keeps one block as the null block
+# engines.md: vLLM keeps one block as the null block; SGLang's padding slot lies outside its pool
+NULL_BLOCKS = {"vllm": 1, "sglang": 0}
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,21 @@ class PlanRequest:
     kv_quant_scale_bits: int | None = None
     kv_quant_zero_point: bool | None = None
     weight_dtype: str | None = None
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None  # None: the engine's default
     kv_cache_memory_bytes: int | None = None
     reserve_bytes: int | None = None
+    reserve_source: str | None = None  # where a given reserve came from (a calibration file)
     max_num_batched_tokens: int = 8192
     max_num_seqs: int | None = None
-    block_size: int = 16
+    block_size: int | None = None  # None: the engine's default for this model and GPU
+    engine: str = "vllm"
+    engine_version: str | None = None  # None: the newest release kvplan knows
+    num_gpu_blocks_override: int | None = None
+    disable_hybrid_kv_cache_manager: bool = False
+    enforce_eager: bool = False
+    mem_fraction_static: float | None = None  # SGLang
+    swa_full_tokens_ratio: float = 0.8  # SGLang
+    disable_hybrid_swa_memory: bool = False  # SGLang
     enable_prefix_caching: bool = True
     shared_prefix_tokens: int = 0
     prefix_hit_rate: float = 1.0
@@ -107,6 +117,10 @@ class Plan:
     fragmentation: dict[str, Any]
     stages: list[StagePlan]
     assumptions: list[str]
+    engine_kv_cache_tokens: int | None
+    engine_num_blocks: int | None
+    engine_max_concurrency: float | None
+    engine: dict[str, Any]
     explain: list[Explain] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -118,12 +132,40 @@ def _num(bits: int) -> float:
     return bits // 8 if bits % 8 == 0 else bits / 8
 
 
+def _check_engine_flags(req: PlanRequest) -> None:
+    if req.engine not in engines.ENGINES:
+        raise UsageError(f"--engine must be one of {', '.join(engines.ENGINES)}, got {req.engine!r}")
+    vllm_only = {
+        "--gpu-memory-utilization": req.gpu_memory_utilization is not None,
+        "--num-gpu-blocks-override": req.num_gpu_blocks_override is not None,
+        "--disable-hybrid-kv-cache-manager": req.disable_hybrid_kv_cache_manager,
+    }
+    sglang_only = {
+        "--mem-fraction-static": req.mem_fraction_static is not None,
+        "--disable-hybrid-swa-memory": req.disable_hybrid_swa_memory,
+        "--swa-full-tokens-ratio": req.swa_full_tokens_ratio != 0.8,
+    }
+    wrong = [f for f, used in (vllm_only if req.engine == "sglang" else sglang_only).items() if used]
+    if wrong:
+        other = "vllm" if req.engine == "sglang" else "sglang"
+        raise UsageError(f"{wrong[0]} is a {other} flag; add --engine {other} or drop it")
+    if req.gpu_memory_utilization is not None and not 0 < req.gpu_memory_utilization <= 1:
+        raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {req.gpu_memory_utilization}")
+    if req.mem_fraction_static is not None and not 0 < req.mem_fraction_static < 1:
+        raise UsageError(f"--mem-fraction-static must be in (0, 1), got {req.mem_fraction_static}")
+    if not 0 < req.swa_full_tokens_ratio <= 1:
+        raise UsageError(f"--swa-full-tokens-ratio must be in (0, 1], got {req.swa_full_tokens_ratio}")
+    if req.num_gpu_blocks_override is not None and req.num_gpu_blocks_override < 2:
+        raise UsageError("--num-gpu-blocks-override must be >= 2 (one block is the null block)")
+    if req.num_gpu_blocks_override is not None and req.kv_cache_memory_bytes is not None:
+        raise UsageError("give --kv-cache-memory or --num-gpu-blocks-override, not both")
+    if req.block_size is not None and req.block_size < 1:
+        raise UsageError(f"--block-size must be >= 1, got {req.block_size}")
+
+
 def _check_request(req: PlanRequest) -> tuple[int, Format]:
     spec = req.model
-    if not 0 < req.gpu_memory_utilization <= 1:
-        raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {req.gpu_memory_utilization}")
-    if req.block_size < 1:
-        raise UsageError(f"--block-size must be >= 1, got {req.block_size}")
+    _check_engine_flags(req)
     if req.max_num_batched_tokens < 1:
         raise UsageError("--max-num-batched-tokens must be >= 1")
     if req.max_num_seqs is not None and req.max_num_seqs < 1:
@@ -177,9 +219,21 @@ def estimate(req: PlanRequest) -> Plan:
     max_len, fmt = _check_request(req)
     layout: Layout = make_layout(req.num_gpus, gpu.gpus_per_node, req.nodes, req.tp, req.pp)
     check_tp(spec, layout.tp, layout.pp)
-    tp, pp, bs = layout.tp, layout.pp, req.block_size
     ex: list[Explain] = []
     assumptions: list[str] = []
+    version = engines.parse_version(req.engine_version, req.engine)
+    engine_name = f"{'vLLM' if req.engine == 'vllm' else 'SGLang'} {engines.fmt_version(version)}"
+    null_blocks = NULL_BLOCKS[req.engine]
+    if req.block_size is not None:
+        bs = req.block_size
+    elif req.engine == "sglang":
+        bs = 1
+        assumptions.append("SGLang page size 1 (its default; FlashMLA forces 64: pass --block-size 64)")
+    else:
+        bs, why = engines.vllm_default_block_size(spec, gpu)
+        if bs != 16:
+            assumptions.append(f"block size {bs}: {why} (override with --block-size)")
+    tp, pp = layout.tp, layout.pp
 
     # --- KV bytes per token -------------------------------------------------------------
     all_layers = list(spec.layers)
@@ -225,33 +279,77 @@ def estimate(req: PlanRequest) -> Plan:
     )
 
     # --- budget per GPU -----------------------------------------------------------------
-    requested = requested_bytes(gpu.memory_bytes, req.gpu_memory_utilization)
+    util = None
+    sg_mem = None
+    if req.engine == "vllm":
+        util = req.gpu_memory_utilization or engines.vllm_default_utilization(version)
+        requested = requested_bytes(gpu.memory_bytes, util)
+    else:
+        sg_mem = engines.sglang_memory_settings(gpu.memory_bytes, tp, pp, req.mem_fraction_static)
     if req.reserve_bytes is not None:
         reserve = Reserve(req.reserve_bytes, 0, 0, 0, given=True)
+    elif req.engine == "sglang":
+        reserve = Reserve(0, 0, engines.sglang_startup_bytes(tp, pp), 0, given=False)
     else:
         act_bytes = 4 if spec.activation_dtype == "fp32" else 2
-        reserve = estimate_reserve(spec, tp, pp, req.max_num_batched_tokens, act_bytes)
+        graphs = engines.vllm_counts_cuda_graphs(version) and not req.enforce_eager
+        reserve = estimate_reserve(spec, tp, pp, req.max_num_batched_tokens, act_bytes, cuda_graphs=graphs)
+    if sg_mem is not None:
+        # engines.md (SGLang): available = free_after_weights - free_at_start x (1 - mem_fraction_static)
+        requested = math.floor((gpu.memory_bytes - reserve.total) * sg_mem.mem_fraction_static)
+    vllm_layout = None
+    engine_problem = None
+    if fmt.name not in engines.ENGINE_KV_DTYPES or fmt.group_size:
+        engine_problem = f"{engine_name} has no {fmt.name} KV cache; kvplan's figures are a what-if"
+    elif req.engine == "vllm":
+        try:
+            vllm_layout = engines.vllm_layout(
+                spec.layers,
+                fmt,
+                bs,
+                tp,
+                max_len,
+                req.max_num_batched_tokens,
+                hybrid=not req.disable_hybrid_kv_cache_manager,
+            )
+        except engines.EngineUnsupported as exc:
+            engine_problem = str(exc)
+    if req.num_gpu_blocks_override is not None and vllm_layout is None:
+        raise UsageError(f"--num-gpu-blocks-override needs vLLM's block accounting: {engine_problem}")
     stages: list[StagePlan] = []
     stage_layer_lists = []
+    engine_block_bytes = []
     for w, rng in zip(weights, stage_ranges(spec.num_layers, pp), strict=False):
         layers = stage_layers(spec, rng)
         stage_layer_lists.append(layers)
-        if req.kv_cache_memory_bytes is not None:
-            budget = req.kv_cache_memory_bytes
+        if vllm_layout is not None:
+            engine_block_bytes.append(vllm_layout.block_bytes(set(rng), list(spec.layers), fmt, tp))
+        if req.kv_cache_memory_bytes is not None or req.num_gpu_blocks_override is not None:
+            if req.kv_cache_memory_bytes is not None:
+                budget = req.kv_cache_memory_bytes
+                flag = f"--kv-cache-memory {fmt_gib(budget)}"
+            else:
+                budget = req.num_gpu_blocks_override * engine_block_bytes[-1]
+                flag = f"--num-gpu-blocks-override {req.num_gpu_blocks_override:,} ({fmt_gib(budget)})"
             if w.bytes_per_gpu + budget > gpu.memory_bytes:
                 raise InfeasibleError(
-                    f"--kv-cache-memory {fmt_gib(budget)} plus {fmt_gib(w.bytes_per_gpu)} of weights per GPU "
-                    f"exceed {gpu.name}'s {fmt_gib(gpu.memory_bytes)}; give a smaller --kv-cache-memory "
+                    f"{flag} plus {fmt_gib(w.bytes_per_gpu)} of weights per GPU "
+                    f"exceed {gpu.name}'s {fmt_gib(gpu.memory_bytes)}; ask for less KV cache "
                     "or use more GPUs"
                 )
         else:
+            usable = (
+                f"{gpu.name} x {util:g}"
+                if util is not None
+                else f"{gpu.name} x mem-fraction-static {sg_mem.mem_fraction_static:g}"
+            )
             if w.bytes_per_gpu >= requested:
                 raise InfeasibleError(
                     f"weights need {fmt_gib(w.bytes_per_gpu)} per GPU (stage {w.stage}, TP {tp}, PP {pp}) "
-                    f"but {gpu.name} x {req.gpu_memory_utilization:g} gives {fmt_gib(requested)}; "
+                    f"but {usable} gives {fmt_gib(requested)}; "
                     "use more GPUs (-tp/-pp), a smaller --weight-dtype, or a larger GPU"
                 )
-            budget = requested - w.bytes_per_gpu - reserve.total
+            budget = requested - w.bytes_per_gpu - (reserve.total if req.engine == "vllm" else 0)
             if budget <= 0:
                 raise InfeasibleError(
                     f"no memory left for the KV cache: {fmt_gib(requested)} usable - "
@@ -273,16 +371,38 @@ def estimate(req: PlanRequest) -> Plan:
         assumptions.append(
             f"KV cache memory per GPU given as {fmt_gib(req.kv_cache_memory_bytes)} (replaces utilization, weights and reserve)"
         )
+    elif req.num_gpu_blocks_override is not None:
+        budget_source = "--num-gpu-blocks-override"
+        assumptions.append(
+            f"{req.num_gpu_blocks_override:,} KV blocks per GPU given (replaces utilization, weights and reserve)"
+        )
     else:
         budget_source = "computed"
         if reserve.given:
-            assumptions.append(f"activation/workspace reserve per GPU given as {fmt_gib(reserve.total)}")
+            what = "memory in use at startup" if req.engine == "sglang" else "activation/workspace reserve"
+            assumptions.append(
+                f"{what} per GPU given as {fmt_gib(reserve.total)}"
+                + (f" ({req.reserve_source})" if req.reserve_source else "")
+            )
+        elif req.engine == "sglang":
+            assumptions.append(
+                f"memory in use when SGLang starts (CUDA context{', NCCL' if tp * pp > 1 else ''}) estimated at "
+                f"{fmt_gib(reserve.total)} per GPU; override with --reserve-memory or calibrate with check-log"
+            )
         else:
             assumptions.append(
                 f"activation/workspace reserve per GPU estimated at {fmt_gib(reserve.total)} "
-                f"(activations for {req.max_num_batched_tokens:,} batched tokens, sampler, NCCL/cuBLAS, "
-                "CUDA graphs); override with --reserve-memory"
+                f"(activations for {req.max_num_batched_tokens:,} batched tokens, sampler, NCCL/cuBLAS"
+                + (", CUDA graphs" if reserve.cuda_graph_bytes else "")
+                + "); override with --reserve-memory or calibrate with check-log"
             )
+        if sg_mem is not None and not sg_mem.given:
+            assumptions.append(
+                f"--mem-fraction-static {sg_mem.mem_fraction_static:g}: SGLang's default for "
+                f"{gpu.memory_bytes / GiB:,.1f} GiB and TP {tp} x PP {pp} (reserves {sg_mem.reserved_mib:,.0f} MiB)"
+            )
+        if util is not None and req.gpu_memory_utilization is None:
+            assumptions.append(f"--gpu-memory-utilization {util:g}: {engine_name}'s default")
         assumptions.append(
             f"{gpu.name} memory {fmt_gib(gpu.memory_bytes)} as the CUDA runtime reports it "
             f"(datasheet {gpu.memory_marketing})"
@@ -312,15 +432,15 @@ def estimate(req: PlanRequest) -> Plan:
         return best, best_i
 
     conc_factor, bind = factor(max_len)
-    usable_factor, _ = factor(max_len, NULL_BLOCKS)
+    usable_factor, _ = factor(max_len, null_blocks)
     binding = stages[bind]
     per_req_gpu = _request_bytes(stage_layer_lists[bind], fmt, max_len, bs, tp)
     if usable_factor < 1:
         fit = _largest_fitting_len(
-            stage_layer_lists[bind], fmt, bs, tp, usable_bytes(binding, NULL_BLOCKS), max_len
+            stage_layer_lists[bind], fmt, bs, tp, usable_bytes(binding, null_blocks), max_len
         )
         hint = f"; the largest --max-model-len that fits is {fit:,}" if fit else ""
-        avail = usable_bytes(binding, NULL_BLOCKS)
+        avail = usable_bytes(binding, null_blocks)
         digits = 2 if abs(per_req_gpu - avail) > 0.01 * GiB else 4
         raise InfeasibleError(
             f"one request at --max-model-len {max_len:,} needs {fmt_gib(per_req_gpu, digits)} of KV cache "
@@ -337,10 +457,17 @@ def estimate(req: PlanRequest) -> Plan:
         Explain(
             "KV budget per GPU",
             fmt_gib(binding.kv_budget_bytes_per_gpu),
-            "given by --kv-cache-memory"
+            f"given by {budget_source}"
             if budget_source != "computed"
-            else "ceil(memory x gpu_memory_utilization) - weights - reserve",
-            f"{gpu.name} memory_bytes {gpu.memory_bytes:,}; utilization {req.gpu_memory_utilization:g}; engines.md (vLLM)",
+            else "ceil(memory x gpu_memory_utilization) - weights - reserve"
+            if req.engine == "vllm"
+            else "(memory - in use at startup) x mem_fraction_static - weights",
+            f"{gpu.name} memory_bytes {gpu.memory_bytes:,}; "
+            + (
+                f"utilization {util:g}; engines.md (vLLM)"
+                if util is not None
+                else f"mem_fraction_static {sg_mem.mem_fraction_static:g}; engines.md (SGLang)"
+            ),
         )
     )
     ex.append(
@@ -371,7 +498,7 @@ def estimate(req: PlanRequest) -> Plan:
     avg = None
     if req.avg_context_tokens is not None:
         a = req.avg_context_tokens
-        f_avg, _ = factor(a, NULL_BLOCKS)
+        f_avg, _ = factor(a, null_blocks)
         per_req_avg = _request_bytes(stage_layer_lists[bind], fmt, a, bs, tp)
         avg = {
             "avg_context_tokens": a,
@@ -383,7 +510,17 @@ def estimate(req: PlanRequest) -> Plan:
     prefix = None
     if req.shared_prefix_tokens:
         prefix = _prefix(
-            req, stages, stage_layer_lists, fmt, bs, tp, factor, layout.dp, usable_factor, max_len
+            req,
+            stages,
+            stage_layer_lists,
+            fmt,
+            bs,
+            tp,
+            factor,
+            layout.dp,
+            usable_factor,
+            max_len,
+            null_blocks,
         )
         assumptions.append(
             f"prefix caching: {req.shared_prefix_tokens:,}-token shared prefix hit by "
@@ -391,7 +528,26 @@ def estimate(req: PlanRequest) -> Plan:
         )
 
     frag = _fragmentation(
-        req, stage_layer_lists[bind], binding, fmt, bs, tp, max_len, usable_bytes(binding, NULL_BLOCKS)
+        req, stage_layer_lists[bind], binding, fmt, bs, tp, max_len, usable_bytes(binding, null_blocks)
+    )
+
+    report = _engine_report(
+        req,
+        version,
+        engine_name,
+        engine_problem,
+        vllm_layout,
+        stages,
+        stage_layer_lists,
+        engine_block_bytes,
+        fmt,
+        tp,
+        bs,
+        max_len,
+        sg_mem,
+    )
+    report = _with_differences(
+        report, req, vllm_layout, math.floor(usable_factor), conc_factor, bs, null_blocks
     )
 
     cluster = {
@@ -406,7 +562,10 @@ def estimate(req: PlanRequest) -> Plan:
         "kv_cache_format": fmt.describe(),
         "kv_bits_per_value": float(fmt.bits_per_value),
         "block_size": bs,
-        "gpu_memory_utilization": req.gpu_memory_utilization,
+        "engine": req.engine,
+        "engine_version": engines.fmt_version(version),
+        "gpu_memory_utilization": util,
+        "mem_fraction_static": sg_mem.mem_fraction_static if sg_mem else None,
         "max_num_batched_tokens": req.max_num_batched_tokens,
         "max_num_seqs": req.max_num_seqs,
         "enable_prefix_caching": req.enable_prefix_caching,
@@ -466,8 +625,82 @@ def estimate(req: PlanRequest) -> Plan:
         fragmentation=frag,
         stages=stages,
         assumptions=assumptions,
+        engine_kv_cache_tokens=report.kv_cache_tokens,
+        engine_num_blocks=report.num_blocks,
+        engine_max_concurrency=report.max_concurrency,
+        engine=asdict(report),
         explain=ex,
     )
+
+
+def _engine_report(
+    req,
+    version,
+    engine_name,
+    problem,
+    vllm_layout,
+    stages,
+    stage_layer_lists,
+    engine_block_bytes,
+    fmt,
+    tp,
+    bs,
+    max_len,
+    sg_mem,
+) -> engines.EngineReport:
+    if problem is not None:
+        return engines.unsupported(req.engine, version, problem)
+    budgets = [s.kv_budget_bytes_per_gpu for s in stages]
+    if req.engine == "vllm":
+        return engines.vllm_report(
+            vllm_layout, budgets, engine_block_bytes, max_len, version, req.num_gpu_blocks_override
+        )
+    try:
+        return engines.sglang_report(
+            req.model,
+            stage_layer_lists,
+            fmt,
+            tp,
+            bs,
+            budgets,
+            max_len,
+            version,
+            engines.sglang_hybrid_swa(req.model, req.disable_hybrid_swa_memory),
+            req.swa_full_tokens_ratio,
+            sg_mem,
+        )
+    except engines.EngineUnsupported as exc:
+        return engines.unsupported(req.engine, version, str(exc))
+
+
+def _with_differences(
+    report: engines.EngineReport, req, layout, kvplan_conc: int, conc_factor: float, bs: int, null_blocks: int
+) -> engines.EngineReport:
+    """Say why the engine's concurrency differs from kvplan's, when it does."""
+    if not report.supported or report.max_concurrency is None:
+        return report
+    notes = []
+    if req.engine == "vllm" and layout is not None:
+        if layout.blocks_per_request != layout.held_blocks_per_request:
+            notes.append(
+                f"vLLM charges a request {layout.blocks_per_request:,} blocks at admission (a sliding-window "
+                f"or chunked layer is charged window + --max-num-batched-tokens {req.max_num_batched_tokens:,} "
+                f"tokens); at full length it holds {layout.held_blocks_per_request:,}, which is what kvplan counts"
+            )
+        if layout.padding_layers:
+            notes.append(f"vLLM adds {layout.padding_layers} padding layers to equalise its KV-cache groups")
+        same_charge = layout.blocks_per_request == layout.held_blocks_per_request
+        if same_charge and math.floor(report.max_concurrency) != kvplan_conc and null_blocks:
+            notes.append("vLLM's printed concurrency does not subtract the null block; kvplan's does")
+    elif req.engine == "sglang":
+        d = report.details
+        if d.get("hybrid_swa"):
+            notes.append(
+                f"SGLang splits its pool into full-attention and sliding-window pools "
+                f"(--swa-full-tokens-ratio {d['swa_full_tokens_ratio']:g}); kvplan pools all layers together"
+            )
+        notes.append("SGLang prints no concurrency; kvplan's figure is its pool tokens / max-model-len")
+    return engines.EngineReport(**{**asdict(report), "differences": notes})
 
 
 def _largest_fitting_len(layers: list, fmt: Format, bs: int, tp: int, pool: int, upper: int) -> int:
@@ -481,7 +714,9 @@ def _largest_fitting_len(layers: list, fmt: Format, bs: int, tp: int, pool: int,
     return lo
 
 
-def _prefix(req, stages, stage_layer_lists, fmt, bs, tp, factor, dp, base_factor, max_len) -> dict:
+def _prefix(
+    req, stages, stage_layer_lists, fmt, bs, tp, factor, dp, base_factor, max_len, null_blocks
+) -> dict:
     """Shared prefix (seed 000 15.6, engines.md): only full blocks are shared, stored once."""
     shared_blocks = req.shared_prefix_tokens // bs
     if shared_blocks * bs >= max_len:  # a hit never covers the request's last token
@@ -491,7 +726,7 @@ def _prefix(req, stages, stage_layer_lists, fmt, bs, tp, factor, dp, base_factor
         b = sum(kv.page_bytes(layer, fmt, bs, tp) * shared_blocks for layer in layers if kv.is_growing(layer))
         once.append(b)
         per_request.append(req.prefix_hit_rate * b)
-    f, bind = factor(max_len, NULL_BLOCKS, {"once": once, "per_request": per_request})
+    f, bind = factor(max_len, null_blocks, {"once": once, "per_request": per_request})
     with_prefix = math.floor(f)
     if req.max_num_seqs is not None:
         with_prefix = min(with_prefix, req.max_num_seqs)

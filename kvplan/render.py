@@ -38,27 +38,47 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
     mem = _table("Memory", "", "per GPU", f"cluster ({n} GPU{'s' if n > 1 else ''})")
     est = " (estimated)" if plan.reserve["estimated"] else " (given)"
     rows: list[tuple[str, int]] = []
-    if plan.kv_budget_source == "computed":
+    weights_label = (
+        f"- weights ({s['weight_dtype']}"
+        + (
+            f", experts {s['expert_weight_dtype']}"
+            if s["expert_weight_dtype"] and s["expert_weight_dtype"] != s["weight_dtype"]
+            else ""
+        )
+        + ")"
+    )
+    r = plan.reserve
+    if plan.kv_budget_source == "computed" and s["engine"] == "sglang":
+        rows = [
+            ("GPU memory (runtime total)", plan.memory_bytes_per_gpu),
+            (f"- in use at startup{est}", plan.reserve_bytes_per_gpu),
+            (f"x mem-fraction-static {s['mem_fraction_static']:g}", plan.requested_bytes_per_gpu),
+            (weights_label, plan.weight_bytes_per_gpu),
+        ]
+    elif plan.kv_budget_source == "computed":
         rows = [
             ("GPU memory (runtime total)", plan.memory_bytes_per_gpu),
             (f"x gpu-memory-utilization {s['gpu_memory_utilization']:g}", plan.requested_bytes_per_gpu),
-            (
-                f"- weights ({s['weight_dtype']}"
-                + (
-                    f", experts {s['expert_weight_dtype']}"
-                    if s["expert_weight_dtype"] and s["expert_weight_dtype"] != s["weight_dtype"]
-                    else ""
-                )
-                + ")",
-                plan.weight_bytes_per_gpu,
-            ),
+            (weights_label, plan.weight_bytes_per_gpu),
             (f"- activation/workspace reserve{est}", plan.reserve_bytes_per_gpu),
         ]
+        if r["estimated"]:
+            rows += [
+                (
+                    f"    activation peak ({s['max_num_batched_tokens']:,} batched tokens)",
+                    r["activation_bytes"],
+                ),
+                ("    sampler (fp32 logits)", r["sampler_bytes"]),
+                ("    non-torch (CUDA/cuBLAS workspaces, NCCL)", r["non_torch_bytes"]),
+            ]
+            if r["cuda_graph_bytes"]:
+                rows.append(("    CUDA graphs", r["cuda_graph_bytes"]))
     else:
         rows = [("weights (not deducted: budget given)", plan.weight_bytes_per_gpu)]
     rows.append(
         (
-            "= KV cache budget" + (" (--kv-cache-memory)" if plan.kv_budget_source != "computed" else ""),
+            "= KV cache budget"
+            + (f" ({plan.kv_budget_source})" if plan.kv_budget_source != "computed" else ""),
             plan.kv_budget_bytes_per_gpu,
         )
     )
@@ -89,7 +109,7 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
     ct.add_row(
         f"max concurrent requests at {s['max_model_len']:,} tokens{limit}", f"{plan.max_concurrency:,}"
     )
-    ct.add_row("  engine-style concurrency factor per replica", f"{plan.concurrency_factor:,.2f}x")
+    ct.add_row("  KV blocks / blocks one request holds, per replica", f"{plan.concurrency_factor:,.2f}x")
     if plan.avg_context:
         a = plan.avg_context
         ct.add_row(
@@ -119,6 +139,7 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
         )
     console.print(ct)
     console.print()
+    _render_engine(plan, console)
     console.print("[bold]Assumptions[/]")
     for a in plan.assumptions:
         console.print(f"- {a}")
@@ -129,6 +150,21 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
             console.print(f"[bold]{e.quantity}[/] = {e.value}")
             console.print(f"    formula: {e.formula}", highlight=False)
             console.print(f"    from:    {e.source}", highlight=False)
+
+
+def _render_engine(plan: Plan, console: Console) -> None:
+    e = plan.engine
+    name = f"{'vLLM' if e['engine'] == 'vllm' else 'SGLang'} {e['version']}"
+    if not e["supported"]:
+        console.print(f"[bold]{name}[/]: no engine figures ({e['reason']})", highlight=False)
+        console.print()
+        return
+    console.print(f"[bold]What {name} will log[/] (per GPU, from the same budget)")
+    for line in e["log_lines"]:
+        console.print(f"  {line}", highlight=False, markup=False)
+    for note in e["differences"]:
+        console.print(f"  note: {note}", highlight=False, markup=False)
+    console.print()
 
 
 def render_models(models: list, console: Console) -> None:

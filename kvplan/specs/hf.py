@@ -127,9 +127,11 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         raise SpecError("\n".join(r.problems))
 
     name = str(top.get("_name_or_path") or path.resolve().parent.name or path.stem)
+    archs = top.get("architectures")
     spec: dict[str, Any] = {
         "name": name,
         "display_name": name,
+        "architecture": str(archs[0]) if isinstance(archs, list) and archs else None,
         "sources": [str(path)],
         "notes": notes,
         "num_layers": num_layers,

@@ -135,6 +135,7 @@ class ModelSpec(_Strict):
     name: str
     display_name: str | None = None
     hf_id: str | None = None
+    architecture: str | None = None  # config.json `architectures[0]`; engines key some defaults on it
     aliases: list[str] = []
     sources: list[str] = Field(min_length=1)
     notes: list[str] = []
@@ -239,6 +240,8 @@ class GpuSpec(_Strict):
     display_name: str | None = None
     aliases: list[str] = []
     vendor: Literal["nvidia", "amd"]
+    # GPU generation: engines pick kernels (and so MLA block sizes) by it
+    arch: Literal["ampere", "ada", "hopper", "blackwell", "cdna3"]
     sources: list[str] = Field(min_length=1)
     notes: list[str] = []
 
