@@ -275,10 +275,17 @@ def vllm_report(
         tokens = num_blocks // len(groups) * min_bs
     available = min(stage_budgets)
     lines = []
-    if layout.padding_layers:
-        pad = layout.padding_layers
-        cached = sum(len(g.layer_ids) for g in groups)
-        lines.append(f"Add {pad} padding layers, may waste at most {pad / cached * 100:.2f}% KV cache memory")
+    if not layout.uniform:
+        by_kind: dict[str, list[KvGroup]] = {}
+        for g in groups:
+            by_kind.setdefault(g.kind, []).append(g)
+        for kind_groups in by_kind.values():  # vLLM warns once per attention type that needs padding
+            n = sum(len(g.layer_ids) for g in kind_groups)
+            pad = sum(g.slots for g in kind_groups) - n
+            if pad:
+                lines.append(
+                    f"Add {pad} padding layers, may waste at most {pad / n * 100:.2f}% KV cache memory"
+                )
     lines.append(f"Available KV cache memory: {available / GiB:.2f} GiB")
     size = f"GPU KV cache size: {tokens:,} tokens"
     concurrency = f"Maximum concurrency for {max_model_len:,} tokens per request: {conc:.2f}x"
