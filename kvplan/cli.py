@@ -242,6 +242,20 @@ def estimate(
     spec = load_model(model)
     if nodes is None and num_gpus is not None:
         nodes = -(-num_gpus // gpu.gpus_per_node)
+    mnbt = parse_count(max_num_batched_tokens, "--max-num-batched-tokens")
+    reserve_bytes = parse_bytes(reserve_memory, "--reserve-memory") if reserve_memory else None
+    reserve_source = None
+    if calibration and reserve_bytes is None and kv_cache_memory is None and num_gpu_blocks_override is None:
+        reserve_bytes, reserve_source = _calibrated_reserve(
+            spec.name,
+            gpu,
+            engine.lower(),
+            num_gpus,
+            nodes or 1,
+            tensor_parallel_size,
+            pipeline_parallel_size,
+            mnbt,
+        )
     req = PlanRequest(
         model=spec,
         gpu=gpu,
@@ -258,8 +272,9 @@ def estimate(
         weight_dtype=weight_dtype,
         gpu_memory_utilization=gpu_memory_utilization,
         kv_cache_memory_bytes=parse_bytes(kv_cache_memory, "--kv-cache-memory") if kv_cache_memory else None,
-        reserve_bytes=parse_bytes(reserve_memory, "--reserve-memory") if reserve_memory else None,
-        max_num_batched_tokens=parse_count(max_num_batched_tokens, "--max-num-batched-tokens"),
+        reserve_bytes=reserve_bytes,
+        reserve_source=reserve_source,
+        max_num_batched_tokens=mnbt,
         max_num_seqs=max_num_seqs,
         block_size=block_size,
         engine=engine.lower(),
@@ -283,6 +298,160 @@ def estimate(
     from kvplan.render import render_plan
 
     render_plan(plan, _console(), explain=explain)
+
+
+def _calibrated_reserve(model, gpu, engine, num_gpus, nodes, tp, pp, mnbt) -> tuple[int | None, str | None]:
+    """A saved non-KV overhead for this exact setup, if `check-log --save-calibration` recorded one."""
+    from kvplan import overheads
+    from kvplan.parallel import make_layout
+
+    path = overheads.default_path()
+    if not path.exists():
+        return None, None
+    try:
+        layout = make_layout(num_gpus, gpu.gpus_per_node, nodes, tp, pp)
+    except KvplanError:
+        return None, None  # the planner reports the bad layout itself
+    entry = overheads.find(path, model, gpu.name, engine, layout.tp, layout.pp, mnbt)
+    if entry is None:
+        return None, None
+    return entry.reserve_bytes, entry.describe(path)
+
+
+@app.command("check-log")
+@_reports_errors
+def check_log(
+    log_file: Annotated[
+        str | None, typer.Argument(help="A vLLM or SGLang startup log; '-' or nothing reads stdin.")
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", "-m", help="The model, if the log's name is not a shipped one (or a config.json)."
+        ),
+    ] = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option("--gpus", "-g", help="The GPU type, if the log's total memory does not tell."),
+    ] = None,
+    engine_version: Annotated[
+        str | None, typer.Option("--engine-version", help="The engine release, if the log does not say.")
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option("--gpu-memory-utilization", help="vLLM, if not in the log.")
+    ] = None,
+    mem_fraction_static: Annotated[
+        float | None, typer.Option("--mem-fraction-static", help="SGLang, if not in the log.")
+    ] = None,
+    block_size: Annotated[int | None, typer.Option("--block-size", help="If not in the log.")] = None,
+    max_num_batched_tokens: Annotated[
+        str | None, typer.Option("--max-num-batched-tokens", help="If not in the log (vLLM default 8192).")
+    ] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option("--kv-cache-dtype", help="If not in the log.")] = None,
+    weight_dtype: Annotated[str | None, typer.Option("--weight-dtype", help="Weights as served.")] = None,
+    save_calibration: Annotated[
+        bool,
+        typer.Option(
+            "--save-calibration",
+            help="Save the measured non-KV memory for this model/GPU/engine/layout; estimate then uses it.",
+        ),
+    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+) -> None:
+    """Hold a pasted vLLM/SGLang startup log against kvplan: the same numbers, side by side, and why they differ."""
+    import datetime
+    import sys
+    from pathlib import Path
+
+    from kvplan import overheads
+    from kvplan.checklog import check, infer_gpu, request_from_log
+    from kvplan.logparse import found_numbers, parse
+    from kvplan.specs.registry import all_gpus, load_gpu, load_model
+    from kvplan.units import parse_count
+
+    if log_file in (None, "-"):
+        if log_file is None and sys.stdin.isatty():
+            raise UsageError(
+                "give a log file, or pipe the startup log in: vllm serve ... 2>&1 | kvplan check-log"
+            )
+        text, source = sys.stdin.read(), "stdin"
+    else:
+        path = Path(log_file)
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise UsageError(f"{log_file}: cannot read ({exc.strerror or exc})") from None
+        source = path.name
+    log = parse(text)
+    if log.engine is None or not found_numbers(log):
+        raise UsageError(
+            f"{source}: no vLLM or SGLang KV-cache lines found (looked for 'GPU KV cache size', "
+            "'Available KV cache memory', '# GPU blocks', 'KV Cache is allocated'); paste the engine's startup log"
+        )
+    model_ref = model or log.get("model")
+    if not model_ref:
+        raise UsageError(f"{source}: the log does not name the model; pass --model")
+    try:
+        spec = load_model(model_ref)
+    except KvplanError as exc:
+        if model:
+            raise
+        raise UsageError(
+            f"{exc}; the log names {model_ref!r}: pass --model NAME or its config.json"
+        ) from None
+    if gpus:
+        gpu = load_gpu(parse_gpus(gpus)[2])
+    else:
+        total = log.get("total_gpu_memory_bytes")
+        gpu = infer_gpu(total, all_gpus()) if total else None
+        if gpu is None:
+            raise UsageError(f"{source}: the log does not say which GPU; pass --gpus, e.g. --gpus H100")
+    overrides = {
+        "engine_version": engine_version,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "mem_fraction_static": mem_fraction_static,
+        "block_size": block_size,
+        "max_num_batched_tokens": parse_count(max_num_batched_tokens, "--max-num-batched-tokens")
+        if max_num_batched_tokens
+        else None,
+        "kv_cache_dtype": kv_cache_dtype,
+        "weight_dtype": weight_dtype,
+    }
+    result = check(log, request_from_log(log, spec, gpu, overrides))
+    saved = None
+    if save_calibration:
+        if result.measured_reserve_bytes is None:
+            raise UsageError(f"{source}: the log gives no KV memory figure to calibrate from")
+        if result.measured_reserve_bytes < 0:
+            raise UsageError(
+                f"{source}: the log's KV memory exceeds kvplan's budget before any reserve; "
+                "fix --gpus/--gpu-memory-utilization/--weight-dtype first"
+            )
+        saved = overheads.default_path()
+        setup = result.setup
+        overheads.save(
+            saved,
+            overheads.Overhead(
+                model=spec.name,
+                gpu=gpu.name,
+                engine=result.engine,
+                tensor_parallel_size=setup["tensor_parallel_size"],
+                pipeline_parallel_size=setup["pipeline_parallel_size"],
+                max_num_batched_tokens=setup["max_num_batched_tokens"],
+                reserve_bytes=result.measured_reserve_bytes,
+                engine_version=result.version,
+                measured_on=datetime.date.today().isoformat(),
+                source=source,
+            ),
+        )
+    if json_out:
+        from kvplan.render import to_json
+
+        typer.echo(to_json({**result.to_dict(), "calibration_saved": str(saved) if saved else None}))
+        return
+    from kvplan.render import render_check
+
+    render_check(result, _console(), source, saved)
 
 
 @app.command()

@@ -203,3 +203,61 @@ def render_gpus(gpus: list, console: Console) -> None:
         )
     t.columns[1].no_wrap = False
     console.print(t)
+
+
+def _cell(unit: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if unit == "bytes":
+        return fmt_gib(value)
+    if unit == "x":
+        return f"{value:,.2f}x"
+    return f"{value:,.0f} {unit}"
+
+
+def render_check(result, console: Console, source: str, saved) -> None:
+    s = result.setup
+    name = f"{'vLLM' if result.engine == 'vllm' else 'SGLang'} {result.version}"
+    fmt = f" ({result.log_format})" if result.log_format and result.log_format != "unknown" else ""
+    console.print(
+        f"[bold]{source}[/]: {name} log{fmt}; {s['model']} on {s['num_gpus']}x {s['gpu']} "
+        f"(TP {s['tensor_parallel_size']}, PP {s['pipeline_parallel_size']}); max-model-len "
+        f"{s['max_model_len']:,}; KV {s['kv_cache_dtype']}; block size {s['block_size']}",
+        highlight=False,
+    )
+    console.print()
+    for title, rows in (
+        ("kvplan's prediction (its own estimate of the non-KV memory) vs the log, per GPU", result.rows),
+        ("kvplan's arithmetic given the log's KV memory", result.arithmetic_rows),
+    ):
+        if not rows:
+            continue
+        t = _table(title, "", "log", "kvplan", "difference", "likely cause")
+        t.columns[4].no_wrap = False
+        t.columns[4].justify = "left"
+        for r in rows:
+            d = r.difference
+            t.add_row(
+                r.quantity,
+                _cell(r.unit, r.log),
+                _cell(r.unit, r.kvplan),
+                "-" if d is None else f"{d:+.1%}",
+                r.cause,
+            )
+        console.print(t)
+        console.print()
+    for note in result.notes:
+        console.print(f"note: {note}", highlight=False)
+    if result.measured_reserve_bytes is not None:
+        if saved:
+            console.print(
+                f"saved: {fmt_gib(result.measured_reserve_bytes)} of measured non-KV memory per GPU to {saved}; "
+                "`kvplan estimate` uses it for this model, GPU, engine and layout",
+                highlight=False,
+            )
+        else:
+            console.print(
+                f"measured non-KV memory: {fmt_gib(result.measured_reserve_bytes)} per GPU; "
+                f"add --save-calibration to use it in later estimates",
+                highlight=False,
+            )

@@ -1,0 +1,343 @@
+"""`kvplan check-log`: re-derive an engine's startup numbers for the setup its log names.
+
+Two runs of the planner for the same setup:
+- prediction: kvplan's own budget (its estimate of the engine's non-KV memory), as
+  `kvplan estimate` would print it before the engine ever ran;
+- arithmetic: the log's own KV memory handed to kvplan, so blocks, tokens and concurrency
+  can be checked exactly (up to the rounding of the logged GiB figure).
+The difference between the log's KV memory and kvplan's prediction is the measured error of
+kvplan's non-KV estimate; it can be saved as a calibration for later estimates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvplan import engines
+from kvplan.errors import UsageError
+from kvplan.formats import normalize_dtype_name
+from kvplan.logparse import ParsedLog
+from kvplan.plan import Plan, PlanRequest, estimate
+from kvplan.specs.models import GpuSpec, ModelSpec
+from kvplan.units import GiB
+
+SCHEMA = "kvplan.checklog/1"
+
+# vLLM --quantization names -> kvplan weight dtypes
+_QUANT = {
+    "fp8": "fp8",
+    "mxfp4": "mxfp4",
+    "awq": "int4",
+    "gptq": "int4",
+    "awq_marlin": "int4",
+    "gptq_marlin": "int4",
+    "compressed-tensors": None,
+    "modelopt_fp4": "nvfp4",
+    "bitsandbytes": "int4",
+}
+
+
+@dataclass
+class Row:
+    quantity: str
+    unit: str  # "bytes", "tokens", "blocks", "x"
+    log: float | None
+    kvplan: float | None
+    cause: str = ""
+
+    @property
+    def difference(self) -> float | None:
+        if self.log in (None, 0) or self.kvplan is None:
+            return None
+        return (self.kvplan - self.log) / self.log
+
+
+@dataclass
+class CheckResult:
+    engine: str
+    version: str
+    log_format: str | None
+    setup: dict[str, Any]
+    prediction: Plan
+    arithmetic: Plan | None
+    rows: list[Row]
+    arithmetic_rows: list[Row]
+    measured_reserve_bytes: int | None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        def row(r: Row) -> dict[str, Any]:
+            return {**dataclasses.asdict(r), "difference": r.difference}
+
+        return {
+            "schema": SCHEMA,
+            "engine": self.engine,
+            "engine_version": self.version,
+            "log_format": self.log_format,
+            "setup": self.setup,
+            "rows": [row(r) for r in self.rows],
+            "arithmetic": [row(r) for r in self.arithmetic_rows],
+            "measured_reserve_bytes": self.measured_reserve_bytes,
+            "notes": self.notes,
+        }
+
+
+def request_from_log(
+    log: ParsedLog, model: ModelSpec, gpu: GpuSpec, overrides: dict[str, Any]
+) -> PlanRequest:
+    """The PlanRequest for the setup the log names; explicit `overrides` (CLI flags) win."""
+    f = log.facts
+    tp = f.get("tensor_parallel_size", 1)
+    pp = f.get("pipeline_parallel_size", 1)
+    dp = f.get("data_parallel_size", 1)
+    kw: dict[str, Any] = {
+        "engine": log.engine,
+        "engine_version": _minor(f.get("version"), log.engine),
+        "num_gpus": tp * pp * dp,
+        "nodes": 1,
+        "tp": tp,
+        "pp": pp,
+        "max_model_len": f.get("max_model_len"),
+        "max_num_batched_tokens": f.get("max_num_batched_tokens", 8192),
+        "block_size": f.get("block_size"),
+        "enforce_eager": f.get("enforce_eager", False),
+    }
+    kv_dtype = str(f.get("kv_cache_dtype", "auto"))
+    if kv_dtype != "auto":
+        kw["kv_cache_dtype"] = normalize_dtype_name(kv_dtype)
+    quant = _QUANT.get(str(f.get("quantization")))
+    if quant and quant not in (model.weight_dtype, model.expert_weight_dtype):
+        kw["weight_dtype"] = quant  # the spec describes the unquantized checkpoint
+    if log.engine == "vllm":
+        kw["gpu_memory_utilization"] = f.get("gpu_memory_utilization")
+    else:
+        kw["mem_fraction_static"] = f.get("mem_fraction_static")
+        if "swa_full_tokens_ratio" in f:
+            kw["swa_full_tokens_ratio"] = f["swa_full_tokens_ratio"]
+        kw["disable_hybrid_swa_memory"] = f.get("disable_hybrid_swa_memory", False)
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    if kw.get("max_model_len") and kw["max_model_len"] > model.max_context:
+        raise UsageError(
+            f"the log serves {kw['max_model_len']:,} tokens but {model.name} allows {model.max_context:,}; "
+            "pass the model's own config.json with --model"
+        )
+    return PlanRequest(model=model, gpu=gpu, **kw)
+
+
+def _minor(version: str | None, engine: str | None) -> str | None:
+    if not version or engine is None:
+        return None
+    try:
+        return engines.fmt_version(engines.parse_version(version, engine))
+    except UsageError:
+        return None
+
+
+def _rounding_slack(log_bytes_gib_2dp: bool, block_bytes: int) -> int:
+    """Blocks that 0.005 GiB of rounding in a logged figure can hide."""
+    return math.ceil(0.005 * GiB / block_bytes) if log_bytes_gib_2dp and block_bytes else 0
+
+
+def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
+    f = log.facts
+    pred = estimate(dataclasses.replace(req, reserve_bytes=None, reserve_source=None))
+    eng = pred.engine
+    notes: list[str] = []
+    if not eng["supported"]:
+        raise UsageError(f"cannot reproduce this log: {eng['reason']}")
+
+    # --- arithmetic: the log's own KV budget through kvplan's block accounting ---------------
+    arith = None
+    slack = 0
+    if f.get("num_gpu_blocks") is not None and log.engine == "vllm":
+        arith = estimate(dataclasses.replace(req, num_gpu_blocks_override=f["num_gpu_blocks"]))
+    elif f.get("available_kv_bytes") is not None:
+        arith = estimate(dataclasses.replace(req, kv_cache_memory_bytes=f["available_kv_bytes"]))
+        slack = _rounding_slack(
+            True, eng["details"].get("block_bytes_per_stage", [0])[0] if log.engine == "vllm" else 0
+        )
+    elif log.engine == "sglang" and f.get("kv_cache_tokens"):
+        cell = pred.kv_bytes_per_token_per_gpu
+        arith = estimate(
+            dataclasses.replace(req, kv_cache_memory_bytes=math.ceil(f["kv_cache_tokens"] * cell))
+        )
+    arows: list[Row] = []
+    if arith is not None:
+        a = arith.engine
+        if f.get("kv_cache_tokens") is not None:
+            tol = slack * (a["num_blocks"] and (a["kv_cache_tokens"] / a["num_blocks"]) or 0)
+            diff = abs(a["kv_cache_tokens"] - f["kv_cache_tokens"])
+            arows.append(
+                Row(
+                    "KV cache tokens",
+                    "tokens",
+                    f["kv_cache_tokens"],
+                    a["kv_cache_tokens"],
+                    _agree(diff, tol, "tokens"),
+                )
+            )
+        if f.get("max_concurrency") is not None:
+            ok = abs(round(a["max_concurrency"], 2) - f["max_concurrency"])
+            tol = slack / max(a["details"].get("blocks_per_request", 1), 1) + 0.005
+            arows.append(
+                Row(
+                    "maximum concurrency",
+                    "x",
+                    f["max_concurrency"],
+                    round(a["max_concurrency"], 2),
+                    "matches" if ok <= tol else _concurrency_cause(req),
+                )
+            )
+        if f.get("num_gpu_blocks") is not None:
+            arows.append(Row("GPU blocks", "blocks", f["num_gpu_blocks"], a["num_blocks"], "given to kvplan"))
+        if log.engine == "sglang" and f.get("k_size_bytes") is not None:
+            k_line = next((x for x in a["log_lines"] if "K size" in x), "")
+            k_gib = float(k_line.split("K size: ")[1].split(" GB")[0]) if k_line else None
+            arows.append(
+                Row(
+                    "K size",
+                    "bytes",
+                    f["k_size_bytes"],
+                    k_gib and k_gib * GiB,
+                    "matches"
+                    if k_gib and abs(k_gib * GiB - f["k_size_bytes"]) <= 0.006 * GiB
+                    else "KV heads, head size, layers or dtype differ: check --model and --kv-cache-dtype",
+                )
+            )
+
+    # --- prediction: kvplan's own estimate of the non-KV memory -------------------------------
+    rows: list[Row] = []
+    weights_log = f.get("weights_bytes")
+    if weights_log is not None:
+        off = abs(pred.weight_bytes_per_gpu - weights_log) / weights_log
+        rows.append(
+            Row(
+                "weights per GPU",
+                "bytes",
+                weights_log,
+                pred.weight_bytes_per_gpu,
+                ""
+                if off < 0.02
+                else "weights as loaded differ (quantization, vocabulary padding, "
+                "tied embeddings); pass --weight-dtype or the model's config.json",
+            )
+        )
+    available_log = f.get("available_kv_bytes")
+    if available_log is None and log.engine == "sglang" and f.get("kv_cache_tokens"):
+        available_log = int(f["kv_cache_tokens"] * pred.kv_bytes_per_token_per_gpu)
+    measured = None
+    if available_log is not None and pred.kv_budget_source == "computed":
+        if log.engine == "vllm":
+            measured = pred.requested_bytes_per_gpu - pred.weight_bytes_per_gpu - available_log
+            label = "non-KV memory (activations, workspaces, CUDA graphs)"
+        elif f.get("free_at_start_bytes") is not None:  # SGLang logs its free memory before loading
+            measured = pred.memory_bytes_per_gpu - f["free_at_start_bytes"]
+            label = "memory in use at startup"
+        else:
+            mfs = pred.settings["mem_fraction_static"]
+            measured = round(pred.memory_bytes_per_gpu - (available_log + pred.weight_bytes_per_gpu) / mfs)
+            label = "memory in use at startup"
+        rows.append(
+            Row(
+                label,
+                "bytes",
+                measured,
+                pred.reserve_bytes_per_gpu,
+                "kvplan's estimate; save the measured value with --save-calibration",
+            )
+        )
+        if measured < 0:
+            notes.append(
+                "the log's KV memory exceeds what kvplan's budget leaves before any reserve: check --gpus, "
+                "--gpu-memory-utilization / --mem-fraction-static and the weights"
+            )
+        rows.append(
+            Row(
+                "KV cache memory",
+                "bytes",
+                available_log,
+                eng["available_kv_bytes"],
+                "follows the non-KV memory above",
+            )
+        )
+    if f.get("kv_cache_tokens") is not None:
+        rows.append(
+            Row(
+                "KV cache tokens",
+                "tokens",
+                f["kv_cache_tokens"],
+                eng["kv_cache_tokens"],
+                "follows the KV memory",
+            )
+        )
+    if f.get("max_concurrency") is not None:
+        rows.append(
+            Row(
+                "maximum concurrency",
+                "x",
+                f["max_concurrency"],
+                round(eng["max_concurrency"], 2),
+                "follows the KV memory",
+            )
+        )
+    if f.get("total_gpu_memory_bytes") is not None:
+        total = f["total_gpu_memory_bytes"]
+        off = abs(total - pred.memory_bytes_per_gpu) / total
+        rows.append(
+            Row(
+                "total GPU memory",
+                "bytes",
+                total,
+                pred.memory_bytes_per_gpu,
+                "" if off < 0.01 else "a different GPU than --gpus? pass the right --gpus",
+            )
+        )
+    setup = {
+        "model": req.model.name,
+        "gpu": req.gpu.name,
+        "num_gpus": pred.cluster["num_gpus"],
+        "tensor_parallel_size": pred.cluster["tensor_parallel_size"],
+        "pipeline_parallel_size": pred.cluster["pipeline_parallel_size"],
+        "max_model_len": pred.settings["max_model_len"],
+        "kv_cache_dtype": pred.settings["kv_cache_dtype"],
+        "block_size": pred.settings["block_size"],
+        "gpu_memory_utilization": pred.settings["gpu_memory_utilization"],
+        "mem_fraction_static": pred.settings["mem_fraction_static"],
+        "max_num_batched_tokens": pred.settings["max_num_batched_tokens"],
+    }
+    return CheckResult(
+        engine=log.engine or "vllm",
+        version=eng["version"],
+        log_format=f.get("format"),
+        setup=setup,
+        prediction=pred,
+        arithmetic=arith,
+        rows=rows,
+        arithmetic_rows=arows,
+        measured_reserve_bytes=measured,
+        notes=notes,
+    )
+
+
+def _agree(diff: float, tol: float, unit: str) -> str:
+    if diff == 0:
+        return "matches"
+    if diff <= tol:
+        return f"matches within the 0.01 GiB rounding of the logged KV memory ({diff:,.0f} {unit})"
+    return "page size differs: check --block-size, --kv-cache-dtype, -tp and the model's KV heads"
+
+
+def _concurrency_cause(req: PlanRequest) -> str:
+    return (
+        "blocks charged per request differ: check --max-model-len, --block-size and, for sliding-window "
+        f"models, --max-num-batched-tokens (now {req.max_num_batched_tokens:,})"
+    )
+
+
+def infer_gpu(total_bytes: int, gpus: list[GpuSpec]) -> GpuSpec | None:
+    """The shipped GPU whose runtime memory is within 0.5% of a logged total, if exactly one is."""
+    near = [g for g in gpus if abs(g.memory_bytes - total_bytes) <= 0.005 * g.memory_bytes]
+    return near[0] if len(near) == 1 else None

@@ -1,0 +1,240 @@
+"""Read a pasted vLLM (V0 or V1) or SGLang startup log: the setup it names and the numbers it prints.
+
+Only facts the log states are extracted; nothing is guessed here. Sizes are returned in
+bytes. vLLM's V0 "GB" figures are GiB (it divides by 2**30), as are SGLang's "GB".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvplan.units import GiB
+
+_NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+
+
+def _f(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _gib(text: str) -> int:
+    return round(_f(text) * GiB)
+
+
+@dataclass
+class ParsedLog:
+    engine: str | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, str] = field(default_factory=dict)  # fact -> the line it came from
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.facts.get(key, default)
+
+    def put(self, key: str, value: Any, line: str, keep: str = "first") -> None:
+        """Record a fact; `keep` decides between repeats: first, last or min (across TP workers)."""
+        if key in self.facts:
+            if keep == "first" or (keep == "min" and value >= self.facts[key]):
+                return
+        self.facts[key] = value
+        self.evidence[key] = line.strip()
+
+
+# (pattern, fact, converter, keep) for lines that carry one number each
+_VLLM_NUMBERS: list[tuple[re.Pattern, str, Any, str]] = [
+    (re.compile(r"Available KV cache memory: " + _NUM + r" ?GiB"), "available_kv_bytes", _gib, "min"),
+    (
+        re.compile(r"the rest of the memory reserved for KV Cache is " + _NUM + r" ?GiB"),
+        "available_kv_bytes",
+        _gib,
+        "min",
+    ),
+    (re.compile(r"available_kv_cache_memory\s+" + _NUM + r" ?GiB"), "available_kv_bytes", _gib, "min"),
+    (re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), "kv_cache_tokens", lambda s: int(_f(s)), "min"),
+    (re.compile(r"# (?:GPU|CUDA) blocks: " + _NUM), "num_gpu_blocks", lambda s: int(_f(s)), "min"),
+    (re.compile(r"Model loading took " + _NUM + r" ?GiB"), "weights_bytes", _gib, "last"),
+    (re.compile(r"Loading model weights took " + _NUM + r" ?GB"), "weights_bytes", _gib, "last"),
+    (re.compile(r"model weights take " + _NUM + r" ?GiB"), "weights_bytes", _gib, "last"),
+    (re.compile(r"non_torch_memory(?: takes)?\s+" + _NUM + r" ?GiB"), "non_torch_bytes", _gib, "last"),
+    (
+        re.compile(r"PyTorch activation peak memory(?: takes)?\s+" + _NUM + r" ?GiB"),
+        "activation_bytes",
+        _gib,
+        "last",
+    ),
+    (re.compile(r"Estimated CUDA graph memory: " + _NUM + r" ?GiB"), "cuda_graph_bytes", _gib, "last"),
+    (re.compile(r"total_gpu_memory \(?" + _NUM + r" ?GiB"), "total_gpu_memory_bytes", _gib, "first"),
+    (re.compile(r"total_gpu_memory\s+" + _NUM + r" ?GiB"), "total_gpu_memory_bytes", _gib, "first"),
+    (re.compile(r"gpu_memory_utilization\s+\(?" + _NUM + r"\)?"), "gpu_memory_utilization", _f, "first"),
+    (
+        re.compile(r"--gpu-memory-utilization=" + _NUM + r" is equivalent"),
+        "gpu_memory_utilization",
+        _f,
+        "first",
+    ),
+    (re.compile(r"max_num_batched_tokens=" + _NUM), "max_num_batched_tokens", lambda s: int(_f(s)), "first"),
+    (re.compile(r"Add " + _NUM + r" padding layers"), "padding_layers", lambda s: int(_f(s)), "first"),
+]
+_CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x")
+_VERSION = re.compile(
+    r"(?:LLM engine|vLLM API server version|vLLM version)\D*?v?(\d+\.\d+(?:\.\d+)?[\w.+-]*)"
+)
+_V1 = re.compile(r"V1 LLM engine|EngineCore|gpu_worker\.py|kv_cache_utils\.py|GPU KV cache size")
+_V0 = re.compile(r"# (?:GPU|CUDA) blocks:|Initializing an LLM engine")
+
+# key=value pairs of vLLM's engine-config line and SGLang's ServerArgs(...)
+_KV_PAIR = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^,)\s]+)")
+# 'key': value pairs of vLLM's "non-default args: {...}" line
+_DICT_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|[^,}]+)")
+
+_SGLANG_KV = re.compile(
+    r"KV Cache is allocated\.(?: dtype: [\w.]+,)? #tokens: "
+    + _NUM
+    + r", (?:K size: "
+    + _NUM
+    + r" GB, V size: "
+    + _NUM
+    + r" GB|KV size: "
+    + _NUM
+    + r" GB)"
+)
+_SGLANG_NUMBERS: list[tuple[re.Pattern, str, Any, str]] = [
+    (re.compile(r"max_total_num_tokens=" + _NUM), "kv_cache_tokens", lambda s: int(_f(s)), "min"),
+    (re.compile(r"full_layer_tokens=" + _NUM), "kv_cache_tokens", lambda s: int(_f(s)), "min"),
+    (re.compile(r"swa_layer_tokens=" + _NUM), "swa_kv_cache_tokens", lambda s: int(_f(s)), "min"),
+    (re.compile(r"Load weight end\..*?mem usage=" + _NUM + r" GB"), "weights_bytes", _gib, "last"),
+    (re.compile(r"Load weight begin\. avail mem=" + _NUM + r" GB"), "free_at_start_bytes", _gib, "min"),
+    (re.compile(r"available_gpu_mem=" + _NUM + r" GB"), "available_gpu_mem_after_bytes", _gib, "min"),
+    (re.compile(r"context_len=" + _NUM), "max_model_len", lambda s: int(_f(s)), "first"),
+]
+
+# config keys -> facts (vLLM engine config and non-default args; SGLang ServerArgs)
+_CONFIG_KEYS = {
+    "model": "model",
+    "model_path": "model",
+    "model_tag": "model",
+    "max_seq_len": "max_model_len",
+    "max_model_len": "max_model_len",
+    "context_length": "max_model_len",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "tp_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
+    "pp_size": "pipeline_parallel_size",
+    "data_parallel_size": "data_parallel_size",
+    "dp_size": "data_parallel_size",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "quantization": "quantization",
+    "dtype": "dtype",
+    "enforce_eager": "enforce_eager",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "mem_fraction_static": "mem_fraction_static",
+    "block_size": "block_size",
+    "page_size": "block_size",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "chunked_prefill_size": "max_num_batched_tokens",
+    "max_num_seqs": "max_num_seqs",
+    "max_running_requests": "max_num_seqs",
+    "num_gpu_blocks_override": "num_gpu_blocks_override",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+    "swa_full_tokens_ratio": "swa_full_tokens_ratio",
+    "disable_hybrid_swa_memory": "disable_hybrid_swa_memory",
+}
+_INT_FACTS = {
+    "max_model_len",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "block_size",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "num_gpu_blocks_override",
+    "kv_cache_memory_bytes",
+}
+_FLOAT_FACTS = {"gpu_memory_utilization", "mem_fraction_static", "swa_full_tokens_ratio"}
+_BOOL_FACTS = {"enforce_eager", "enable_prefix_caching", "disable_hybrid_swa_memory"}
+
+
+def _value(raw: str) -> Any:
+    raw = raw.strip()
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+        return raw[1:-1]
+    return raw
+
+
+def _config(log: ParsedLog, line: str, pairs: re.Pattern) -> None:
+    for key, raw in pairs.findall(line):
+        fact = _CONFIG_KEYS.get(key)
+        if fact is None:
+            continue
+        value = _value(raw)
+        if value in ("None", "null", ""):
+            continue
+        try:
+            if fact in _INT_FACTS:
+                value = int(_f(value))
+            elif fact in _FLOAT_FACTS:
+                value = float(value)
+            elif fact in _BOOL_FACTS:
+                value = value in ("True", "true", "1")
+        except ValueError:
+            continue
+        if fact == "dtype":
+            value = value.replace("torch.", "")
+        log.put(fact, value, line)
+
+
+def parse(text: str) -> ParsedLog:
+    log = ParsedLog()
+    is_sglang = bool(re.search(r"ServerArgs\(|KV Cache is allocated|max_total_num_tokens=|sglang", text))
+    is_vllm = bool(
+        re.search(r"GPU KV cache size|Available KV cache memory|# (?:GPU|CUDA) blocks|LLM engine|vllm", text)
+    )
+    if is_vllm and not re.search(r"ServerArgs\(|KV Cache is allocated", text):
+        is_sglang = False
+    log.engine = "sglang" if is_sglang else "vllm" if is_vllm else None
+    for line in text.splitlines():
+        if log.engine == "sglang":
+            if "ServerArgs(" in line:
+                _config(log, line.split("ServerArgs(", 1)[1], _KV_PAIR)
+            m = _SGLANG_KV.search(line)
+            if m:
+                log.put("kv_cache_tokens", int(_f(m.group(1))), line, keep="min")
+                if m.group(2):
+                    log.put("k_size_bytes", _gib(m.group(2)), line, keep="min")
+                    log.put("v_size_bytes", _gib(m.group(3)), line, keep="min")
+                else:
+                    log.put("kv_size_bytes", _gib(m.group(4)), line, keep="min")
+            for pattern, fact, conv, keep in _SGLANG_NUMBERS:
+                m = pattern.search(line)
+                if m:
+                    log.put(fact, conv(m.group(1)), line, keep=keep)
+            m = re.search(r"(?:sglang|SGLang)[^\d]{0,20}v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)", line)
+            if m and "version" not in log.facts:
+                log.put("version", m.group(1), line)
+            continue
+        if log.engine != "vllm":
+            continue
+        if re.search(r"LLM engine \(v[\d.]+.*\) with config", line):
+            _config(log, line.split("with config", 1)[1], _KV_PAIR)
+        if "non-default args" in line:
+            _config(log, line, _DICT_PAIR)
+        m = _VERSION.search(line)
+        if m:
+            log.put("version", m.group(1), line)
+        m = _CONCURRENCY.search(line)
+        if m:
+            log.put("max_model_len", int(_f(m.group(1))), line, keep="last")
+            log.put("max_concurrency", _f(m.group(2)), line, keep="min")
+        for pattern, fact, conv, keep in _VLLM_NUMBERS:
+            m = pattern.search(line)
+            if m:
+                log.put(fact, conv(m.group(1)), line, keep=keep)
+    if log.engine == "vllm":
+        log.facts["format"] = "V1" if _V1.search(text) else "V0" if _V0.search(text) else "unknown"
+    return log
+
+
+def found_numbers(log: ParsedLog) -> bool:
+    return any(k in log.facts for k in ("available_kv_bytes", "kv_cache_tokens", "num_gpu_blocks"))

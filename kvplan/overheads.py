@@ -1,0 +1,118 @@
+"""Measured non-KV overheads, learnt from engine startup logs by `kvplan check-log`.
+
+A calibration entry says: for this model on this GPU with this engine, layout and batch
+budget, the engine kept `reserve_bytes` per GPU for things other than weights and KV
+(vLLM: activations, workspaces, CUDA graphs; SGLang: memory in use at startup).
+`kvplan estimate` then uses it in place of its own estimate, and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kvplan.errors import SpecError
+from kvplan.userdata import data_dir, write_atomic
+
+SCHEMA = "kvplan.overheads/1"
+FILE_NAME = "overheads.yaml"
+KEY_FIELDS = (
+    "model",
+    "gpu",
+    "engine",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "max_num_batched_tokens",
+)
+REQUIRED = (*KEY_FIELDS, "reserve_bytes", "engine_version", "measured_on", "source")
+
+
+def default_path() -> Path:
+    return data_dir() / FILE_NAME
+
+
+@dataclass(frozen=True)
+class Overhead:
+    model: str
+    gpu: str
+    engine: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    max_num_batched_tokens: int
+    reserve_bytes: int
+    engine_version: str
+    measured_on: str  # ISO date
+    source: str  # the log it came from
+
+    @property
+    def key(self) -> tuple:
+        return tuple(getattr(self, f) for f in KEY_FIELDS)
+
+    def describe(self, path: Path) -> str:
+        return (
+            f"measured from a {self.engine} {self.engine_version} log ({self.source}) on {self.measured_on}; "
+            f"calibration {path}"
+        )
+
+
+def _bad(path: Path, what: str) -> SpecError:
+    return SpecError(
+        f"{path}: {what}; fix or delete it (or pass --no-calibration), then re-run `kvplan check-log LOG --save-calibration`"
+    )
+
+
+def load(path: Path) -> list[Overhead]:
+    """All entries of a calibration file; a missing file has none, a corrupt one is an error."""
+    if not path.exists():
+        return []
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _bad(path, f"cannot read ({exc})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise _bad(path, f"not valid YAML{where}") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise _bad(path, f"not a kvplan overhead calibration (schema {found!r}, expected {SCHEMA!r})")
+    entries = data.get("entries")
+    if not isinstance(entries, list):
+        raise _bad(path, "entries: expected a list")
+    out = []
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict):
+            raise _bad(path, f"entries[{i}]: expected a mapping")
+        missing = [f for f in REQUIRED if f not in e]
+        if missing:
+            raise _bad(path, f"entries[{i}]: missing {', '.join(missing)}")
+        ints = ("tensor_parallel_size", "pipeline_parallel_size", "max_num_batched_tokens", "reserve_bytes")
+        for f in ints:
+            if not isinstance(e[f], int) or isinstance(e[f], bool) or e[f] < 0:
+                raise _bad(path, f"entries[{i}].{f}: expected a non-negative integer, got {e[f]!r}")
+        out.append(Overhead(**{f: e[f] if f in ints else str(e[f]) for f in REQUIRED}))
+    return out
+
+
+def find(
+    path: Path, model: str, gpu: str, engine: str, tp: int, pp: int, max_num_batched_tokens: int
+) -> Overhead | None:
+    key = (model, gpu, engine, tp, pp, max_num_batched_tokens)
+    for entry in load(path):
+        if entry.key == key:
+            return entry
+    return None
+
+
+def save(path: Path, entry: Overhead) -> None:
+    """Add or replace the entry with the same key; the file is rewritten atomically."""
+    entries = [e for e in load(path) if e.key != entry.key]
+    entries.append(entry)
+    data: dict[str, Any] = {
+        "schema": SCHEMA,
+        "entries": [{f: getattr(e, f) for f in REQUIRED} for e in entries],
+    }
+    write_atomic(path, yaml.safe_dump(data, sort_keys=False))
