@@ -8,11 +8,15 @@ from dataclasses import dataclass
 from kvplan.specs.models import ModelSpec
 from kvplan.units import GiB
 
-# Rough constants of the serving runtime, all labelled "estimated" in the output; issue-level
-# calibration against real startup logs replaces them. Typical vLLM logs on H100 show
-# non-torch memory of 0.1-0.7 GiB on one GPU and about 1 GiB more with NCCL (TP/PP > 1).
-NON_TORCH_BYTES_SINGLE = int(0.4 * GiB)
+# Constants of the serving runtime, all labelled "estimated" in the output; `kvplan check-log`
+# measures the real figure for a setup and replaces them. Non-torch memory (cuBLAS/NCCL
+# workspaces, allocator slack) as vLLM's profiler reports it, per GPU:
+# - before 0.7: 1.79 GiB on one H100, 3.58 GiB per GPU at TP 2 (vLLM PR 10511's sanity logs);
+# - from 0.7 on: 0.16-0.20 GiB on one GPU (vLLM PR 12126 and issue logs); NCCL/custom
+#   all-reduce buffers with TP/PP > 1 are a rough 1 GiB more (no public log pins it down).
+NON_TORCH_BYTES_SINGLE = int(0.2 * GiB)
 NCCL_BYTES = int(1.0 * GiB)
+NON_TORCH_BYTES_V06 = int(1.79 * GiB)
 CUDA_GRAPH_BYTES = int(0.5 * GiB)
 SAMPLER_FP32_COPIES = 3  # logits, probabilities, a sort/top-k buffer
 PROFILE_NUM_SEQS = 256  # sequences the engine's dummy sampler run uses
@@ -32,7 +36,13 @@ class Reserve:
 
 
 def estimate_reserve(
-    spec: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, act_bytes: int, cuda_graphs: bool = True
+    spec: ModelSpec,
+    tp: int,
+    pp: int,
+    max_num_batched_tokens: int,
+    act_bytes: int,
+    cuda_graphs: bool = True,
+    version: tuple[int, int] = (0, 33),
 ) -> Reserve:
     """Peak non-weight, non-KV memory of one GPU during the engine's profiling forward pass.
 
@@ -51,7 +61,10 @@ def estimate_reserve(
     per_token = act_bytes * (4 * h + 3 * math.ceil(mlp_width / tp))
     activation = max_num_batched_tokens * per_token
     sampler = PROFILE_NUM_SEQS * spec.vocab_size * 4 * SAMPLER_FP32_COPIES
-    non_torch = NON_TORCH_BYTES_SINGLE + (NCCL_BYTES if tp * pp > 1 else 0)
+    if version < (0, 7):
+        non_torch = NON_TORCH_BYTES_V06 * (2 if tp * pp > 1 else 1)
+    else:
+        non_torch = NON_TORCH_BYTES_SINGLE + (NCCL_BYTES if tp * pp > 1 else 0)
     # CUDA graphs count only where the engine subtracts them (vLLM >= 0.21, not --enforce-eager)
     return Reserve(activation, sampler, non_torch, CUDA_GRAPH_BYTES if cuda_graphs else 0, given=False)
 

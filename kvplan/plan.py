@@ -293,7 +293,9 @@ def estimate(req: PlanRequest) -> Plan:
     else:
         act_bytes = 4 if spec.activation_dtype == "fp32" else 2
         graphs = engines.vllm_counts_cuda_graphs(version) and not req.enforce_eager
-        reserve = estimate_reserve(spec, tp, pp, req.max_num_batched_tokens, act_bytes, cuda_graphs=graphs)
+        reserve = estimate_reserve(
+            spec, tp, pp, req.max_num_batched_tokens, act_bytes, cuda_graphs=graphs, version=version
+        )
     if sg_mem is not None:
         # engines.md (SGLang): available = free_after_weights - free_at_start x (1 - mem_fraction_static)
         requested = math.floor((gpu.memory_bytes - reserve.total) * sg_mem.mem_fraction_static)

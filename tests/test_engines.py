@@ -391,3 +391,31 @@ def test_cli_prints_engine_lines_and_json_keys():
     assert j["engine_max_concurrency"] == pytest.approx(40.0)
     bad = run_cli("estimate", "-m", "llama3-8b", "--engine", "sglang", "--gpu-memory-utilization", "0.9")
     assert bad.exit_code == 2 and "vllm flag" in bad.stderr
+
+
+# --- kvplan's non-KV estimate against real, published vLLM logs --------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "kw", "logged_gib", "source"),
+    [
+        # vLLM PR 10511 sanity check (v0.6.5, `vllm serve meta-llama/Meta-Llama-3-8B`):
+        # available_kv_cache_memory 53.29GiB (weights 14.96, non-torch 1.79, activations 1.26)
+        ("llama3-8b", "H100", {"num_gpus": 1, "engine_version": "0.6"}, 53.29, "vllm PR 10511, TP 1"),
+        # same post, -tp 2: 71.29 - 7.48 weights - 3.58 non-torch - 1.26 activations = 58.97 GiB
+        ("llama3-8b", "H100", {"num_gpus": 2, "engine_version": "0.6"}, 58.97, "vllm PR 10511, TP 2"),
+        # myoceane.fr gpt-oss-20b on A100 80GB, vLLM 0.19.0, --gpu-memory-utilization 0.65,
+        # --max-model-len 131072: "Available KV cache memory: 36.56 GiB"
+        (
+            "gpt-oss-20b",
+            "A100-80GB",
+            {"num_gpus": 1, "engine_version": "0.19", "gpu_memory_utilization": 0.65, "max_model_len": 131072},
+            36.56,
+            "myoceane.fr, A100",
+        ),
+    ],
+)
+def test_estimated_kv_memory_lands_within_two_percent_of_real_logs(model, gpu, kw, logged_gib, source):
+    p = plan(model, gpu, **kw)
+    assert p.reserve["estimated"]
+    assert p.kv_budget_bytes_per_gpu / GiB == pytest.approx(logged_gib, rel=0.02), source
