@@ -174,7 +174,10 @@ def estimate(
     ] = None,
     reserve_memory: Annotated[
         str | None,
-        typer.Option("--reserve-memory", help="Activation/workspace reserve per GPU; replaces the estimate."),
+        typer.Option(
+            "--reserve-memory",
+            help="vLLM: activation/workspace reserve per GPU; SGLang: memory in use at startup. Replaces the estimate.",
+        ),
     ] = None,
     engine: Annotated[
         str, typer.Option("--engine", help="Whose accounting and log lines to reproduce: vllm or sglang.")

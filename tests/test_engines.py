@@ -409,7 +409,12 @@ def test_cli_prints_engine_lines_and_json_keys():
         (
             "gpt-oss-20b",
             "A100-80GB",
-            {"num_gpus": 1, "engine_version": "0.19", "gpu_memory_utilization": 0.65, "max_model_len": 131072},
+            {
+                "num_gpus": 1,
+                "engine_version": "0.19",
+                "gpu_memory_utilization": 0.65,
+                "max_model_len": 131072,
+            },
             36.56,
             "myoceane.fr, A100",
         ),
