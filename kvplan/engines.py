@@ -369,6 +369,21 @@ def sglang_hybrid_swa(spec: ModelSpec, disabled: bool) -> bool:
     return has_swa and not disabled and spec.architecture not in SGLANG_NO_HYBRID_SWA
 
 
+def windows_as_full(spec: ModelSpec) -> ModelSpec:
+    """The same model with its sliding-window and chunked layers keeping every token, as an
+    engine that does not drop out-of-window KV stores them."""
+    types = {}
+    for name, layer in spec.layer_types.items():
+        if isinstance(layer, (SlidingWindow, ChunkedAttention)):
+            layer = FullAttention(
+                num_kv_heads=layer.num_kv_heads, head_dim=layer.head_dim, head_dim_v=layer.head_dim_v
+            )
+        types[name] = layer
+    return ModelSpec.model_validate(
+        {**spec.model_dump(), "layer_types": {k: v.model_dump() for k, v in types.items()}}
+    )
+
+
 def _sglang_cells(layers: list[Layer], fmt: Format, tp: int) -> tuple[int, int, int, bool]:
     """(K bytes, V bytes per token per layer-set, cache layers, MLA?) on one rank."""
     k_bits = v_bits = 0

@@ -16,7 +16,7 @@ from kvplan.errors import InfeasibleError, UsageError
 from kvplan.formats import Format, kv_format, normalize_dtype_name, weight_format
 from kvplan.parallel import Layout, check_tp, make_layout, stage_layers, stage_ranges
 from kvplan.params import param_breakdown
-from kvplan.specs.models import GpuSpec, ModelSpec
+from kvplan.specs.models import ChunkedAttention, GpuSpec, ModelSpec, SlidingWindow
 from kvplan.units import GiB, fmt_bytes, fmt_gib
 from kvplan.weights import stage_weights
 
@@ -234,6 +234,23 @@ def estimate(req: PlanRequest) -> Plan:
         if bs != 16:
             assumptions.append(f"block size {bs}: {why} (override with --block-size)")
     tp, pp = layout.tp, layout.pp
+    windowed = any(isinstance(layer, (SlidingWindow, ChunkedAttention)) for layer in spec.layers)
+    if windowed and (
+        (req.engine == "vllm" and req.disable_hybrid_kv_cache_manager)
+        or (req.engine == "sglang" and not engines.sglang_hybrid_swa(spec, req.disable_hybrid_swa_memory))
+    ):
+        why = (
+            "--disable-hybrid-kv-cache-manager"
+            if req.engine == "vllm"
+            else "--disable-hybrid-swa-memory"
+            if req.disable_hybrid_swa_memory
+            else f"SGLang has no windowed pool for {spec.architecture or 'this model'}"
+        )
+        assumptions.append(
+            f"{engine_name} keeps every token in the sliding-window/chunked layers ({why}): "
+            "they cost as much as full-attention layers here"
+        )
+        spec = engines.windows_as_full(spec)
 
     # --- KV bytes per token -------------------------------------------------------------
     all_layers = list(spec.layers)

@@ -424,3 +424,24 @@ def test_estimated_kv_memory_lands_within_two_percent_of_real_logs(model, gpu, k
     p = plan(model, gpu, **kw)
     assert p.reserve["estimated"]
     assert p.kv_budget_bytes_per_gpu / GiB == pytest.approx(logged_gib, rel=0.02), source
+
+
+def test_engines_that_keep_every_token_of_windowed_layers_cost_them_in_full():
+    # SGLang has no windowed pool for Gemma 2: every layer holds all 8,192 tokens of a request
+    g = plan(
+        "gemma2-27b", "H100", num_gpus=1, max_model_len=8192, engine="sglang", kv_cache_memory_bytes=20 * GiB
+    )
+    assert g.max_concurrency == g.engine_kv_cache_tokens // 8192
+    assert any("keeps every token" in a for a in g.assumptions)
+    # vLLM's hybrid manager drops out-of-window blocks, so kvplan counts only the window there...
+    v = plan("gemma2-27b", "H100", num_gpus=1, max_model_len=8192, kv_cache_memory_bytes=20 * GiB)
+    # ...and with the manager disabled, whole requests = (blocks - 1 null) // 512 blocks per request
+    d = plan(
+        "gemma2-27b",
+        "H100",
+        num_gpus=1,
+        max_model_len=8192,
+        kv_cache_memory_bytes=20 * GiB,
+        disable_hybrid_kv_cache_manager=True,
+    )
+    assert d.max_concurrency == (d.engine_num_blocks - 1) // 512 < v.max_concurrency
