@@ -405,7 +405,6 @@ def _sglang_cells(layers: list[Layer], fmt: Format, tp: int) -> tuple[int, int, 
 
 
 def sglang_report(
-    spec: ModelSpec,
     stage_layer_lists: list[list[Layer]],
     fmt: Format,
     tp: int,

@@ -553,17 +553,16 @@ def estimate(req: PlanRequest) -> Plan:
     report = _engine_report(
         req,
         version,
-        engine_name,
         engine_problem,
         vllm_layout,
+        engine_block_bytes,
+        sg_mem,
         stages,
         stage_layer_lists,
-        engine_block_bytes,
         fmt,
-        tp,
         bs,
+        tp,
         max_len,
-        sg_mem,
     )
     report = _with_differences(
         report, req, vllm_layout, math.floor(usable_factor), conc_factor, bs, null_blocks
@@ -655,17 +654,16 @@ def estimate(req: PlanRequest) -> Plan:
 def _engine_report(
     req,
     version,
-    engine_name,
     problem,
     vllm_layout,
+    engine_block_bytes,
+    sg_mem,
     stages,
     stage_layer_lists,
-    engine_block_bytes,
     fmt,
-    tp,
     bs,
+    tp,
     max_len,
-    sg_mem,
 ) -> engines.EngineReport:
     if problem is not None:
         return engines.unsupported(req.engine, version, problem)
@@ -676,7 +674,6 @@ def _engine_report(
         )
     try:
         return engines.sglang_report(
-            req.model,
             stage_layer_lists,
             fmt,
             tp,
