@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-import re
-from collections.abc import Callable
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from kvplan.cliutil import parse_gpus, reports_errors
 from kvplan.errors import KvplanError, UsageError
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 app = typer.Typer(
     add_completion=False,
@@ -22,48 +17,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-_GPUS_RE = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?(?:(\d+)\s*[xX*]\s*)?(.+?)\s*$")
-
-
-def parse_gpus(text: str) -> tuple[int | None, int | None, str]:
-    """'8xH100' -> (8 GPUs, 1 node, 'H100'); '2x8xH100' -> (16, 2); 'H100' -> (None, None)."""
-    m = _GPUS_RE.match(text)
-    if not m or not m.group(3):
-        raise UsageError(f"--gpus: cannot read {text!r}; write e.g. H100, 8xH100 or 2x8xH100")
-    a, b, name = m.group(1), m.group(2), m.group(3)
-    if a is not None and int(a) < 1 or b is not None and int(b) < 1:
-        raise UsageError(f"--gpus: GPU and node counts must be >= 1 in {text!r}")
-    if b is not None:
-        return int(a) * int(b), int(a), name
-    if a is not None:
-        return int(a), None, name
-    return None, None, name
-
-
-def _reports_errors(func: Callable[P, R]) -> Callable[P, R]:
-    """Turn kvplan's own errors into one message on stderr and the documented exit code."""
-
-    @functools.wraps(func)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return func(*args, **kwargs)
-        except KvplanError as exc:
-            from rich.markup import escape
-
-            Console(stderr=True, soft_wrap=True).print(
-                f"[bold red]error:[/] {escape(str(exc))}", highlight=False
-            )
-            raise typer.Exit(exc.exit_code) from None
-
-    return wrapper
-
 
 def _console(json_out: bool = False) -> Console:
     return Console(stderr=json_out, soft_wrap=False)
 
 
 @app.command()
-@_reports_errors
+@reports_errors
 def estimate(
     model: Annotated[
         str,
@@ -322,7 +282,7 @@ def _calibrated_reserve(model, gpu, engine, num_gpus, nodes, tp, pp, mnbt) -> tu
 
 
 @app.command("check-log")
-@_reports_errors
+@reports_errors
 def check_log(
     log_file: Annotated[
         str | None, typer.Argument(help="A vLLM or SGLang startup log; '-' or nothing reads stdin.")
@@ -458,7 +418,7 @@ def check_log(
 
 
 @app.command()
-@_reports_errors
+@reports_errors
 def models(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False) -> None:
     """List the shipped model specs."""
     from kvplan.specs.registry import all_models
@@ -498,7 +458,7 @@ def models(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.
 
 
 @app.command()
-@_reports_errors
+@reports_errors
 def gpus(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False) -> None:
     """List the shipped GPU specs."""
     from kvplan.specs.registry import all_gpus
@@ -512,6 +472,15 @@ def gpus(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")
     from kvplan.render import render_gpus
 
     render_gpus(specs, _console())
+
+
+def _add_subcommands() -> None:
+    from kvplan.compare_cli import app as compare_app
+
+    app.add_typer(compare_app, name="compare")
+
+
+_add_subcommands()
 
 
 def main() -> None:

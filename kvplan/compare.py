@@ -1,0 +1,464 @@
+"""Models and KV techniques side by side: what-if variants of a spec, rows, the optimisation ladder.
+
+A variant is a transformation of a model spec (fewer KV heads, a latent, cross-layer
+sharing, a window) or of the plan's options (a KV dtype, a CPU offload tier); variants
+compose with `+` (`gqa8+int8`). Every figure comes from the planner (plan.estimate).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvplan.errors import InfeasibleError, KvplanError, UsageError
+from kvplan.formats import KV_DTYPES
+from kvplan.plan import Plan, PlanRequest, estimate
+from kvplan.specs.models import (
+    FullAttention,
+    HeadLayer,
+    LatentAttention,
+    Layer,
+    ModelSpec,
+    SharedKV,
+    SlidingWindow,
+)
+from kvplan.units import GiB
+
+SCHEMA = "kvplan.compare/1"
+DEFAULT_MODELS = (
+    "llama3-70b",
+    "llama3.1-405b",
+    "qwen2.5-72b",
+    "deepseek-v3",
+)  # seed 001 10.2.7, seed 000 15.8
+MLA_ROPE_DIM = 64  # DeepSeek-V2/V3's decoupled RoPE key (seed 001 10.2.7: 512 + 64)
+
+# Quality notes where a seed gives one.
+QUALITY = {
+    "mha": "baseline",
+    "gqa": "~99.5%+ of MHA quality (seed 001 10.2.2)",
+    "mqa": "~97-99% of MHA quality (seed 001 10.2.2)",
+    "mla": "almost no loss; a little more compute to decompress (seed 000 15.7)",
+    "share": "~MQA accuracy in 1B/3B research models; not yet in production (seed 001 10.2.9)",
+    "int8": "< 0.5% accuracy loss (seed 000 15.7)",
+    "int4": "1-2% accuracy loss (seed 000 15.7)",
+    "int2": "KIVI: small loss at 2 bits (seed 000 15.7)",
+    "offload": "no loss; PCIe (~64 GB/s) instead of HBM on read-back (seed 000 15.7)",
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    spec: ModelSpec
+    kv_cache_dtype: str | None = None
+    offload_bytes_per_gpu: int = 0
+    notes: tuple[str, ...] = ()
+
+
+def _with_layers(spec: ModelSpec, layers: list[Layer], suffix: str) -> ModelSpec:
+    """The spec with an explicit per-layer list (deduplicated into layer_types)."""
+    names: dict[str, str] = {}
+    types: dict[str, dict] = {}
+    pattern = []
+    for layer in layers:
+        key = layer.model_dump_json()
+        if key not in names:
+            names[key] = f"t{len(names)}"
+            types[names[key]] = layer.model_dump()
+        pattern.append(names[key])
+    data = spec.model_dump()
+    data.update(
+        name=f"{spec.name}+{suffix}", layer_types=types, layer_pattern=pattern, aliases=[], hf_id=None
+    )
+    return ModelSpec.model_validate(data)
+
+
+def _mha_dims(spec: ModelSpec, layer: Layer) -> tuple[int, int]:
+    if isinstance(layer, LatentAttention):  # the MHA it replaces: per-head K (nope + rope) and V
+        k = (layer.qk_nope_head_dim or 128) + layer.qk_rope_head_dim
+        return k, layer.v_head_dim or 128
+    assert isinstance(layer, HeadLayer)
+    return layer.head_dim, layer.v_dim
+
+
+def _heads(spec: ModelSpec, n: int, what: str) -> ModelSpec:
+    h = spec.num_attention_heads
+    if n < 1 or n > h or h % n:
+        raise UsageError(f"variant {what}: {n} KV heads must divide {spec.name}'s {h} attention heads")
+    out = []
+    for layer in spec.layers:
+        if isinstance(layer, (HeadLayer, LatentAttention)):
+            k, v = _mha_dims(spec, layer)
+            fields = {"num_kv_heads": n, "head_dim": k, "head_dim_v": v if v != k else None}
+            if isinstance(layer, HeadLayer) and type(layer) is not FullAttention:
+                layer = layer.model_copy(update=fields)  # keeps a window/chunk
+            else:
+                layer = FullAttention(**fields)
+        out.append(layer)
+    return _with_layers(spec, out, what)
+
+
+def _mla(spec: ModelSpec, rank: int, what: str) -> ModelSpec:
+    out = [
+        LatentAttention(kv_lora_rank=rank, qk_rope_head_dim=MLA_ROPE_DIM)
+        if isinstance(layer, (HeadLayer, LatentAttention))
+        else layer
+        for layer in spec.layers
+    ]
+    return _with_layers(spec, out, what)
+
+
+def _share(spec: ModelSpec, factor: int, what: str) -> ModelSpec:
+    """Cross-layer sharing (seed 001 10.2.9): of each `factor` consecutive cache layers, the first
+    keeps K/V and the others read it."""
+    if factor < 2:
+        raise UsageError(f"variant {what}: the sharing factor must be >= 2")
+    out: list[Layer] = []
+    producer = None
+    run = 0
+    for i, layer in enumerate(spec.layers):
+        holds = isinstance(layer, (HeadLayer, LatentAttention))
+        if holds and producer is not None and run % factor and type(layer) is type(spec.layers[producer]):
+            out.append(SharedKV(source=producer - i))
+            run += 1
+            continue
+        if holds:
+            producer, run = i, 1
+        out.append(layer)
+    return _with_layers(spec, out, what)
+
+
+def _window(spec: ModelSpec, w: int, what: str) -> ModelSpec:
+    out = []
+    for layer in spec.layers:
+        if isinstance(layer, HeadLayer):
+            layer = SlidingWindow(
+                num_kv_heads=layer.num_kv_heads,
+                head_dim=layer.head_dim,
+                head_dim_v=layer.head_dim_v,
+                window=w,
+            )
+        out.append(layer)
+    return _with_layers(spec, out, what)
+
+
+_TOKEN = re.compile(
+    r"^(shipped|mha|mqa|gqa(\d+)|mla(\d+)?|share(\d+)?|window(\d+[kK]?)|offload(\d+(?:\.\d+)?))$"
+)
+
+
+def make_variant(spec: ModelSpec, text: str, offload_gib: float = 0.0) -> Variant:
+    """Apply `text` (tokens joined by '+') to `spec`; `offload_gib` adds a CPU tier to every row."""
+    tokens = [t.strip() for t in text.split("+") if t.strip()]
+    if not tokens:
+        raise UsageError(f"--variants: empty variant in {text!r}")
+    dtype = None
+    offload = offload_gib
+    notes: list[str] = []
+    for tok in tokens:
+        low = tok.lower()
+        if low in KV_DTYPES or low == "auto":
+            dtype = low
+            if low in QUALITY:
+                notes.append(QUALITY[low])
+            continue
+        m = _TOKEN.match(low)
+        if not m:
+            raise UsageError(
+                f"--variants: unknown {tok!r}; use shipped, mha, gqaN, mqa, mlaR, shareN, windowW, offloadG "
+                f"or a KV dtype ({', '.join(KV_DTYPES)}), joined by '+'"
+            )
+        if low == "shipped":
+            continue
+        if low == "mha":
+            spec = _heads(spec, spec.num_attention_heads, low)
+            notes.append(QUALITY["mha"])
+        elif low == "mqa":
+            spec = _heads(spec, 1, low)
+            notes.append(QUALITY["mqa"])
+        elif m.group(2):
+            spec = _heads(spec, int(m.group(2)), low)
+            notes.append(QUALITY["gqa"])
+        elif low.startswith("mla"):
+            spec = _mla(spec, int(m.group(3) or 512), low)
+            notes.append(QUALITY["mla"])
+        elif low.startswith("share"):
+            spec = _share(spec, int(m.group(4) or 2), low)
+            notes.append(QUALITY["share"])
+        elif low.startswith("window"):
+            w = m.group(5)
+            spec = _window(spec, int(w[:-1]) * 1024 if w[-1] in "kK" else int(w), low)
+        else:
+            offload = float(m.group(6))
+    if offload:
+        notes.append(QUALITY["offload"])
+    return Variant("+".join(tokens), spec, dtype, int(offload * GiB), tuple(dict.fromkeys(notes)))
+
+
+def mha_bytes_per_token(spec: ModelSpec) -> int:
+    """KV bytes per token of the same model with one K/V head per query head, in its activation dtype."""
+    fmt = KV_DTYPES[spec.activation_dtype]
+    bits = 0
+    for layer in spec.layers:
+        if isinstance(layer, (HeadLayer, LatentAttention)):
+            k, v = _mha_dims(spec, layer)
+            bits += spec.num_attention_heads * (fmt.vector_bits(k) + fmt.vector_bits(v))
+    return bits // 8
+
+
+@dataclass
+class Row:
+    model: str
+    variant: str
+    attention: str
+    kv_cache_dtype: str | None
+    kv_bytes_per_token: float | None
+    kv_bytes_per_token_per_gpu: float | None
+    ratio_to_mha: float | None
+    kv_bytes_per_request: int | None
+    max_concurrency: int | None
+    decode_kv_read_ms_one_request: float | None
+    decode_kv_read_ms: float | None
+    offload_bytes_per_gpu: int
+    offload_read_ms: float | None
+    quality: str
+    error: str | None = None
+    plan: Plan | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("plan")
+        return d
+
+
+def _request(base: PlanRequest, variant: Variant) -> PlanRequest:
+    kw: dict[str, Any] = {"model": variant.spec}
+    if variant.kv_cache_dtype:
+        kw["kv_cache_dtype"] = variant.kv_cache_dtype
+    return dataclasses.replace(base, **kw)
+
+
+def offload_concurrency(plan: Plan, offload_bytes: int) -> tuple[int, int]:
+    """(requests that fit with `offload_bytes` of CPU memory per GPU added to the pool, bytes that must
+    cross PCIe each decode step at that concurrency, per GPU)."""
+    per_req = plan.kv_bytes_per_request_per_gpu
+    gpu_pool = (
+        plan.max_concurrency_per_replica * per_req
+        if plan.num_blocks_per_gpu is None
+        else ((plan.num_blocks_per_gpu - 1) * plan.block_bytes_per_gpu)
+    )
+    per_replica = math.floor((gpu_pool + offload_bytes) / per_req) if per_req else 0
+    if plan.settings["max_num_seqs"] is not None:
+        per_replica = min(per_replica, plan.settings["max_num_seqs"])
+    spilled = max(per_replica * per_req - gpu_pool, 0)
+    return per_replica * plan.cluster["data_parallel_size"], spilled
+
+
+def row(base: PlanRequest, model: ModelSpec, text: str, offload_gib: float = 0.0) -> Row:
+    variant = make_variant(model, text, offload_gib)
+    quality = "; ".join(variant.notes)
+    try:
+        p = estimate(_request(base, variant))
+    except InfeasibleError as exc:
+        nothing = dict.fromkeys(
+            (
+                "kv_bytes_per_token",
+                "kv_bytes_per_token_per_gpu",
+                "ratio_to_mha",
+                "kv_bytes_per_request",
+                "max_concurrency",
+                "decode_kv_read_ms_one_request",
+                "decode_kv_read_ms",
+                "offload_read_ms",
+            )
+        )
+        return Row(
+            model=model.name,
+            variant=variant.label,
+            attention=variant.spec.attention_summary,
+            kv_cache_dtype=variant.kv_cache_dtype,
+            offload_bytes_per_gpu=variant.offload_bytes_per_gpu,
+            quality=quality,
+            error=str(exc),
+            **nothing,
+        )
+    conc = p.max_concurrency
+    spilled = 0
+    if variant.offload_bytes_per_gpu:
+        conc, spilled = offload_concurrency(p, variant.offload_bytes_per_gpu)
+    per_gpu_conc = conc // p.cluster["data_parallel_size"]
+    hbm = p.gpu["hbm_bytes_per_s"]
+    # decode reads every live request's KV once per step (seed 000 15.1); datasheet HBM bandwidth
+    read_ms = (per_gpu_conc * p.kv_bytes_per_request_per_gpu - spilled) / hbm * 1e3
+    pcie = base.gpu.pcie_bytes_per_s
+    return Row(
+        model=model.name,
+        variant=variant.label,
+        attention=variant.spec.attention_summary,
+        kv_cache_dtype=p.settings["kv_cache_dtype"],
+        kv_bytes_per_token=p.kv_bytes_per_token,
+        kv_bytes_per_token_per_gpu=p.kv_bytes_per_token_per_gpu,
+        ratio_to_mha=p.kv_bytes_per_token / mha_bytes_per_token(model),
+        kv_bytes_per_request=p.kv_bytes_per_request,
+        max_concurrency=conc,
+        decode_kv_read_ms_one_request=p.kv_bytes_per_request_per_gpu / hbm * 1e3,
+        decode_kv_read_ms=read_ms,
+        offload_bytes_per_gpu=variant.offload_bytes_per_gpu,
+        offload_read_ms=spilled / pcie * 1e3 if variant.offload_bytes_per_gpu else None,
+        quality=quality,
+        plan=p,
+    )
+
+
+def table(
+    base: PlanRequest, models: list[ModelSpec], variants: list[str], offload_gib: float = 0.0
+) -> list[Row]:
+    return [row(base, m, v, offload_gib) for m in models for v in variants]
+
+
+# --- the ladder (seed 000 15.8) ----------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    step: str
+    variant: str
+    max_concurrency: int
+    factor: float | None  # against the previous step
+    cumulative: float | None  # against the first step
+    how: str
+
+
+def ladder(
+    base: PlanRequest, avg_context: int, shared_prefix_tokens: int, prefix_hit_rate: float
+) -> tuple[list[Step], Plan]:
+    """Seed 000 15.8's ladder for one model: naive preallocation -> paged -> GQA -> INT8 -> prefix
+    caching -> MLA + FP8, each step computed by the planner on the same KV budget per GPU."""
+    spec = base.model
+    shipped = estimate(dataclasses.replace(base, avg_context_tokens=avg_context))
+    budget = shipped.kv_budget_bytes_per_gpu
+    fixed = dataclasses.replace(
+        base, kv_cache_memory_bytes=budget, reserve_bytes=None, avg_context_tokens=avg_context
+    )
+    heads = [la for la in spec.layers if isinstance(la, (HeadLayer, LatentAttention))]
+    if any(isinstance(la, LatentAttention) for la in heads):
+        gqa = "gqa8" if spec.num_attention_heads % 8 == 0 else "mqa"
+    elif all(isinstance(la, HeadLayer) and la.num_kv_heads < spec.num_attention_heads for la in heads):
+        gqa = "shipped"
+    else:
+        gqa = "gqa8" if spec.num_attention_heads % 8 == 0 else "mqa"
+    mla = "shipped" if any(isinstance(la, LatentAttention) for la in heads) else "mla512"
+
+    def plan_for(text: str, **kw) -> Plan:
+        v = make_variant(spec, text)
+        return estimate(dataclasses.replace(_request(fixed, v), **kw))
+
+    naive = plan_for("mha")
+    paged = naive
+    steps_raw = [
+        (
+            "naive PyTorch",
+            "mha",
+            naive.fragmentation["prealloc_max_concurrency_per_replica"],
+            f"contiguous {base.max_model_len or spec.max_context:,}-token buffer per request, MHA, bf16",
+        ),
+        (
+            "+ PagedAttention",
+            "mha",
+            paged.avg_context["max_concurrency_per_replica"],
+            f"blocks of {naive.settings['block_size']} for the {avg_context:,} tokens a request holds on average",
+        ),
+    ]
+    g = plan_for(gqa)
+    steps_raw.append(("+ GQA", gqa, g.avg_context["max_concurrency_per_replica"], f"{g.model['attention']}"))
+    i8 = plan_for(f"{gqa}+int8")
+    steps_raw.append(
+        (
+            "+ INT8 KV",
+            f"{gqa}+int8",
+            i8.avg_context["max_concurrency_per_replica"],
+            "1 byte per value, per-layer scale",
+        )
+    )
+    prefix_kw = {
+        "shared_prefix_tokens": shared_prefix_tokens,
+        "prefix_hit_rate": prefix_hit_rate,
+        "max_model_len": avg_context,
+        "avg_context_tokens": None,
+    }
+    pc = plan_for(f"{gqa}+int8", **prefix_kw)
+    steps_raw.append(
+        (
+            "+ prefix caching",
+            f"{gqa}+int8",
+            pc.prefix_caching["max_concurrency_per_replica"],
+            f"a {shared_prefix_tokens:,}-token prefix shared by {prefix_hit_rate:.0%} of requests",
+        )
+    )
+    mf = plan_for(f"{mla}+fp8", **prefix_kw)
+    replicated = mf.prefix_caching["max_concurrency_per_replica"]
+    tp = mf.cluster["tensor_parallel_size"]
+    how = f"{mf.model['attention']}, fp8 KV"
+    mla_conc = replicated
+    if tp > 1:
+        # engines.md: under TP every rank holds the whole latent; MLA models are served with
+        # data-parallel attention instead, each rank keeping the latents of its own requests
+        mla_conc = replicated * tp
+        how += (
+            f"; data-parallel attention over the {tp} GPUs (with the latent replicated on every TP rank, "
+            f"as vLLM's TP does: {replicated * shipped.cluster['data_parallel_size']:,})"
+        )
+    steps_raw.append(("+ MLA + FP8", f"{mla}+fp8", mla_conc, how))
+    dp = shipped.cluster["data_parallel_size"]
+    steps: list[Step] = []
+    for name, variant, per_replica, how in steps_raw:
+        conc = per_replica * dp
+        prev = steps[-1].max_concurrency if steps else None
+        first = steps[0].max_concurrency if steps else None
+        steps.append(
+            Step(
+                name,
+                variant,
+                conc,
+                conc / prev if prev else None,
+                conc / first if first else None,
+                how,
+            )
+        )
+    return steps, shipped
+
+
+# --- concurrency vs context, for charts -------------------------------------------------------
+
+
+def contexts(upper: int, lower: int = 1024) -> list[int]:
+    out, c = [], lower
+    while c < upper:
+        out.append(c)
+        c *= 2
+    out.append(upper)
+    return out
+
+
+def curve(base: PlanRequest, model: ModelSpec, text: str, ctxs: list[int]) -> list[int | None]:
+    """Max concurrency at each context (None where the model cannot serve it)."""
+    variant = make_variant(model, text)
+    out: list[int | None] = []
+    for c in ctxs:
+        if c > variant.spec.max_context:
+            out.append(None)
+            continue
+        try:
+            p = estimate(dataclasses.replace(_request(base, variant), max_model_len=c))
+        except KvplanError:
+            out.append(None)
+            continue
+        conc = p.max_concurrency
+        if variant.offload_bytes_per_gpu:
+            conc, _ = offload_concurrency(p, variant.offload_bytes_per_gpu)
+        out.append(conc)
+    return out
