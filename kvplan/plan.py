@@ -10,13 +10,20 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvplan import engines, kv
+from kvplan import engines, kv, speed
 from kvplan.budget import Reserve, estimate_reserve, requested_bytes
 from kvplan.errors import InfeasibleError, UsageError
 from kvplan.formats import Format, kv_format, normalize_dtype_name, weight_format
 from kvplan.parallel import Layout, check_tp, make_layout, stage_layers, stage_ranges
 from kvplan.params import param_breakdown
-from kvplan.specs.models import ChunkedAttention, GpuSpec, ModelSpec, SlidingWindow
+from kvplan.specs.models import (
+    ChunkedAttention,
+    GpuSpec,
+    HeadLayer,
+    LatentAttention,
+    ModelSpec,
+    SlidingWindow,
+)
 from kvplan.units import GiB, fmt_bytes, fmt_gib
 from kvplan.weights import stage_weights
 
@@ -55,6 +62,8 @@ class PlanRequest:
     mem_fraction_static: float | None = None  # SGLang
     swa_full_tokens_ratio: float = 0.8  # SGLang
     disable_hybrid_swa_memory: bool = False  # SGLang
+    decode_bandwidth_bytes_per_s: float | None = None  # measured (a calibration profile); None: datasheet
+    decode_bandwidth_source: str | None = None
     enable_prefix_caching: bool = True
     shared_prefix_tokens: int = 0
     prefix_hit_rate: float = 1.0
@@ -121,6 +130,8 @@ class Plan:
     engine_num_blocks: int | None
     engine_max_concurrency: float | None
     engine: dict[str, Any]
+    decode: dict[str, Any]
+    prefill: dict[str, Any]
     explain: list[Explain] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -568,6 +579,14 @@ def estimate(req: PlanRequest) -> Plan:
         report, req, vllm_layout, math.floor(usable_factor), conc_factor, bs, null_blocks
     )
 
+    decode, prefill = _speed(
+        req, spec, gpu, weights, params, w_fmt, tp, pp, max_len, max_conc, per_req_gpu, avg
+    )
+    assumptions.append(
+        f"decode speed at {decode['bandwidth_source']}; prefill at {prefill['mfu']:.0%} of "
+        f"{prefill['peak_dtype']} peak; both estimates"
+    )
+
     cluster = {
         "num_gpus": layout.num_gpus,
         "tensor_parallel_size": tp,
@@ -647,8 +666,74 @@ def estimate(req: PlanRequest) -> Plan:
         engine_num_blocks=report.num_blocks,
         engine_max_concurrency=report.max_concurrency,
         engine=asdict(report),
+        decode=decode,
+        prefill=prefill,
         explain=ex,
     )
+
+
+def _attention_width(spec: ModelSpec) -> int:
+    for layer in spec.layers:
+        if isinstance(layer, LatentAttention):
+            return spec.num_attention_heads * ((layer.qk_nope_head_dim or 128) + layer.qk_rope_head_dim)
+        if isinstance(layer, HeadLayer):
+            return spec.num_attention_heads * layer.head_dim
+    return spec.hidden_size
+
+
+def _speed(req, spec, gpu, weights, params, w_fmt, tp, pp, max_len, max_conc, per_req_gpu, avg):
+    """Decode step time at batch 1 and at the planned concurrency; prefill of one max-length prompt."""
+    slow = max(weights, key=lambda w: w.bytes_per_gpu)
+    if req.decode_bandwidth_bytes_per_s:
+        bandwidth = req.decode_bandwidth_bytes_per_s
+        source = req.decode_bandwidth_source or "a measured bandwidth"
+    else:
+        bandwidth = gpu.hbm_bytes_per_s * speed.DEFAULT_EFFICIENCY
+        source = (
+            f"datasheet bandwidth {gpu.hbm_bytes_per_s / 1e12:.2f} TB/s x {speed.DEFAULT_EFFICIENCY:.2f} "
+            "assumed efficiency (not measured)"
+        )
+    moe = spec.moe
+    inp = speed.DecodeInputs(
+        weight_bytes=slow.bytes_per_gpu,
+        expert_bytes=slow.expert_bytes_per_gpu,
+        embedding_bytes=slow.embedding_bytes_per_gpu,
+        num_experts=moe.num_experts if moe else 0,
+        experts_per_token=moe.experts_per_token if moe else 0,
+        layers_per_stage=len(slow.layers),
+        hidden_size=spec.hidden_size,
+        tp=tp,
+        pp=pp,
+        bandwidth_bytes_per_s=bandwidth,
+        link_bytes_per_s=gpu.interconnect.bytes_per_s if gpu.interconnect else gpu.pcie_bytes_per_s,
+    )
+    one = speed.decode_step(inp, 1, per_req_gpu)
+    full = speed.decode_step(inp, max_conc, per_req_gpu) if max_conc else None
+    at_avg = None
+    if avg is not None and avg["max_concurrency_per_replica"]:
+        at_avg = speed.decode_step(
+            inp, avg["max_concurrency_per_replica"], avg["kv_bytes_per_request_per_gpu"]
+        ).to_dict()
+    decode = {
+        "bandwidth_bytes_per_s": bandwidth,
+        "bandwidth_source": source,
+        "measured": req.decode_bandwidth_bytes_per_s is not None,
+        "inputs": asdict(inp),
+        "batch_1": one.to_dict(),
+        "at_max_concurrency": full.to_dict() if full else None,
+        "at_avg_context": at_avg,
+    }
+    fp8 = w_fmt.name in ("fp8",) and gpu.fp8_dense_flops
+    peak = gpu.fp8_dense_flops if fp8 else gpu.bf16_dense_flops
+    seconds = speed.prefill_seconds(params.active, max_len, spec.num_layers, _attention_width(spec), tp, peak)
+    prefill = {
+        "tokens": max_len,
+        "ms": seconds * 1e3,
+        "mfu": speed.PREFILL_MFU,
+        "peak_dtype": "fp8" if fp8 else "bf16",
+        "peak_flops_per_gpu": peak,
+    }
+    return decode, prefill
 
 
 def _engine_report(

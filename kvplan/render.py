@@ -139,6 +139,7 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
         )
     console.print(ct)
     console.print()
+    _render_speed(plan, console)
     _render_engine(plan, console)
     console.print("[bold]Assumptions[/]")
     for a in plan.assumptions:
@@ -150,6 +151,46 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
             console.print(f"[bold]{e.quantity}[/] = {e.value}")
             console.print(f"    formula: {e.formula}", highlight=False)
             console.print(f"    from:    {e.source}", highlight=False)
+
+
+def _render_speed(plan: Plan, console: Console) -> None:
+    d = plan.decode
+    t = _table(
+        "Decode speed per replica (estimated)", "", "weights read", "KV read", "step (TPOT)", "tokens/s"
+    )
+    rows = [("batch 1", d["batch_1"])]
+    if d["at_max_concurrency"]:
+        rows.append(
+            (
+                f"{d['at_max_concurrency']['batch']:,} requests at {plan.settings['max_model_len']:,} tokens",
+                d["at_max_concurrency"],
+            )
+        )
+    if d["at_avg_context"]:
+        a = plan.avg_context
+        rows.append(
+            (
+                f"{d['at_avg_context']['batch']:,} requests at {a['avg_context_tokens']:,} tokens",
+                d["at_avg_context"],
+            )
+        )
+    for label, r in rows:
+        t.add_row(
+            label,
+            fmt_bytes(r["weight_bytes_read"]),
+            fmt_bytes(r["kv_bytes_read"]),
+            f"{r['tpot_ms']:,.2f} ms",
+            f"{r['tokens_per_s']:,.0f}",
+        )
+    console.print(t)
+    console.print(f"bandwidth: {d['bandwidth_source']}", highlight=False)
+    pf = plan.prefill
+    console.print(
+        f"prefill of one {pf['tokens']:,}-token prompt: {pf['ms']:,.0f} ms "
+        f"({pf['mfu']:.0%} of {pf['peak_dtype']} peak, estimated)",
+        highlight=False,
+    )
+    console.print()
 
 
 def _render_engine(plan: Plan, console: Console) -> None:

@@ -16,6 +16,8 @@ class StageWeights:
     stage: int
     layers: range
     bytes_per_gpu: int
+    expert_bytes_per_gpu: int = 0  # of which routed MoE experts (a decode step reads only those routed to)
+    embedding_bytes_per_gpu: int = 0  # of which the input embedding (gathered by row, not streamed)
 
 
 def param_bytes(num_params: int, fmt: Format) -> int:
@@ -54,6 +56,10 @@ def stage_weights(
             dense += params.embedding
         if s == pp - 1 and (not spec.tie_word_embeddings or pp > 1):
             dense += head_params
-        total = param_bytes(round(dense), weight_fmt) + param_bytes(round(experts), expert_fmt)
-        out.append(StageWeights(s, stage, ceil_div(total, tp)))
+        expert_bytes = param_bytes(round(experts), expert_fmt)
+        total = param_bytes(round(dense), weight_fmt) + expert_bytes
+        embedding = param_bytes(params.embedding, weight_fmt) if s == 0 else 0
+        out.append(
+            StageWeights(s, stage, ceil_div(total, tp), ceil_div(expert_bytes, tp), ceil_div(embedding, tp))
+        )
     return out
