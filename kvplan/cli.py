@@ -419,6 +419,132 @@ def check_log(
 
 @app.command()
 @reports_errors
+def solve(
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Shipped name/alias/HF id, a spec .yaml or a config.json.")
+    ],
+    users: Annotated[int, typer.Option("--users", "-u", help="Concurrent requests to serve.")],
+    max_model_len: Annotated[
+        str | None,
+        typer.Option(
+            "--max-model-len", "--context", help="Context each request may reach (not with --max-context)."
+        ),
+    ] = None,
+    gpu: Annotated[
+        str, typer.Option("--gpu", help="GPU type(s) to consider, comma-separated: H100 or H100,H200,B200.")
+    ] = "H100",
+    tpot_ms: Annotated[
+        float | None,
+        typer.Option("--tpot-ms", help="Time per output token at full load must stay under this."),
+    ] = None,
+    kv_cache_dtype: Annotated[
+        str,
+        typer.Option(
+            "--kv-cache-dtype", help="any (the engine's: auto, fp8) or a comma list, e.g. auto or fp8."
+        ),
+    ] = "any",
+    max_gpus: Annotated[int, typer.Option("--max-gpus", help="Largest GPU count to consider.")] = 64,
+    price: Annotated[
+        str | None,
+        typer.Option("--price", help="Price per GPU-hour, one per --gpu type (e.g. 2.5,3.8): rank by cost."),
+    ] = None,
+    max_context: Annotated[
+        bool,
+        typer.Option(
+            "--max-context", help="Instead: on --gpus, the longest context --users requests can have."
+        ),
+    ] = False,
+    gpus: Annotated[
+        str | None, typer.Option("--gpus", "-g", help="With --max-context: the GPUs you have, e.g. 8xH200.")
+    ] = None,
+    engine: Annotated[
+        str, typer.Option("--engine", help="Accounting to size with: vllm or sglang.")
+    ] = "vllm",
+    block_size: Annotated[int | None, typer.Option("--block-size", help="Force a block size.")] = None,
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option("--gpu-memory-utilization", help="vLLM's fraction (default 0.92).")
+    ] = None,
+    top: Annotated[int, typer.Option("--top", help="How many answers to show.")] = 5,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the answers as JSON, best first.")] = False,
+) -> None:
+    """The inverse question: the fewest (or cheapest) GPUs, layout and KV dtype for N users; or the longest context."""
+    from kvplan.solve import ENGINE_DTYPES, Query, verdict
+    from kvplan.solve import solve as run_solve
+    from kvplan.specs.registry import load_gpu, load_model
+    from kvplan.units import parse_count
+
+    spec = load_model(model)
+    gpu_specs = tuple(load_gpu(g.strip()) for g in gpu.split(",") if g.strip())
+    fixed = None
+    if max_context:
+        if not gpus or max_model_len:
+            raise UsageError("--max-context needs --gpus (e.g. 8xH200) and no --max-model-len")
+        n, _, name = parse_gpus(gpus)
+        gpu_specs = (load_gpu(name),)
+        fixed = n or 1
+    elif gpus:
+        raise UsageError("--gpus goes with --max-context; to search GPU types use --gpu H100,H200")
+    elif not max_model_len:
+        raise UsageError(
+            "give --max-model-len (or ask for the longest context with --max-context --gpus NxGPU)"
+        )
+    dtypes = ENGINE_DTYPES if kv_cache_dtype == "any" else tuple(d.strip() for d in kv_cache_dtype.split(","))
+    prices = None
+    if price:
+        values = [float(x) for x in price.split(",")]
+        if len(values) not in (1, len(gpu_specs)) or any(v <= 0 for v in values):
+            raise UsageError("--price: one positive price per --gpu type (or one for all)")
+        prices = {g.name: values[0 if len(values) == 1 else i] for i, g in enumerate(gpu_specs)}
+    q = Query(
+        model=spec,
+        gpus=gpu_specs,
+        users=users,
+        max_model_len=parse_count(max_model_len, "--max-model-len") if max_model_len else None,
+        tpot_ms=tpot_ms,
+        kv_dtypes=dtypes,
+        max_gpus=max_gpus,
+        prices=prices,
+        engine=engine.lower(),
+        block_size=block_size,
+        gpu_memory_utilization=gpu_memory_utilization,
+        fixed_num_gpus=fixed,
+        top=top,
+    )
+    answers, bounds = run_solve(q)
+    if not answers:
+        from kvplan.errors import InfeasibleError
+
+        raise InfeasibleError(verdict(q, bounds))
+    from kvplan.render import render_solve, to_json
+
+    if json_out:
+        from kvplan.solve import SCHEMA
+
+        typer.echo(
+            to_json(
+                {
+                    "schema": SCHEMA,
+                    "mode": "max-context" if max_context else "min-gpus",
+                    "model": spec.name,
+                    "targets": {
+                        "users": users,
+                        "max_model_len": q.max_model_len,
+                        "tpot_ms": tpot_ms,
+                        "max_gpus": max_gpus,
+                        "gpus": [g.name for g in gpu_specs],
+                        "kv_cache_dtypes": list(dtypes),
+                        "num_gpus": fixed,
+                    },
+                    "answers": [a.to_dict() for a in answers],
+                }
+            )
+        )
+        return
+    render_solve(q, answers, _console(), max_context)
+
+
+@app.command()
+@reports_errors
 def models(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False) -> None:
     """List the shipped model specs."""
     from kvplan.specs.registry import all_models
@@ -486,3 +612,7 @@ _add_subcommands()
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -132,7 +132,8 @@ class VllmLayout:
         """Bytes of one engine block on a GPU holding the layers `layer_ids` (a PP stage)."""
         if self.uniform:
             g = self.groups[0]
-            return sum(kv.page_bytes(layers[i], fmt, g.block_size, tp) for i in g.layer_ids if i in layer_ids)
+            held = [layers[i] for i in g.layer_ids if i in layer_ids]
+            return sum(n * kv.page_bytes(la, fmt, g.block_size, tp) for la, n in kv.grouped(held))
         # one tensor per slot, shared by the i-th layer of every group (engines.md: groups get
         # equal page sizes); a stage needs as many slots as its fullest group
         slots = max(sum(1 for i in g.layer_ids if i in layer_ids) for g in self.groups)
@@ -185,7 +186,10 @@ def vllm_layout(
         return kv.layer_blocks(layer, max_model_len, bs)
 
     keys = {i: _spec_key(layers[i], hybrid) for i in cached}
-    pages = {i: kv.page_bytes(layers[i], fmt, block_size, tp) for i in cached}
+    page_of = {
+        id(la): kv.page_bytes(la, fmt, block_size, tp) for la, _ in kv.grouped(layers[i] for i in cached)
+    }
+    pages = {i: page_of[id(layers[i])] for i in cached}
     kinds = set(keys.values())
     if len(kinds) == 1:  # uniform type (page sizes may differ: one group, per-layer tensors)
         kind, size = next(iter(kinds))

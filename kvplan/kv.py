@@ -85,18 +85,33 @@ def page_bytes(layer: Layer, fmt: Format, block_size: int, tp: int = 1) -> int:
     return ceil_div(block_size * layer_bits_per_token(layer, fmt, tp), 8)
 
 
+def grouped(layers) -> list[tuple[Layer, int]]:
+    """(layer, how many times it occurs): a model tiles a few layer objects over its depth, so
+    per-layer formulas need computing once per distinct object, not once per layer."""
+    counts: dict[int, list] = {}
+    for layer in layers:
+        entry = counts.get(id(layer))
+        if entry is None:
+            counts[id(layer)] = [layer, 1]
+        else:
+            entry[1] += 1
+    return [(layer, n) for layer, n in counts.values()]
+
+
 def model_bits_per_token(layers, fmt: Format, tp: int = 1, growing_only: bool = False) -> int:
     """Sum over layers of the bits one token adds (seed 000 15.2: L x 2 x h_kv x d_h x bytes)."""
     return sum(
-        layer_bits_per_token(layer, fmt, tp) for layer in layers if not growing_only or is_growing(layer)
+        n * layer_bits_per_token(layer, fmt, tp)
+        for layer, n in grouped(layers)
+        if not growing_only or is_growing(layer)
     )
 
 
 def windowed_cap_bytes(layers, fmt: Format) -> int:
     """The most the windowed (sliding/chunked) layers hold for one sequence, whole model."""
     bits = sum(
-        layer_bits_per_token(layer, fmt) * layer_entries(layer, 1 << 62)
-        for layer in layers
+        n * layer_bits_per_token(layer, fmt) * layer_entries(layer, 1 << 62)
+        for layer, n in grouped(layers)
         if not is_growing(layer)
     )
     return ceil_div(bits, 8)
@@ -106,7 +121,8 @@ def sequence_bytes(
     layers: tuple[Layer, ...] | list[Layer], fmt: Format, context_tokens: int, tp: int = 1
 ) -> int:
     """Exact KV bytes of one sequence on one TP rank, no block rounding (seed 000 15.3)."""
+    groups = grouped(layers)
     bits = sum(
-        layer_bits_per_token(layer, fmt, tp) * layer_entries(layer, context_tokens) for layer in layers
+        n * layer_bits_per_token(layer, fmt, tp) * layer_entries(layer, context_tokens) for layer, n in groups
     )
-    return ceil_div(bits, 8) + sum(layer_state_bytes(layer, tp) for layer in layers)
+    return ceil_div(bits, 8) + sum(n * layer_state_bytes(layer, tp) for layer, n in groups)

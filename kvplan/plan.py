@@ -219,9 +219,12 @@ def _check_request(req: PlanRequest) -> tuple[int, Format]:
 def _request_bytes(layers: list, fmt: Format, context: int, block_size: int, tp: int) -> int:
     """Block-rounded bytes one request of `context` tokens holds on one GPU."""
     return sum(
-        kv.page_bytes(layer, fmt, block_size, tp) * kv.layer_blocks(layer, context, block_size)
-        + kv.layer_state_bytes(layer, tp)
-        for layer in layers
+        n
+        * (
+            kv.page_bytes(layer, fmt, block_size, tp) * kv.layer_blocks(layer, context, block_size)
+            + kv.layer_state_bytes(layer, tp)
+        )
+        for layer, n in kv.grouped(layers)
     )
 
 
@@ -388,7 +391,7 @@ def estimate(req: PlanRequest) -> Plan:
                     "a higher --gpu-memory-utilization or a smaller --max-num-batched-tokens"
                 )
         bits_rank = kv.model_bits_per_token(layers, fmt, tp)
-        block_bytes = sum(kv.page_bytes(layer, fmt, bs, tp) for layer in layers)
+        block_bytes = sum(n * kv.page_bytes(layer, fmt, bs, tp) for layer, n in kv.grouped(layers))
         num_blocks = budget // block_bytes if block_bytes else None
         stages.append(
             StagePlan(
@@ -652,7 +655,7 @@ def estimate(req: PlanRequest) -> Plan:
         num_blocks_per_gpu=num_blocks,
         kv_pool_tokens=pool_tokens,
         kv_pool_tokens_cluster=pool_tokens * layout.dp,
-        blocks_per_request=max(kv.layer_blocks(layer, max_len, bs) for layer in all_layers),
+        blocks_per_request=max(kv.layer_blocks(layer, max_len, bs) for layer, _ in kv.grouped(all_layers)),
         concurrency_factor=conc_factor,
         max_concurrency_per_replica=max_conc,
         max_concurrency=max_conc * layout.dp,
@@ -824,7 +827,11 @@ def _prefix(
         shared_blocks = (max_len - 1) // bs
     once, per_request = [], []
     for layers in stage_layer_lists:
-        b = sum(kv.page_bytes(layer, fmt, bs, tp) * shared_blocks for layer in layers if kv.is_growing(layer))
+        b = sum(
+            n * kv.page_bytes(layer, fmt, bs, tp) * shared_blocks
+            for layer, n in kv.grouped(layers)
+            if kv.is_growing(layer)
+        )
         once.append(b)
         per_request.append(req.prefix_hit_rate * b)
     f, bind = factor(max_len, null_blocks, {"once": once, "per_request": per_request})

@@ -302,3 +302,62 @@ def render_check(result, console: Console, source: str, saved) -> None:
                 f"add --save-calibration to use it in later estimates",
                 highlight=False,
             )
+
+
+def render_solve(q, answers, console: Console, max_context: bool) -> None:
+    targets = [f"{q.users:,} users"]
+    if q.max_model_len:
+        targets.append(f"{q.max_model_len:,} tokens each")
+    if q.tpot_ms:
+        targets.append(f"TPOT <= {q.tpot_ms:g} ms")
+    where = (
+        f"on {q.fixed_num_gpus}x {q.gpus[0].name}"
+        if max_context
+        else f"on up to {q.max_gpus} " + "/".join(g.name for g in q.gpus)
+    )
+    what = (
+        "the longest context"
+        if max_context
+        else "the fewest GPUs"
+        if not q.prices
+        else "the cheapest layouts"
+    )
+    console.print(f"[bold]{q.model.name}[/]: {what} for {', '.join(targets)} {where}", highlight=False)
+    cols = ["#", "GPUs", "TP x PP x DP", "KV dtype", "context", "max users", "users margin", "TPOT at load"]
+    if q.tpot_ms:
+        cols.append("TPOT margin")
+    if q.prices:
+        cols.append("cost/hour")
+    t = _table("", *cols)
+    for i, a in enumerate(answers, 1):
+        row = [
+            str(i),
+            f"{a.num_gpus}x {a.gpu}",
+            f"{a.tensor_parallel_size} x {a.pipeline_parallel_size} x {a.data_parallel_size}",
+            a.kv_cache_dtype,
+            f"{a.max_model_len:,}",
+            f"{a.max_concurrency:,}",
+            f"{a.margins['users']:+.0%}",
+            f"{a.tpot_ms:,.1f} ms",
+        ]
+        if q.tpot_ms:
+            row.append(f"{a.margins['tpot']:+.0%}")
+        if q.prices:
+            row.append(f"{a.cost_per_hour:,.2f}")
+        t.add_row(*row)
+    console.print(t)
+    console.print()
+    for i, a in enumerate(answers, 1):
+        sg = (
+            f" (SGLang's accounting holds {a.sglang_max_concurrency:,} users)"
+            if a.sglang_max_concurrency is not None and a.sglang_max_concurrency != a.max_concurrency
+            else ""
+        )
+        console.print(f"[bold]#{i}[/] vLLM:   {a.vllm_flags}", highlight=False, soft_wrap=True)
+        console.print(f"    SGLang: {a.sglang_flags}{sg}", highlight=False, soft_wrap=True)
+    console.print()
+    console.print(
+        "TPOT: decode step with every request at the full context, datasheet bandwidth x "
+        "0.80 assumed efficiency (estimate); users margin: max users / users - 1",
+        highlight=False,
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -323,6 +324,9 @@ def test_console_script_runs():
         check=False,
     )
     assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["model"]["name"] == "llama3-8b"  # the module really ran the command
+    m = subprocess.run([sys.executable, "-m", "kvplan", "models", "--json"], capture_output=True, text=True)
+    assert m.returncode == 0 and any(x["name"] == "llama3-8b" for x in json.loads(m.stdout))
 
 
 @pytest.mark.parametrize(

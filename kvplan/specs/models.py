@@ -16,7 +16,8 @@ from kvplan.formats import KV_DTYPES, WEIGHT_DTYPES, normalize_dtype_name
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: schemas are built on first validation, once, not per class at import
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class FullAttention(_Strict):

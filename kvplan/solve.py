@@ -1,0 +1,393 @@
+"""`kvplan solve`: the inverse questions. How many GPUs (and which layout, KV dtype) serve N users
+at a context with a TPOT target; or, on given GPUs, the longest context N users can have.
+
+The search is exhaustive over the layout space: every GPU type asked for, every valid TP size
+within a node, every PP depth, every data-parallel count up to --max-gpus, every KV dtype asked
+for. A replica (TP x PP GPUs) is planned once per (GPU, TP, PP, KV dtype); data-parallel
+replicas then scale its capacity and shrink its batch analytically, so the search stays fast.
+Block sizes other than the engine's default are dominated (larger blocks only add rounding,
+and never speed up a step), so they are not searched unless asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvplan import engines, speed
+from kvplan.errors import InfeasibleError, KvplanError, UsageError
+from kvplan.parallel import _tp_valid
+from kvplan.plan import Plan, PlanRequest, estimate
+from kvplan.specs.models import GpuSpec, HeadLayer, ModelSpec
+from kvplan.units import ceil_div
+
+SCHEMA = "kvplan.solve/1"
+# KV dtypes the engines serve, best quality first (int8/int4 are kvplan what-ifs, not engine options)
+ENGINE_DTYPES = ("auto", "fp8")
+MAX_PP = 16
+
+
+@dataclass
+class Answer:
+    gpu: str
+    num_gpus: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    data_parallel_size: int
+    kv_cache_dtype: str
+    block_size: int
+    max_model_len: int
+    max_concurrency: int
+    tpot_ms: float  # at the target load: users spread over the replicas, each at max_model_len
+    cost_per_hour: float | None
+    margins: dict[str, float | None]
+    vllm_flags: str
+    sglang_flags: str
+    sglang_max_concurrency: int | None
+    plan: Plan = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("plan")
+        return d
+
+
+@dataclass(frozen=True)
+class Query:
+    model: ModelSpec
+    gpus: tuple[GpuSpec, ...]
+    users: int
+    max_model_len: int | None  # None in --max-context mode
+    tpot_ms: float | None = None
+    kv_dtypes: tuple[str, ...] = ENGINE_DTYPES
+    max_gpus: int = 64
+    prices: dict[str, float] | None = None  # per GPU-hour, by GPU name
+    engine: str = "vllm"
+    block_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    fixed_num_gpus: int | None = None  # --max-context mode: exactly these GPUs
+    top: int = 5
+
+
+def valid_tps(spec: ModelSpec, gpus_per_node: int) -> list[int]:
+    kv_heads = sorted({la.num_kv_heads for la in spec.layers if isinstance(la, HeadLayer)})
+    return [t for t in range(1, gpus_per_node + 1) if _tp_valid(t, spec.num_attention_heads, kv_heads)]
+
+
+def _replica(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int) -> Plan:
+    return estimate(_request(q, gpu, tp, pp, dtype, max_len))
+
+
+def _request(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int) -> PlanRequest:
+    return PlanRequest(
+        model=q.model,
+        gpu=gpu,
+        num_gpus=tp * pp,
+        nodes=ceil_div(tp * pp, gpu.gpus_per_node),
+        tp=tp,
+        pp=pp,
+        max_model_len=max_len,
+        kv_cache_dtype=dtype,
+        block_size=q.block_size,
+        engine=q.engine,
+        gpu_memory_utilization=q.gpu_memory_utilization,
+    )
+
+
+def _tpot(p: Plan, batch: int) -> float:
+    inputs = speed.DecodeInputs(**p.decode["inputs"])
+    return speed.decode_step(inputs, batch, p.kv_bytes_per_request_per_gpu).tpot_ms
+
+
+def _dtype_name(dtype: str, p: Plan) -> str:
+    return "auto" if dtype == "auto" else p.settings["kv_cache_dtype"]
+
+
+def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str, str]:
+    model = q.model.hf_id or q.model.name
+    per_replica = ceil_div(q.users, a.data_parallel_size)
+    vllm = [
+        f"vllm serve {model}",
+        f"--tensor-parallel-size {a.tensor_parallel_size}",
+    ]
+    if a.pipeline_parallel_size > 1:
+        vllm.append(f"--pipeline-parallel-size {a.pipeline_parallel_size}")
+    if a.data_parallel_size > 1:
+        vllm.append(f"--data-parallel-size {a.data_parallel_size}")
+    vllm += [
+        f"--max-model-len {a.max_model_len}",
+        f"--kv-cache-dtype {a.kv_cache_dtype}",
+        f"--gpu-memory-utilization {p.settings['gpu_memory_utilization'] or 0.92:g}",
+        f"--max-num-seqs {per_replica}",
+        f"--block-size {a.block_size}",
+    ]
+    sg_dtype = {"auto": "auto", "fp8": "fp8_e4m3"}.get(a.kv_cache_dtype, a.kv_cache_dtype)
+    sglang = [
+        f"python -m sglang.launch_server --model-path {model}",
+        f"--tp-size {a.tensor_parallel_size}",
+    ]
+    if a.pipeline_parallel_size > 1:
+        sglang.append(f"--pp-size {a.pipeline_parallel_size}")
+    if a.data_parallel_size > 1:
+        sglang.append(f"--dp-size {a.data_parallel_size}")
+    sglang += [
+        f"--context-length {a.max_model_len}",
+        f"--kv-cache-dtype {sg_dtype}",
+        f"--mem-fraction-static {mfs:g}",
+        f"--max-running-requests {per_replica}",
+    ]
+    return " ".join(vllm), " ".join(sglang)
+
+
+@dataclass
+class _Bounds:
+    """What stopped the search, for the verdict when nothing meets every target."""
+
+    weights_min: tuple[int, str] | None = None  # fewest GPUs whose replica holds the weights
+    best_users: tuple[int, str] | None = None  # most users any layout within --max-gpus holds
+    best_tpot: tuple[float, str] | None = None  # fastest step any layout within --max-gpus reaches
+    weight_ms: float | None = None  # the weights-only step time of that fastest layout
+    reasons: list[str] = field(default_factory=list)
+
+
+def solve(q: Query) -> tuple[list[Answer], _Bounds]:
+    if q.users < 1:
+        raise UsageError("--users must be >= 1")
+    if q.tpot_ms is not None and q.tpot_ms <= 0:
+        raise UsageError("--tpot-ms must be positive")
+    if q.max_gpus < 1:
+        raise UsageError("--max-gpus must be >= 1")
+    if q.max_model_len is not None and q.max_model_len > q.model.max_context:
+        raise InfeasibleError(
+            f"--max-model-len {q.max_model_len:,} exceeds {q.model.name}'s maximum context of "
+            f"{q.model.max_context:,} tokens"
+        )
+    answers: list[Answer] = []
+    bounds = _Bounds()
+    for gpu in q.gpus:
+        tps = valid_tps(q.model, gpu.gpus_per_node)
+        if not tps:
+            bounds.reasons.append(
+                f"no TP size within a {gpu.gpus_per_node}-GPU {gpu.name} node divides the heads"
+            )
+        for tp in tps:
+            for pp in range(1, min(MAX_PP, q.model.num_layers) + 1):
+                if tp * pp > (q.fixed_num_gpus or q.max_gpus):
+                    break
+                if q.fixed_num_gpus is not None and q.fixed_num_gpus % (tp * pp):
+                    continue
+                if _dominated(answers, q, gpu, tp * pp):
+                    break
+                for dtype in q.kv_dtypes:
+                    ans = _layout(q, gpu, tp, pp, dtype, bounds)
+                    if ans is not None:
+                        answers.append(ans)
+    answers.sort(key=lambda a: _rank(q, a))
+    top = answers[: q.top]
+    for a in top:  # the same layout under SGLang's accounting, for its launch line
+        if q.engine == "sglang":
+            a.sglang_max_concurrency = a.max_concurrency
+            continue
+        try:
+            sg = estimate(
+                dataclasses.replace(
+                    _request(
+                        q,
+                        next(g for g in q.gpus if g.name == a.gpu),
+                        a.tensor_parallel_size,
+                        a.pipeline_parallel_size,
+                        a.kv_cache_dtype,
+                        a.max_model_len,
+                    ),
+                    engine="sglang",
+                    gpu_memory_utilization=None,
+                    block_size=None,
+                )
+            )
+            a.sglang_max_concurrency = sg.max_concurrency_per_replica * a.data_parallel_size
+        except KvplanError:
+            a.sglang_max_concurrency = 0
+    return top, bounds
+
+
+def _cost(q: Query, gpu: GpuSpec, n: int) -> float:
+    return n * q.prices[gpu.name] if q.prices else float(n)
+
+
+def _dominated(answers: list[Answer], q: Query, gpu: GpuSpec, replica_gpus: int) -> bool:
+    """A replica that alone costs more than the q.top-th best answer cannot enter the list."""
+    if q.fixed_num_gpus is not None or len(answers) < q.top:
+        return False
+    costs = sorted(_cost(q, q_gpu, a.num_gpus) for a in answers for q_gpu in q.gpus if q_gpu.name == a.gpu)
+    return _cost(q, gpu, replica_gpus) > costs[q.top - 1]
+
+
+def _rank(q: Query, a: Answer) -> tuple:
+    if q.fixed_num_gpus is not None:  # --max-context: longest context first
+        return (
+            -a.max_model_len,
+            ENGINE_DTYPES.index(a.kv_cache_dtype) if a.kv_cache_dtype in ENGINE_DTYPES else 9,
+        )
+    cost = a.cost_per_hour if a.cost_per_hour is not None else a.num_gpus
+    quality = ENGINE_DTYPES.index(a.kv_cache_dtype) if a.kv_cache_dtype in ENGINE_DTYPES else 9
+    return (cost, a.num_gpus, quality, -a.max_concurrency, a.tensor_parallel_size)
+
+
+def _layout(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bounds) -> Answer | None:
+    label = f"TP {tp} x PP {pp}"
+    if q.fixed_num_gpus is not None:
+        return _longest_context(q, gpu, tp, pp, dtype, bounds)
+    try:
+        p = _replica(q, gpu, tp, pp, dtype, q.max_model_len or q.model.max_context)
+    except InfeasibleError as exc:
+        if "weights need" not in str(exc) and "needs" in str(exc):
+            bounds.reasons.append(f"{gpu.name} {label}: {exc}")
+        return None
+    if bounds.weights_min is None or tp * pp < bounds.weights_min[0]:
+        bounds.weights_min = (tp * pp, f"{gpu.name} {label}")
+    per_replica = p.max_concurrency_per_replica
+    max_dp = q.max_gpus // (tp * pp)
+    best_users = per_replica * max_dp
+    if bounds.best_users is None or best_users > bounds.best_users[0]:
+        bounds.best_users = (best_users, f"{max_dp * tp * pp}x {gpu.name} ({label}, DP {max_dp}, {dtype})")
+    if per_replica < 1:
+        return None
+    dp = ceil_div(q.users, per_replica)
+    while dp <= max_dp:
+        tpot = _tpot(p, ceil_div(q.users, dp))
+        if q.tpot_ms is None or tpot <= q.tpot_ms:
+            break
+        dp += 1
+    fastest_dp = max(dp, 1) if dp <= max_dp else max_dp
+    if max_dp >= 1:
+        fastest = _tpot(p, ceil_div(q.users, max(fastest_dp, 1)))
+        if bounds.best_tpot is None or fastest < bounds.best_tpot[0]:
+            bounds.best_tpot = (
+                fastest,
+                f"{fastest_dp * tp * pp}x {gpu.name} ({label}, DP {fastest_dp}, {dtype})",
+            )
+            bounds.weight_ms = speed.decode_step(speed.DecodeInputs(**p.decode["inputs"]), 1, 0).memory_ms
+    if dp > max_dp:
+        return None
+    return _answer(q, gpu, p, tp, pp, dp, dtype, _tpot(p, ceil_div(q.users, dp)))
+
+
+def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: str, tpot: float) -> Answer:
+    n = tp * pp * dp
+    conc = p.max_concurrency_per_replica * dp
+    mfs = engines.sglang_memory_settings(gpu.memory_bytes, tp, pp).mem_fraction_static
+    margins = {
+        "users": conc / q.users - 1,
+        "tpot": 1 - tpot / q.tpot_ms if q.tpot_ms else None,
+    }
+    a = Answer(
+        gpu=gpu.name,
+        num_gpus=n,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        data_parallel_size=dp,
+        kv_cache_dtype=_dtype_name(dtype, p),
+        block_size=p.settings["block_size"],
+        max_model_len=p.settings["max_model_len"],
+        max_concurrency=conc,
+        tpot_ms=tpot,
+        cost_per_hour=n * q.prices[gpu.name] if q.prices else None,
+        margins=margins,
+        vllm_flags="",
+        sglang_flags="",
+        sglang_max_concurrency=None,
+        plan=p,
+    )
+    a.vllm_flags, a.sglang_flags = _flags(q, a, p, mfs)
+    return a
+
+
+def _longest_context(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bounds) -> Answer | None:
+    """--max-context: the largest max_model_len at which `users` fit on exactly q.fixed_num_gpus."""
+    dp = q.fixed_num_gpus // (tp * pp)
+    per_replica_users = ceil_div(q.users, dp)
+
+    def fits(length: int) -> Plan | None:
+        try:
+            p = _replica(q, gpu, tp, pp, dtype, length)
+        except KvplanError:
+            return None
+        if p.max_concurrency_per_replica < per_replica_users:
+            return None
+        if q.tpot_ms is not None and _tpot(p, per_replica_users) > q.tpot_ms:
+            return None
+        return p
+
+    lo, hi, best = 1, q.model.max_context, None
+    while lo <= hi:  # capacity falls as the context grows: binary search the last length that fits
+        mid = (lo + hi) // 2
+        p = fits(mid)
+        if p is not None:
+            best, lo = p, mid + 1
+        else:
+            hi = mid - 1
+    if best is None:
+        bounds.reasons.append(f"{gpu.name} TP {tp} x PP {pp} x DP {dp} ({dtype}): not even 1 token each")
+        return None
+    return _answer(q, gpu, best, tp, pp, dp, dtype, _tpot(best, per_replica_users))
+
+
+def verdict(q: Query, bounds: _Bounds) -> str:
+    """One line naming the binding constraint and by how much."""
+    names = "/".join(g.name for g in q.gpus)
+    if bounds.weights_min is None:
+        # no replica holds the weights within --max-gpus: how many would?
+        need = _weights_gpus(q)
+        if need is None:
+            return (
+                f"{q.model.name}'s weights do not fit on {MAX_PP * max(g.gpus_per_node for g in q.gpus)} {names} "
+                "(TP x PP); use a larger GPU or a smaller --weight-dtype"
+            )
+        n, where = need
+        return f"weights alone need {n} {names} ({where}); --max-gpus is {q.max_gpus}"
+    if q.fixed_num_gpus is not None:
+        extra = "; ".join(bounds.reasons[:2])
+        return f"{q.users:,} users do not fit on {q.fixed_num_gpus} {names} at any context" + (
+            f" ({extra})" if extra else ""
+        )
+    if bounds.best_users is not None and bounds.best_users[0] < q.users:
+        c, where = bounds.best_users
+        return (
+            f"at most {c:,} users fit at {q.max_model_len:,} tokens within --max-gpus {q.max_gpus} "
+            f"({where}); {q.users:,} need more GPUs, a shorter --max-model-len"
+            + (" or fp8 KV" if "fp8" not in q.kv_dtypes else "")
+        )
+    if q.tpot_ms is not None and bounds.best_tpot is not None:
+        t, where = bounds.best_tpot
+        weights = (
+            f"; the weights alone take {bounds.weight_ms:.1f} ms a step there" if bounds.weight_ms else ""
+        )
+        return (
+            f"--tpot-ms {q.tpot_ms:g}: the fastest layout within --max-gpus {q.max_gpus} reaches {t:.1f} ms "
+            f"at {q.users:,} users ({where}){weights}; allow more GPUs or relax the target"
+        )
+    return "no layout meets every target: " + "; ".join(bounds.reasons[:3])
+
+
+def _weights_gpus(q: Query) -> tuple[int, str] | None:
+    best = None
+    for gpu in q.gpus:
+        for tp in valid_tps(q.model, gpu.gpus_per_node):
+            for pp in range(1, MAX_PP + 1):
+                try:
+                    _replica(q, gpu, tp, pp, q.kv_dtypes[0], min(q.max_model_len or 1, q.model.max_context))
+                except InfeasibleError as exc:
+                    if "weights need" in str(exc):
+                        continue
+                if best is None or tp * pp < best[0]:
+                    best = (tp * pp, f"TP {tp} x PP {pp}")
+                break
+    return best
+
+
+def answer_margin_text(a: Answer) -> str:
+    parts = [f"users +{a.margins['users']:.0%}"]
+    if a.margins.get("tpot") is not None:
+        parts.append(f"TPOT {a.margins['tpot']:+.0%}")
+    return ", ".join(parts)
