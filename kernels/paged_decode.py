@@ -1,0 +1,359 @@
+"""Paged decode attention in Triton: one query token per sequence, K/V in pages.
+
+Cache layout `[num_blocks, page_size, num_kv_heads, head_dim]` (vLLM's flash layout): the
+head_dim values of one token and head are contiguous, so a tile of tokens is a strided gather
+of contiguous rows, addressed through each sequence's block table.
+
+Design (shared/reference/kernels.md):
+- GQA packing: a program serves all query heads of one KV head, so each K/V tile is read
+  once; the head group is padded to 16 for `tl.dot`.
+- Split-K: each sequence's context is cut into chunks handled by separate programs that write
+  a partial output and its log-sum-exp; a second kernel merges them. Long contexts at small
+  batch then fill the GPU.
+- Quantized KV (fp8 e4m3/e5m2, int8) is upcast in the kernel; the K scale is folded into the
+  softmax scale and the V scale applied to the merged output.
+- MLA: one latent "head" (kv_lora_rank + rope = 512 + 64 values) serves every query head; K is
+  the whole latent, V its first `v_dim` (512) values, read from the same cache. A head size
+  that is not a power of two is split into a power-of-two main part and tail (576 = 512 + 64).
+
+Runs under Triton 3.6 and 3.9; on the CPU through TRITON_INTERPRET=1.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+KV_DTYPES = {
+    torch.float16: tl.float16,
+    torch.bfloat16: tl.bfloat16,
+    torch.float32: tl.float32,
+    torch.int8: tl.bfloat16,
+}
+for _name in ("float8_e4m3fn", "float8_e5m2"):
+    if hasattr(torch, _name):
+        KV_DTYPES[getattr(torch, _name)] = tl.bfloat16
+Q_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+LOG2E = 1.4426950408889634
+MIN_SPLIT_TOKENS = 256
+INTERPRETED = (
+    os.environ.get("TRITON_INTERPRET") == "1"
+)  # below this a split does too little work to pay for its merge
+
+
+@triton.jit
+def _split_kernel(
+    Q,
+    K,
+    V,
+    BT,
+    SEQ,
+    OUT_PART,
+    LSE_PART,
+    qk_scale,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_kp,
+    stride_kh,
+    stride_vb,
+    stride_vp,
+    stride_vh,
+    stride_btb,
+    stride_ob,
+    stride_oh,
+    stride_os,
+    stride_lb,
+    stride_lh,
+    GROUP: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    D_MAIN: tl.constexpr,
+    D_TAIL: tl.constexpr,
+    V_DIM: tl.constexpr,
+    DV: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
+    b = tl.program_id(0)
+    kvh = tl.program_id(1)
+    sp = tl.program_id(2)
+    seq_len = tl.load(SEQ + b)
+    start = sp * SPLIT
+    end = tl.minimum(start + SPLIT, seq_len)
+
+    offs_g = tl.arange(0, GROUP_PAD)
+    gmask = offs_g < GROUP
+    heads = kvh * GROUP + offs_g
+    offs_d = tl.arange(0, D_MAIN)
+    dmask = offs_d < HEAD_DIM
+    q = tl.load(
+        Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+        mask=gmask[:, None] & dmask[None, :],
+        other=0.0,
+    ).to(COMPUTE)
+    if D_TAIL > 0:
+        offs_t = D_MAIN + tl.arange(0, D_TAIL)
+        q_tail = tl.load(
+            Q + b * stride_qb + heads[:, None] * stride_qh + offs_t[None, :], mask=gmask[:, None], other=0.0
+        ).to(COMPUTE)
+    offs_v = tl.arange(0, DV)
+    vmask = offs_v < V_DIM
+
+    m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
+    acc = tl.zeros([GROUP_PAD, DV], dtype=tl.float32)
+    for t0 in range(start, end, BLOCK_N):
+        offs_n = t0 + tl.arange(0, BLOCK_N)
+        nmask = offs_n < end
+        blk = tl.load(BT + b * stride_btb + offs_n // PAGE, mask=nmask, other=0).to(tl.int64)
+        slot = offs_n % PAGE
+        row_k = K + blk * stride_kb + slot * stride_kp + kvh * stride_kh
+        k = tl.load(row_k[:, None] + offs_d[None, :], mask=nmask[:, None] & dmask[None, :], other=0.0)
+        if COMPUTE == tl.float32:
+            qk = tl.dot(q, tl.trans(k.to(COMPUTE)), input_precision="ieee")
+        else:
+            qk = tl.dot(q, tl.trans(k.to(COMPUTE)))
+        if D_TAIL > 0:
+            k_tail = tl.load(row_k[:, None] + offs_t[None, :], mask=nmask[:, None], other=0.0)
+            if COMPUTE == tl.float32:
+                qk += tl.dot(q_tail, tl.trans(k_tail.to(COMPUTE)), input_precision="ieee")
+            else:
+                qk += tl.dot(q_tail, tl.trans(k_tail.to(COMPUTE)))
+        qk = tl.where(nmask[None, :], qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        row_v = V + blk * stride_vb + slot * stride_vp + kvh * stride_vh
+        v = tl.load(row_v[:, None] + offs_v[None, :], mask=nmask[:, None] & vmask[None, :], other=0.0)
+        if COMPUTE == tl.float32:
+            acc = acc * alpha[:, None] + tl.dot(p, v.to(COMPUTE), input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v.to(COMPUTE))
+        m_i = m_new
+
+    has = l_i > 0.0  # an empty split (past the sequence's end) contributes nothing
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(has, m_i + tl.math.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    o_ptrs = OUT_PART + b * stride_ob + heads[:, None] * stride_oh + sp * stride_os + offs_v[None, :]
+    tl.store(o_ptrs, out, mask=gmask[:, None] & vmask[None, :])
+    tl.store(LSE_PART + b * stride_lb + heads * stride_lh + sp, lse, mask=gmask)
+
+
+@triton.jit
+def _merge_kernel(
+    OUT_PART,
+    LSE_PART,
+    OUT,
+    v_scale,
+    num_splits,
+    stride_pb,
+    stride_ph,
+    stride_ps,
+    stride_lb,
+    stride_lh,
+    stride_ob,
+    stride_oh,
+    V_DIM: tl.constexpr,
+    DV: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
+):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_s = tl.arange(0, SPLITS_PAD)
+    smask = offs_s < num_splits
+    offs_v = tl.arange(0, DV)
+    vmask = offs_v < V_DIM
+    lse = tl.load(LSE_PART + b * stride_lb + h * stride_lh + offs_s, mask=smask, other=float("-inf"))
+    m = tl.max(lse, 0)
+    w = tl.where(lse > float("-inf"), tl.math.exp2(lse - m), 0.0)
+    parts = tl.load(
+        OUT_PART + b * stride_pb + h * stride_ph + offs_s[:, None] * stride_ps + offs_v[None, :],
+        mask=smask[:, None] & vmask[None, :],
+        other=0.0,
+    )
+    out = tl.sum(parts * w[:, None], 0) / tl.sum(w, 0) * v_scale
+    tl.store(OUT + b * stride_ob + h * stride_oh + offs_v, out.to(OUT.dtype.element_ty), mask=vmask)
+
+
+def _dims(head_dim: int) -> tuple[int, int]:
+    """(main, tail): a power-of-two main part and a power-of-two tail of at least 16 (576 = 512 + 64),
+    or the next power of two with the excess masked."""
+    main = 1 << (head_dim.bit_length() - 1)
+    tail = head_dim - main
+    if tail == 0:
+        return max(main, 16), 0
+    if tail >= 16 and tail & (tail - 1) == 0:
+        return main, tail
+    return triton.next_power_of_2(head_dim), 0
+
+
+def _check(q, k_cache, v_cache, block_table, seq_lens, v_dim) -> None:
+    def bad(msg: str):
+        raise ValueError(f"paged_decode: {msg}")
+
+    if q.dim() != 3:
+        bad(f"q must be [batch, q_heads, head_dim], got shape {tuple(q.shape)}")
+    if k_cache.dim() != 4 or v_cache.dim() != 4:
+        bad("k_cache and v_cache must be [num_blocks, page_size, kv_heads, head_dim]")
+    if k_cache.shape[:3] != v_cache.shape[:3]:
+        bad(
+            f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} disagree on blocks/page/heads"
+        )
+    if q.shape[-1] != k_cache.shape[-1]:
+        bad(f"q head_dim {q.shape[-1]} != k_cache head_dim {k_cache.shape[-1]}")
+    if q.shape[1] % k_cache.shape[2]:
+        bad(f"{q.shape[1]} query heads are not a multiple of {k_cache.shape[2]} KV heads")
+    if v_dim is not None and not 1 <= v_dim <= v_cache.shape[-1]:
+        bad(f"v_dim {v_dim} outside 1..{v_cache.shape[-1]}")
+    if q.dtype not in Q_DTYPES:
+        bad(f"q dtype {q.dtype} not supported (fp16, bf16, fp32)")
+    if k_cache.dtype not in KV_DTYPES or v_cache.dtype != k_cache.dtype:
+        bad(f"KV dtype {k_cache.dtype}/{v_cache.dtype} not supported or mixed")
+    if block_table.dtype != torch.int32 or seq_lens.dtype != torch.int32:
+        bad("block_table and seq_lens must be int32")
+    if (
+        block_table.dim() != 2
+        or seq_lens.dim() != 1
+        or block_table.shape[0] != q.shape[0] != seq_lens.shape[0]
+    ):
+        bad("block_table must be [batch, max_pages] and seq_lens [batch]")
+    devices = {t.device for t in (q, k_cache, v_cache, block_table, seq_lens)}
+    if len(devices) != 1:
+        bad(f"all tensors must be on one device, got {sorted(map(str, devices))}")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("block_table", block_table)):
+        if t.stride(-1) != 1:
+            bad(f"{name} must be contiguous in its last dimension")
+    if seq_lens.stride(0) != 1:
+        bad("seq_lens must be contiguous")
+
+
+def _compute_dtype(q: torch.Tensor, k_cache: torch.Tensor):
+    """The dtype tl.dot multiplies in: the cache's 16-bit type (tensor cores), fp32 for fp32 inputs.
+    Triton's CPU interpreter has no bf16 arithmetic (numpy has none), so it computes in fp32."""
+    if q.dtype == torch.float32 or k_cache.dtype == torch.float32 or INTERPRETED:
+        return tl.float32
+    return KV_DTYPES[k_cache.dtype]
+
+
+def split_plan(batch: int, kv_heads: int, max_len: int, block_n: int, programs: int) -> tuple[int, int]:
+    """(number of splits, tokens per split): enough programs to fill the device, each split at
+    least MIN_SPLIT_TOKENS long, tokens per split a multiple of the tile."""
+    per_split = batch * kv_heads
+    splits = 1 if per_split >= programs else math.ceil(programs / per_split)
+    splits = max(1, min(splits, math.ceil(max_len / MIN_SPLIT_TOKENS)))
+    tokens = math.ceil(max_len / splits)
+    tokens = math.ceil(tokens / block_n) * block_n
+    return math.ceil(max_len / tokens), tokens
+
+
+def paged_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    scale: float | None = None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    v_dim: int | None = None,
+    num_splits: int | None = None,
+    block_n: int | None = None,
+    max_seq_len: int | None = None,
+) -> torch.Tensor:
+    """Attention of one new token per sequence over its paged K/V; returns [batch, q_heads, v_dim] in q's dtype.
+
+    `k_scale`/`v_scale` dequantize fp8/int8 caches (per-tensor); `v_dim` reads the first v_dim values
+    of each V row (MLA: pass the latent cache as both k_cache and v_cache with v_dim=512);
+    `max_seq_len` (else read from seq_lens, one device sync) sizes the split-K grid.
+    """
+    _check(q, k_cache, v_cache, block_table, seq_lens, v_dim)
+    batch, q_heads, head_dim = q.shape
+    _, page, kv_heads, _ = k_cache.shape
+    vd = v_dim or v_cache.shape[-1]
+    group = q_heads // kv_heads
+    max_len = int(seq_lens.max()) if max_seq_len is None else max_seq_len
+    if max_len < 1 or (max_seq_len is None and int(seq_lens.min()) < 1):
+        raise ValueError("paged_decode: every sequence needs at least one token")
+    if max_len > block_table.shape[1] * page:
+        raise ValueError(
+            f"paged_decode: a sequence of {max_len} tokens needs more than "
+            f"{block_table.shape[1]} pages of {page}"
+        )
+    d_main, d_tail = _dims(head_dim)
+    dv = max(16, triton.next_power_of_2(vd))
+    if block_n is None:
+        block_n = 64 if head_dim <= 128 else 32
+    if q.is_cuda:
+        programs = 4 * torch.cuda.get_device_properties(q.device).multi_processor_count
+    else:
+        programs = 8
+    splits, tokens = split_plan(batch, kv_heads, max_len, block_n, programs)
+    if num_splits is not None:
+        tokens = math.ceil(math.ceil(max_len / num_splits) / block_n) * block_n
+        splits = math.ceil(max_len / tokens)
+    out_part = torch.empty(batch, q_heads, splits, vd, dtype=torch.float32, device=q.device)
+    lse_part = torch.empty(batch, q_heads, splits, dtype=torch.float32, device=q.device)
+    sm_scale = head_dim**-0.5 if scale is None else scale
+    _split_kernel[(batch, kv_heads, splits)](
+        q,
+        k_cache,
+        v_cache,
+        block_table,
+        seq_lens,
+        out_part,
+        lse_part,
+        sm_scale * k_scale * LOG2E,
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        block_table.stride(0),
+        out_part.stride(0),
+        out_part.stride(1),
+        out_part.stride(2),
+        lse_part.stride(0),
+        lse_part.stride(1),
+        GROUP=group,
+        GROUP_PAD=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim,
+        D_MAIN=d_main,
+        D_TAIL=d_tail,
+        V_DIM=vd,
+        DV=dv,
+        PAGE=page,
+        BLOCK_N=block_n,
+        SPLIT=tokens,
+        COMPUTE=_compute_dtype(q, k_cache),
+    )
+    out = torch.empty(batch, q_heads, vd, dtype=q.dtype, device=q.device)
+    _merge_kernel[(batch, q_heads)](
+        out_part,
+        lse_part,
+        out,
+        v_scale,
+        splits,
+        out_part.stride(0),
+        out_part.stride(1),
+        out_part.stride(2),
+        lse_part.stride(0),
+        lse_part.stride(1),
+        out.stride(0),
+        out.stride(1),
+        V_DIM=vd,
+        DV=dv,
+        SPLITS_PAD=max(2, triton.next_power_of_2(splits)),
+    )
+    return out
