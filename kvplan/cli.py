@@ -184,9 +184,16 @@ def estimate(
         bool,
         typer.Option(
             "--calibration/--no-calibration",
-            help="Use a non-KV overhead saved by `kvplan check-log --save-calibration` when one matches.",
+            help="Use what this machine measured: a non-KV overhead saved by `check-log --save-calibration` "
+            "and a bandwidth profile from `kvplan calibrate` for this GPU.",
         ),
     ] = True,
+    calibration_file: Annotated[
+        str | None,
+        typer.Option(
+            "--calibration-file", help="A `kvplan calibrate` profile to take decode bandwidth from."
+        ),
+    ] = None,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the whole plan as JSON (schema in the README).")
     ] = False,
@@ -219,6 +226,7 @@ def estimate(
             pipeline_parallel_size,
             mnbt,
         )
+    bandwidth = _bandwidth_profile(gpu, calibration, calibration_file)
     req = PlanRequest(
         model=spec,
         gpu=gpu,
@@ -249,6 +257,7 @@ def estimate(
         swa_full_tokens_ratio=swa_full_tokens_ratio,
         disable_hybrid_swa_memory=disable_hybrid_swa_memory,
         enable_prefix_caching=enable_prefix_caching,
+        **bandwidth,
         shared_prefix_tokens=parse_count(shared_prefix_tokens, "--shared-prefix-tokens"),
         prefix_hit_rate=prefix_hit_rate,
     )
@@ -261,6 +270,28 @@ def estimate(
     from kvplan.render import render_plan
 
     render_plan(plan, _console(), explain=explain)
+
+
+def _bandwidth_profile(gpu, use_saved: bool, path: str | None) -> dict:
+    """PlanRequest fields for a measured decode bandwidth: a named profile, else this GPU's saved one."""
+    from pathlib import Path
+
+    from kvplan import calibrate
+
+    if path:
+        found = calibrate.load(Path(path)), Path(path)
+    elif use_saved:
+        found = calibrate.find_for(gpu.name)
+    else:
+        found = None
+    if found is None:
+        return {}
+    prof, where = found
+    return {
+        "decode_bandwidth_bytes_per_s": prof.fit.peak_bytes_per_s,
+        "decode_bandwidth_half_bytes": prof.fit.half_bytes,
+        "decode_bandwidth_source": prof.describe(where),
+    }
 
 
 def _calibrated_reserve(model, gpu, engine, num_gpus, nodes, tp, pp, mnbt) -> tuple[int | None, str | None]:
@@ -279,6 +310,63 @@ def _calibrated_reserve(model, gpu, engine, num_gpus, nodes, tp, pp, mnbt) -> tu
     if entry is None:
         return None, None
     return entry.reserve_bytes, entry.describe(path)
+
+
+@app.command()
+@reports_errors
+def calibrate(
+    device: Annotated[
+        str, typer.Option("--device", help="cuda (the local GPU) or cpu (the torch reference on this CPU).")
+    ] = "cuda",
+    quick: Annotated[
+        bool, typer.Option("--quick", help="A small sweep (target: under 2 minutes on an H100).")
+    ] = False,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", "-m", help="Use this model's head layout (default: GQA 32/8 x 128)."),
+    ] = None,
+    kv_dtype: Annotated[
+        str | None,
+        typer.Option("--kv-dtype", help="Comma list: bf16, fp16, fp8, int8 (default: bf16, + fp8 on sm89+)."),
+    ] = None,
+    output: Annotated[
+        str | None,
+        typer.Option("--output", "-o", help="Where to write the profile (default: kvplan's data dir)."),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the profile as JSON.")] = False,
+) -> None:
+    """Measure what kvplan's paged decode kernel reaches on this GPU and save it for estimate."""
+    from pathlib import Path
+
+    from kvplan import calibrate as cal
+    from kvplan.specs.registry import all_gpus, load_model
+
+    if device not in ("cuda", "cpu"):
+        raise UsageError(f"--device must be cuda or cpu, got {device!r}")
+    layout = cal.model_layout(load_model(model)) if model else dict(cal.STANDARD_LAYOUT)
+    torch = cal._require_torch(device)
+    if kv_dtype:
+        dtypes = [d.strip() for d in kv_dtype.split(",") if d.strip()]
+    elif device == "cuda" and torch.cuda.get_device_capability(0) >= (8, 9):
+        dtypes = ["bf16", "fp8"]  # Triton's fp8e4nv needs sm89 or newer (kernels.md)
+    else:
+        dtypes = ["bf16"]
+    err = Console(stderr=True, soft_wrap=True)
+    prof = cal.run(device, quick, layout, dtypes, all_gpus(), lambda line: err.print(line, highlight=False))
+    path = Path(output) if output else cal.default_path(prof.gpu_spec or prof.device_name)
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise UsageError(f"--output {path}: profiles are YAML; name it .yaml")
+    cal.save(prof, path)
+    if json_out:
+        import dataclasses
+
+        from kvplan.render import to_json
+
+        typer.echo(to_json({**dataclasses.asdict(prof), "path": str(path)}))
+        return
+    from kvplan.render import render_profile
+
+    render_profile(prof, path, _console())
 
 
 @app.command("check-log")

@@ -62,7 +62,10 @@ class PlanRequest:
     mem_fraction_static: float | None = None  # SGLang
     swa_full_tokens_ratio: float = 0.8  # SGLang
     disable_hybrid_swa_memory: bool = False  # SGLang
-    decode_bandwidth_bytes_per_s: float | None = None  # measured (a calibration profile); None: datasheet
+    decode_bandwidth_bytes_per_s: float | None = (
+        None  # measured peak (a calibration profile); None: datasheet
+    )
+    decode_bandwidth_half_bytes: float = 0.0  # the measured curve's half-saturation bytes
     decode_bandwidth_source: str | None = None
     enable_prefix_caching: bool = True
     shared_prefix_tokens: int = 0
@@ -709,6 +712,7 @@ def _speed(req, spec, gpu, weights, params, w_fmt, tp, pp, max_len, max_conc, pe
         pp=pp,
         bandwidth_bytes_per_s=bandwidth,
         link_bytes_per_s=gpu.interconnect.bytes_per_s if gpu.interconnect else gpu.pcie_bytes_per_s,
+        bandwidth_half_bytes=req.decode_bandwidth_half_bytes if req.decode_bandwidth_bytes_per_s else 0.0,
     )
     one = speed.decode_step(inp, 1, per_req_gpu)
     full = speed.decode_step(inp, max_conc, per_req_gpu) if max_conc else None

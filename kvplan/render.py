@@ -155,9 +155,8 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
 
 def _render_speed(plan: Plan, console: Console) -> None:
     d = plan.decode
-    t = _table(
-        "Decode speed per replica (estimated)", "", "weights read", "KV read", "step (TPOT)", "tokens/s"
-    )
+    kind = "measured bandwidth" if d["measured"] else "estimated"
+    t = _table(f"Decode speed per replica ({kind})", "", "weights read", "KV read", "step (TPOT)", "tokens/s")
     rows = [("batch 1", d["batch_1"])]
     if d["at_max_concurrency"]:
         rows.append(
@@ -180,7 +179,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
             fmt_bytes(r["weight_bytes_read"]),
             fmt_bytes(r["kv_bytes_read"]),
             f"{r['tpot_ms']:,.2f} ms",
-            f"{r['tokens_per_s']:,.0f}",
+            f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] >= 10 else f"{r['tokens_per_s']:.3g}",
         )
     console.print(t)
     console.print(f"bandwidth: {d['bandwidth_source']}", highlight=False)
@@ -361,3 +360,42 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
         "0.80 assumed efficiency (estimate); users margin: max users / users - 1",
         highlight=False,
     )
+
+
+def render_profile(prof, path, console: Console) -> None:
+    label = "CPU profile" if prof.device == "cpu" else prof.device_name
+    t = _table(
+        f"Decode kernel on {label} ({'quick' if prof.quick else 'full'} sweep)",
+        "KV",
+        "batch",
+        "context",
+        "bytes read",
+        "time",
+        "bandwidth",
+    )
+    for p in prof.points:
+        t.add_row(
+            p.kv_dtype,
+            f"{p.batch:,}",
+            f"{p.context:,}",
+            fmt_bytes(p.bytes),
+            f"{p.seconds * 1e3:,.3f} ms",
+            f"{p.bytes_per_s / 1e9:,.1f} GB/s",
+        )
+    console.print(t)
+    c = prof.ceilings
+    console.print(
+        f"ceilings: copy {c['copy_bytes_per_s'] / 1e9:,.1f} GB/s (read + write), "
+        f"read-only stream {c['read_bytes_per_s'] / 1e9:,.1f} GB/s",
+        highlight=False,
+    )
+    f = prof.fit
+    sheet = f" (datasheet {prof.datasheet_bytes_per_s / 1e9:,.0f} GB/s)" if prof.datasheet_bytes_per_s else ""
+    console.print(
+        f"fit: bandwidth(B) = {f.peak_bytes_per_s / 1e9:,.1f} GB/s x B / (B + {fmt_bytes(f.half_bytes)}){sheet}; "
+        f"rms error {f.rms_relative_error:.1%}",
+        highlight=False,
+    )
+    for n in prof.notes:
+        console.print(f"- {n}", highlight=False)
+    console.print(f"saved {path}", highlight=False)

@@ -32,8 +32,9 @@ class DecodeInputs:
     hidden_size: int
     tp: int
     pp: int
-    bandwidth_bytes_per_s: float  # effective, per GPU
+    bandwidth_bytes_per_s: float  # effective per GPU; with a half-bytes, the measured curve's peak
     link_bytes_per_s: float | None  # GPU-to-GPU, for TP all-reduces
+    bandwidth_half_bytes: float = 0.0  # measured curve: bandwidth(B) = peak x B / (B + half)
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,9 @@ def decode_step(inp: DecodeInputs, batch: int, kv_bytes_per_request: int) -> Ste
     touched = experts_touched(batch, inp.num_experts, inp.experts_per_token)
     weights = inp.weight_bytes - inp.embedding_bytes - round(inp.expert_bytes * (1.0 - touched))
     kv_read = batch * kv_bytes_per_request
-    memory_s = (weights + kv_read) / inp.bandwidth_bytes_per_s
+    streamed = weights + kv_read
+    bandwidth = inp.bandwidth_bytes_per_s * streamed / (streamed + inp.bandwidth_half_bytes)
+    memory_s = streamed / bandwidth
     comm_s = 0.0
     if inp.tp > 1:
         # two all-reduces of batch x hidden bf16 activations per layer (attention and MLP outputs)

@@ -1,0 +1,138 @@
+"""`kvplan calibrate`: the fit, GPU matching, profiles on disk, and the whole CPU pipeline with real
+measurements (sweep -> fit -> save -> estimate reads it)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from helpers import run_cli
+from kvplan import calibrate
+from kvplan.specs.registry import all_gpus
+
+
+def test_fit_recovers_a_known_curve():
+    peak, half = 3.0e12, 5.0e6
+    pts = [(b, peak * b / (b + half)) for b in (1e5, 1e6, 4e6, 1.6e7, 6.4e7, 2.56e8, 1e9)]
+    fit = calibrate.fit_curve(pts)
+    assert fit.peak_bytes_per_s == pytest.approx(peak, rel=0.05)
+    assert fit.half_bytes == pytest.approx(half, rel=0.1)
+    assert fit.rms_relative_error < 0.02
+    assert fit.bandwidth(1e12) == pytest.approx(fit.peak_bytes_per_s, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("device_name", "memory_gib", "expected"),
+    [
+        ("NVIDIA H200", 139.8, "H200"),
+        ("NVIDIA H100 80GB HBM3", 79.2, "H100-SXM"),
+        ("NVIDIA A100-SXM4-80GB", 79.15, "A100-80GB"),
+        ("NVIDIA L40S", 44.5, "L40S"),
+        ("Some Future GPU", 200, None),
+    ],
+)
+def test_device_names_match_shipped_gpus(device_name, memory_gib, expected):
+    spec = calibrate.match_gpu(device_name, int(memory_gib * 2**30), all_gpus())
+    assert (spec.name if spec else None) == expected
+
+
+def test_cpu_pipeline_measures_fits_saves_and_estimate_reads_it(tmp_path):
+    pytest.importorskip("torch")
+    path = tmp_path / "cpu.yaml"
+    r = run_cli("calibrate", "--device", "cpu", "--quick", "--output", str(path))
+    assert r.exit_code == 0, r.stderr
+    assert "saved" in r.stdout and "CPU profile" in r.stdout
+    assert "[4/4]" in r.stderr  # progress while it runs
+    data = yaml.safe_load(path.read_text())
+    assert data["schema"] == "kvplan.calibration/1" and data["device"] == "cpu"
+    assert {"torch", "triton", "measured_on", "layout", "ceilings", "points", "fit"} <= set(data)
+    assert len(data["points"]) == 4 and all(p["seconds"] > 0 for p in data["points"])
+    assert data["ceilings"]["copy_bytes_per_s"] > 0 and data["ceilings"]["read_bytes_per_s"] > 0
+    assert [p.name for p in tmp_path.iterdir()] == ["cpu.yaml"]  # written atomically, nothing left over
+    prof = calibrate.load(path)
+
+    j = run_cli(
+        "estimate", "-m", "llama3-8b", "--context", "8K", "--calibration-file", str(path), "--json"
+    ).json()
+    d = j["decode"]
+    assert d["measured"] and "CPU profile" in d["bandwidth_source"]
+    one = d["batch_1"]
+    streamed = one["weight_bytes_read"] + one["kv_bytes_read"]
+    bandwidth = prof.fit.bandwidth(streamed)
+    assert one["tpot_ms"] == pytest.approx(streamed / bandwidth * 1e3 + 0.2, rel=1e-6)
+    # a CPU profile is never picked up by GPU name, only when named
+    auto = run_cli("estimate", "-m", "llama3-8b", "--context", "8K", "--json").json()
+    assert not auto["decode"]["measured"]
+
+
+def test_saved_gpu_profile_is_found_by_gpu_name(tmp_path):
+    fit = calibrate.Fit(peak_bytes_per_s=3.0e12, half_bytes=1.0e7, rms_relative_error=0.01)
+    point = calibrate.Point("bf16", 64, 8192, 10**9, 1e9 / 2.9e12, 2.9e12)
+    prof = calibrate.Profile(
+        device="cuda",
+        device_name="NVIDIA H100 80GB HBM3",
+        gpu_spec="H100-SXM",
+        memory_bytes=85027979264,
+        sm_count=132,
+        driver="999.0",
+        torch="x",
+        triton="y",
+        measured_on="2026-11-30T00:00:00+00:00",
+        quick=True,
+        layout=dict(calibrate.STANDARD_LAYOUT),
+        ceilings={"bytes": 1.0, "copy_bytes_per_s": 1.0, "read_bytes_per_s": 1.0},
+        points=[point],
+        fit=fit,
+    )
+    calibrate.save(prof, calibrate.default_path("H100-SXM"))  # in the test's own data dir
+    j = run_cli("estimate", "-m", "llama3-8b", "-g", "H100", "--context", "8K", "--json").json()
+    assert j["decode"]["measured"] and "NVIDIA H100 80GB HBM3" in j["decode"]["bandwidth_source"]
+    assert j["decode"]["inputs"]["bandwidth_half_bytes"] == 1.0e7
+    off = run_cli(
+        "estimate", "-m", "llama3-8b", "-g", "H100", "--context", "8K", "--no-calibration", "--json"
+    )
+    assert not off.json()["decode"]["measured"]
+    other = run_cli("estimate", "-m", "llama3-8b", "-g", "H200", "--context", "8K", "--json").json()
+    assert not other["decode"]["measured"]  # an H100 profile says nothing of an H200
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("points: [\n", "not valid YAML"),
+        ("schema: kvplan.overheads/1\nentries: []\n", "not a kvplan calibration profile"),
+        ("schema: kvplan.calibration/1\ndevice: cuda\n", "malformed"),
+    ],
+)
+def test_corrupt_or_foreign_profile_is_a_one_line_error(tmp_path, content, message):
+    path = tmp_path / "p.yaml"
+    path.write_text(content)
+    r = run_cli("estimate", "-m", "llama3-8b", "--calibration-file", str(path))
+    assert r.exit_code == 2 and message in r.stderr and "p.yaml" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    missing = run_cli("estimate", "-m", "llama3-8b", "--calibration-file", str(tmp_path / "none.yaml"))
+    assert missing.exit_code == 2 and "run `kvplan calibrate` first" in missing.stderr
+
+
+def test_no_gpu_is_a_clear_error():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    r = run_cli("calibrate", "--quick")
+    assert r.exit_code == 2 and "no CUDA GPU here" in r.stderr and "--device cpu" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    bad = run_cli("calibrate", "--device", "tpu")
+    assert bad.exit_code == 2 and "--device must be cuda or cpu" in bad.stderr
+
+
+def test_model_layouts():
+    from kvplan.specs.registry import load_model
+
+    assert calibrate.model_layout(load_model("llama3-70b"))["kv_heads"] == 8
+    mla = calibrate.model_layout(load_model("deepseek-v3"))
+    assert (mla["kv_heads"], mla["head_dim"], mla["v_dim"], mla["mla"]) == (1, 576, 512, True)
+    assert math.isclose(
+        calibrate.kv_bytes({"kv_heads": 8, "head_dim": 128, "v_dim": 128}, 2, 17, 2), 2 * 32 * 8 * 256 * 2
+    )  # 17 tokens occupy two 16-token pages
