@@ -104,40 +104,57 @@ def _dtype_name(dtype: str, p: Plan) -> str:
     return "auto" if dtype == "auto" else p.settings["kv_cache_dtype"]
 
 
+# launch command, then the flags for TP, PP, DP, context length and the request cap, per engine
+_LAUNCH = {
+    "vllm": (
+        "vllm serve {model}",
+        "--tensor-parallel-size",
+        "--pipeline-parallel-size",
+        "--data-parallel-size",
+        "--max-model-len",
+        "--max-num-seqs",
+    ),
+    "sglang": (
+        "python -m sglang.launch_server --model-path {model}",
+        "--tp-size",
+        "--pp-size",
+        "--dp-size",
+        "--context-length",
+        "--max-running-requests",
+    ),
+}
+
+
+def _launch(engine: str, model: str, a: Answer, per_replica: int, extra: list[str]) -> str:
+    cmd, tp, pp, dp, ctx, cap = _LAUNCH[engine]
+    parts = [cmd.format(model=model), f"{tp} {a.tensor_parallel_size}"]
+    if a.pipeline_parallel_size > 1:
+        parts.append(f"{pp} {a.pipeline_parallel_size}")
+    if a.data_parallel_size > 1:
+        parts.append(f"{dp} {a.data_parallel_size}")
+    parts += [f"{ctx} {a.max_model_len}", *extra, f"{cap} {per_replica}"]
+    return " ".join(parts)
+
+
 def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str, str]:
     model = q.model.hf_id or q.model.name
     per_replica = ceil_div(q.users, a.data_parallel_size)
-    vllm = [
-        f"vllm serve {model}",
-        f"--tensor-parallel-size {a.tensor_parallel_size}",
-    ]
-    if a.pipeline_parallel_size > 1:
-        vllm.append(f"--pipeline-parallel-size {a.pipeline_parallel_size}")
-    if a.data_parallel_size > 1:
-        vllm.append(f"--data-parallel-size {a.data_parallel_size}")
-    vllm += [
-        f"--max-model-len {a.max_model_len}",
-        f"--kv-cache-dtype {a.kv_cache_dtype}",
-        f"--gpu-memory-utilization {p.settings['gpu_memory_utilization'] or 0.92:g}",
-        f"--max-num-seqs {per_replica}",
-        f"--block-size {a.block_size}",
-    ]
+    util = p.settings["gpu_memory_utilization"] or engines.vllm_default_utilization(engines.LATEST["vllm"])
+    vllm = (
+        _launch(
+            "vllm",
+            model,
+            a,
+            per_replica,
+            [f"--kv-cache-dtype {a.kv_cache_dtype}", f"--gpu-memory-utilization {util:g}"],
+        )
+        + f" --block-size {a.block_size}"
+    )
     sg_dtype = {"auto": "auto", "fp8": "fp8_e4m3"}.get(a.kv_cache_dtype, a.kv_cache_dtype)
-    sglang = [
-        f"python -m sglang.launch_server --model-path {model}",
-        f"--tp-size {a.tensor_parallel_size}",
-    ]
-    if a.pipeline_parallel_size > 1:
-        sglang.append(f"--pp-size {a.pipeline_parallel_size}")
-    if a.data_parallel_size > 1:
-        sglang.append(f"--dp-size {a.data_parallel_size}")
-    sglang += [
-        f"--context-length {a.max_model_len}",
-        f"--kv-cache-dtype {sg_dtype}",
-        f"--mem-fraction-static {mfs:g}",
-        f"--max-running-requests {per_replica}",
-    ]
-    return " ".join(vllm), " ".join(sglang)
+    sglang = _launch(
+        "sglang", model, a, per_replica, [f"--kv-cache-dtype {sg_dtype}", f"--mem-fraction-static {mfs:g}"]
+    )
+    return vllm, sglang
 
 
 @dataclass
