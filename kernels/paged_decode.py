@@ -71,6 +71,7 @@ def _split_kernel(
     stride_lh,
     GROUP: tl.constexpr,
     GROUP_PAD: tl.constexpr,
+    CHUNKS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     D_MAIN: tl.constexpr,
     D_TAIL: tl.constexpr,
@@ -82,13 +83,14 @@ def _split_kernel(
     COMPUTE: tl.constexpr,
 ):
     b = tl.program_id(0)
-    kvh = tl.program_id(1)
+    kvh = tl.program_id(1) // CHUNKS  # a KV head's query heads may be served by CHUNKS programs
+    chunk = tl.program_id(1) % CHUNKS
     sp = tl.program_id(2)
     seq_len = tl.load(SEQ + b)
     start = sp * SPLIT
     end = tl.minimum(start + SPLIT, seq_len)
 
-    offs_g = tl.arange(0, GROUP_PAD)
+    offs_g = chunk * GROUP_PAD + tl.arange(0, GROUP_PAD)
     gmask = offs_g < GROUP
     heads = kvh * GROUP + offs_g
     offs_d = tl.arange(0, D_MAIN)
@@ -268,12 +270,15 @@ def paged_decode(
     num_splits: int | None = None,
     block_n: int | None = None,
     max_seq_len: int | None = None,
+    head_chunk: int | None = None,
 ) -> torch.Tensor:
     """Attention of one new token per sequence over its paged K/V; returns [batch, q_heads, v_dim] in q's dtype.
 
     `k_scale`/`v_scale` dequantize fp8/int8 caches (per-tensor); `v_dim` reads the first v_dim values
     of each V row (MLA: pass the latent cache as both k_cache and v_cache with v_dim=512);
-    `max_seq_len` (else read from seq_lens, one device sync) sizes the split-K grid.
+    `max_seq_len` (else read from seq_lens, one device sync) sizes the split-K grid; `head_chunk`
+    (a power of two >= 16) caps the query heads one program serves (default: as many as keep its
+    accumulator near 8K values; each chunk re-reads its K/V).
     """
     _check(q, k_cache, v_cache, block_table, seq_lens, v_dim)
     batch, q_heads, head_dim = q.shape
@@ -303,7 +308,13 @@ def paged_decode(
     out_part = torch.empty(batch, q_heads, splits, vd, dtype=torch.float32, device=q.device)
     lse_part = torch.empty(batch, q_heads, splits, dtype=torch.float32, device=q.device)
     sm_scale = head_dim**-0.5 if scale is None else scale
-    _split_kernel[(batch, kv_heads, splits)](
+    group_pad = max(16, triton.next_power_of_2(group))
+    if head_chunk is None:  # keep the fp32 accumulator within ~8K values a program (MLA: 16 heads x 512)
+        head_chunk = max(16, min(group_pad, 8192 // dv))
+    elif head_chunk < 16 or head_chunk & (head_chunk - 1):
+        raise ValueError(f"paged_decode: head_chunk must be a power of two >= 16, got {head_chunk}")
+    chunks = math.ceil(group / head_chunk)
+    _split_kernel[(batch, kv_heads * chunks, splits)](
         q,
         k_cache,
         v_cache,
@@ -327,7 +338,8 @@ def paged_decode(
         lse_part.stride(0),
         lse_part.stride(1),
         GROUP=group,
-        GROUP_PAD=max(16, triton.next_power_of_2(group)),
+        GROUP_PAD=min(group_pad, head_chunk),
+        CHUNKS=chunks,
         HEAD_DIM=head_dim,
         D_MAIN=d_main,
         D_TAIL=d_tail,

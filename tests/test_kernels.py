@@ -101,9 +101,17 @@ def test_split_k_merge_is_exact(splits):
 
 def test_mla_latent_576_with_512_value():
     seed = random.randrange(2**31)
-    case = make_case(2, 16, 1, 576, 16, [1, 45], torch.bfloat16, seed, mla=True)
-    out = check(case, torch.bfloat16, seed, v_dim=512)
-    assert out.shape == (2, 16, 512)
+    case = make_case(2, 32, 1, 576, 16, [1, 45], torch.bfloat16, seed, mla=True)
+    out = check(case, torch.bfloat16, seed, v_dim=512)  # 32 query heads: two programs of 16 per KV head
+    assert out.shape == (2, 32, 512)
+
+
+@pytest.mark.parametrize("head_chunk", [16, 32])
+def test_query_heads_split_across_programs(head_chunk):
+    seed = random.randrange(2**31)
+    case = make_case(2, 64, 2, 64, 16, [40, 17], torch.float32, seed)
+    out = check(case, torch.float32, seed, head_chunk=head_chunk)
+    assert torch.allclose(out, paged_decode(*case), atol=1e-5), f"seed {seed}"
 
 
 @pytest.mark.parametrize("kind", ["float8_e4m3fn", "int8"])
@@ -144,6 +152,8 @@ def test_launcher_rejects_bad_inputs():
         paged_decode(q, k, v, table, torch.tensor([5, 0], dtype=torch.int32, device=DEVICE))
     with pytest.raises(ValueError, match="dtype"):
         paged_decode(q.to(torch.int16), k, v, table, lens)
+    with pytest.raises(ValueError, match="power of two"):
+        paged_decode(q, k, v, table, lens, head_chunk=24)
 
 
 def test_split_plan():
