@@ -73,3 +73,19 @@ def test_installed_wheel_plans_from_another_directory(wheel, tmp_path):
     assert int(n_models) == len(list((REPO / "model_specs/models").glob("*.yaml")))
     assert int(n_gpus) == len(list((REPO / "model_specs/gpus").glob("*.yaml")))
     assert name == "llama3-70b"
+
+
+def test_shipped_specs_load_unvalidated_exactly_as_validated():
+    # load_model/load_gpu build shipped specs without re-validating (faster start); that path must
+    # give the very object validation gives, so a number written so that YAML reads it as a string
+    # (312e+12 without a point) shows up here
+    from kvplan.specs import registry
+    from kvplan.specs.models import GpuSpec, ModelSpec
+
+    for kind, cls in (("models", ModelSpec), ("gpus", GpuSpec)):
+        for path, data in registry._raw_specs(kind):
+            fast = registry._shipped(cls, data)
+            checked = registry.validate(cls, data, path)
+            assert fast == checked, path.name
+            if cls is ModelSpec:
+                assert fast.layers == checked.layers and fast.attention_summary == checked.attention_summary
