@@ -21,7 +21,9 @@ import time
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
-    ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU through Triton's interpreter")
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny shapes on the CPU through Triton's interpreter"
+    )
     args = ap.parse_args()
     if args.smoke:
         os.environ["TRITON_INTERPRET"] = "1"
@@ -72,22 +74,44 @@ def main() -> None:
                 table = torch.randperm(b * pages, device=device).to(torch.int32).reshape(b, pages)
                 lens = torch.full((b,), c, dtype=torch.int32, device=device)
                 q = torch.randn(b, hq, d, device=device, dtype=torch.bfloat16)
-                t = bench(lambda q=q, k=k, v=v, t=table, n=lens, c=c: paged_decode(q, k, v, t, n, max_seq_len=c))
+                t = bench(
+                    lambda q=q, k=k, v=v, t=table, n=lens, c=c: paged_decode(q, k, v, t, n, max_seq_len=c)
+                )
                 nbytes = 2 * b * pages * page * hkv * d * k.element_size() + 2 * q.numel() * q.element_size()
                 # SDPA on contiguous K/V (gathered beforehand, so its time is attention only)
-                kg = k[table.long()].reshape(b, pages * page, hkv, d)[:, :c].to(torch.bfloat16).transpose(1, 2)
-                vg = v[table.long()].reshape(b, pages * page, hkv, d)[:, :c].to(torch.bfloat16).transpose(1, 2)
+                kg = (
+                    k[table.long()].reshape(b, pages * page, hkv, d)[:, :c].to(torch.bfloat16).transpose(1, 2)
+                )
+                vg = (
+                    v[table.long()].reshape(b, pages * page, hkv, d)[:, :c].to(torch.bfloat16).transpose(1, 2)
+                )
                 kg, vg = kg.contiguous(), vg.contiguous()
                 qs = q.unsqueeze(2)
-                sdpa = bench(lambda qs=qs, kg=kg, vg=vg: torch.nn.functional.scaled_dot_product_attention(
-                    qs, kg, vg, enable_gqa=True))
+                sdpa = bench(
+                    lambda qs=qs, kg=kg, vg=vg: torch.nn.functional.scaled_dot_product_attention(
+                        qs, kg, vg, enable_gqa=True
+                    )
+                )
                 bw = nbytes / t
-                rows.append((dt, b, c, t * 1e3, bw / 1e9, bw / read if read else None,
-                             bw / sheet if sheet else None, sdpa * 1e3, sdpa / t))
+                rows.append(
+                    (
+                        dt,
+                        b,
+                        c,
+                        t * 1e3,
+                        bw / 1e9,
+                        bw / read if read else None,
+                        bw / sheet if sheet else None,
+                        sdpa * 1e3,
+                        sdpa / t,
+                    )
+                )
     head = [
         f"Paged decode kernel on {name}: GQA {hq}/{hkv} x {d}, page {page}",
         f"(useful GB/s = (Q + K/V pages + O) / median time; read ceiling {read / 1e9:,.0f} GB/s; datasheet "
-        f"{sheet / 1e9:,.0f} GB/s)" if read and sheet else "(smoke run: no ceilings)",
+        f"{sheet / 1e9:,.0f} GB/s)"
+        if read and sheet
+        else "(smoke run: no ceilings)",
         "",
         "| KV | batch | context | kernel ms | GB/s | of read ceiling | of datasheet | SDPA ms | kernel speed-up vs SDPA |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
