@@ -239,3 +239,20 @@ def test_gpu_is_inferred_from_a_logged_total_when_unambiguous():
     # 79.19 GiB fits both H100 parts (and the A100 80GB within 0.5%): no guess
     assert infer_gpu(load_gpu("H100").memory_bytes, all_gpus()) is None
     assert infer_gpu(10 * GiB, all_gpus()) is None
+
+
+def test_log_naming_a_local_checkpoint_reads_its_config_json(tmp_path):
+    # a model served from a local folder: the log's model path holds the config.json
+    ckpt = tmp_path / "Meta-Llama-3-70B"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text((REPO / "tests" / "fixtures" / "hf" / "llama3-70b.json").read_text())
+    log = tmp_path / "local.log"
+    log.write_text(
+        read("vllm_v033_llama3_70b_tp2_h200.log").replace("meta-llama/Meta-Llama-3-70B", str(ckpt))
+    )
+    j = run_cli("check-log", str(log), "--gpus", "H200", "--json").json()
+    assert all(r["cause"] == "matches" for r in j["arithmetic"])
+    shipped = run_cli(
+        "check-log", str(LOGS / "vllm_v033_llama3_70b_tp2_h200.log"), "--gpus", "H200", "--json"
+    ).json()
+    assert [r["kvplan"] for r in j["arithmetic"]] == [r["kvplan"] for r in shipped["arithmetic"]]
