@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from kvplan.cliutil import parse_gpus, reports_errors
+from kvplan.cliutil import parse_gpus, reports_errors, to_json
 from kvplan.errors import KvplanError, UsageError
 
 app = typer.Typer(
@@ -18,7 +17,9 @@ app = typer.Typer(
 )
 
 
-def _console(json_out: bool = False) -> Console:
+def _console(json_out: bool = False):
+    from rich.console import Console  # rich is loaded only to print tables (not for --json)
+
     return Console(stderr=json_out, soft_wrap=False)
 
 
@@ -263,8 +264,6 @@ def estimate(
     )
     plan = run_estimate(req)
     if json_out:
-        from kvplan.render import to_json
-
         typer.echo(to_json(plan.to_dict()))
         return
     from kvplan.render import render_plan
@@ -351,6 +350,8 @@ def calibrate(
         dtypes = ["bf16", "fp8"]  # Triton's fp8e4nv needs sm89 or newer (kernels.md)
     else:
         dtypes = ["bf16"]
+    from rich.console import Console
+
     err = Console(stderr=True, soft_wrap=True)
     prof = cal.run(device, quick, layout, dtypes, all_gpus(), lambda line: err.print(line, highlight=False))
     path = Path(output) if output else cal.default_path(prof.gpu_spec or prof.device_name)
@@ -359,8 +360,6 @@ def calibrate(
     cal.save(prof, path)
     if json_out:
         import dataclasses
-
-        from kvplan.render import to_json
 
         typer.echo(to_json({**dataclasses.asdict(prof), "path": str(path)}))
         return
@@ -496,8 +495,6 @@ def check_log(
             ),
         )
     if json_out:
-        from kvplan.render import to_json
-
         typer.echo(to_json({**result.to_dict(), "calibration_saved": str(saved) if saved else None}))
         return
     from kvplan.render import render_check
@@ -603,7 +600,6 @@ def solve(
         from kvplan.errors import InfeasibleError
 
         raise InfeasibleError(verdict(q, bounds))
-    from kvplan.render import render_solve, to_json
 
     if json_out:
         from kvplan.solve import SCHEMA
@@ -628,6 +624,8 @@ def solve(
             )
         )
         return
+    from kvplan.render import render_solve
+
     render_solve(q, answers, _console(), max_context)
 
 
@@ -641,7 +639,6 @@ def models(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.
     if json_out:
         from kvplan.formats import KV_DTYPES
         from kvplan.kv import model_bits_per_token
-        from kvplan.render import to_json
 
         bf16 = KV_DTYPES["bf16"]
         typer.echo(
@@ -679,8 +676,6 @@ def gpus(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")
 
     specs = all_gpus()
     if json_out:
-        from kvplan.render import to_json
-
         typer.echo(to_json([g.model_dump() for g in specs]))
         return
     from kvplan.render import render_gpus

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import typer
-from rich.console import Console
 
 from kvplan.errors import KvplanError, UsageError
 
@@ -41,6 +41,7 @@ def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
         try:
             return func(*args, **kwargs)
         except KvplanError as exc:
+            from rich.console import Console
             from rich.markup import escape
 
             Console(stderr=True, soft_wrap=True).print(
@@ -49,3 +50,8 @@ def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper
+
+
+def to_json(data: Any) -> str:
+    """The --json output of every command."""
+    return json.dumps(data, indent=2, sort_keys=False)

@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from kvplan.cliutil import parse_gpus, reports_errors
 from kvplan.errors import UsageError
@@ -124,7 +122,7 @@ def _fmt(kind: str | None, value) -> str:
     return str(value)
 
 
-def _emit_rows(rows: list[dict], columns, fmt: str, console: Console, title: str, footer: list[str]) -> None:
+def _emit_rows(rows: list[dict], columns, fmt: str, title: str, footer: list[str]) -> None:
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
@@ -141,6 +139,10 @@ def _emit_rows(rows: list[dict], columns, fmt: str, console: Console, title: str
         lines += [""] + [f"- {f}" for f in footer]
         typer.echo("\n".join(lines))
         return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(soft_wrap=False)
     t = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
     for i, (h, _, kind) in enumerate(columns):
         t.add_column(h, justify="left" if kind is None else "right", no_wrap=i < 2)
@@ -228,7 +230,7 @@ def _table(models, variants, gpus, max_model_len, tp, pp, util, kv_mem, block_si
         f"{cluster.get('num_gpus', '?')}x {base.gpu.name}, TP {cluster.get('tensor_parallel_size', '?')}, "
         f"{cluster.get('max_model_len', 0):,} tokens per request"
     )
-    _emit_rows([r.to_dict() for r in rows], _COLUMNS, fmt, Console(soft_wrap=False), title, footer)
+    _emit_rows([r.to_dict() for r in rows], _COLUMNS, fmt, title, footer)
 
 
 def _table_footer(rows, cluster, base) -> list[str]:
@@ -361,7 +363,7 @@ def _ladder(
         )
         return
     title = f"{base.model.name} on {shipped.cluster['num_gpus']}x {base.gpu.name}: the ladder (seed 000 15.8)"
-    _emit_rows(data, _LADDER_COLUMNS, fmt, Console(soft_wrap=False), title, notes)
+    _emit_rows(data, _LADDER_COLUMNS, fmt, title, notes)
 
 
 # --- plot -----------------------------------------------------------------------------------
@@ -453,10 +455,15 @@ def _plot(output, models, variants, gpus, max_model_len, tp, pp, util, kv_mem, b
     if path is None:
         return
     _write_chart(path, series, ctxs, bars, budget)
+    from rich.console import Console
+
     Console().print(f"wrote {path} ({path.stat().st_size:,} bytes)", highlight=False)
 
 
 def _terminal_curve(series, ctxs, budget: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console(soft_wrap=False)
     t = Table(
         title=f"Max concurrent requests vs context ({budget})",

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from rich.console import Console
 from rich.table import Table
 
 from kvplan.plan import Plan
 from kvplan.units import GiB, fmt_bytes, fmt_gib
-
-
-def to_json(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=False)
 
 
 def _table(title: str, *columns: str) -> Table:
