@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from kvplan.errors import SpecError, UsageError
-from kvplan.userdata import data_dir, write_atomic
+from kvplan.userdata import profile_path, write_atomic
 
 SCHEMA = "kvplan.calibration/1"
 STANDARD_LAYOUT = {"q_heads": 32, "kv_heads": 8, "head_dim": 128, "v_dim": 128}  # Llama-3-8B/70B-like GQA
@@ -328,8 +328,7 @@ def match_gpu(device_name: str, memory_bytes: int, gpus: list):
 
 
 def default_path(name: str) -> Path:
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "device"
-    return data_dir() / "calibrations" / f"{safe}.yaml"
+    return profile_path(name)
 
 
 def save(profile: Profile, path: Path) -> None:

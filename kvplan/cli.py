@@ -275,14 +275,13 @@ def _bandwidth_profile(gpu, use_saved: bool, path: str | None) -> dict:
     """PlanRequest fields for a measured decode bandwidth: a named profile, else this GPU's saved one."""
     from pathlib import Path
 
+    from kvplan.userdata import profile_path
+
+    if not path and not (use_saved and profile_path(gpu.name).exists()):
+        return {}  # nothing to read: the calibration module need not even load
     from kvplan import calibrate
 
-    if path:
-        found = calibrate.load(Path(path)), Path(path)
-    elif use_saved:
-        found = calibrate.find_for(gpu.name)
-    else:
-        found = None
+    found = (calibrate.load(Path(path)), Path(path)) if path else calibrate.find_for(gpu.name)
     if found is None:
         return {}
     prof, where = found
@@ -295,12 +294,14 @@ def _bandwidth_profile(gpu, use_saved: bool, path: str | None) -> dict:
 
 def _calibrated_reserve(model, gpu, engine, num_gpus, nodes, tp, pp, mnbt) -> tuple[int | None, str | None]:
     """A saved non-KV overhead for this exact setup, if `check-log --save-calibration` recorded one."""
+    from kvplan.userdata import overheads_path
+
+    path = overheads_path()
+    if not path.exists():
+        return None, None
     from kvplan import overheads
     from kvplan.parallel import make_layout
 
-    path = overheads.default_path()
-    if not path.exists():
-        return None, None
     try:
         layout = make_layout(num_gpus, gpu.gpus_per_node, nodes, tp, pp)
     except KvplanError:

@@ -15,10 +15,9 @@ from typing import Any
 import yaml
 
 from kvplan.errors import SpecError
-from kvplan.userdata import data_dir, write_atomic
+from kvplan.userdata import overheads_path, write_atomic
 
 SCHEMA = "kvplan.overheads/1"
-FILE_NAME = "overheads.yaml"
 KEY_FIELDS = (
     "model",
     "gpu",
@@ -31,7 +30,7 @@ REQUIRED = (*KEY_FIELDS, "reserve_bytes", "engine_version", "measured_on", "sour
 
 
 def default_path() -> Path:
-    return data_dir() / FILE_NAME
+    return overheads_path()
 
 
 @dataclass(frozen=True)

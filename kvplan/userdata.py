@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -15,6 +16,17 @@ def data_dir() -> Path:
         return Path(os.environ["KVPLAN_DATA_DIR"]).expanduser()
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base).expanduser() / "kvplan"
+
+
+def overheads_path() -> Path:
+    """Non-KV overheads measured by `kvplan check-log --save-calibration`."""
+    return data_dir() / "overheads.yaml"
+
+
+def profile_path(name: str) -> Path:
+    """The bandwidth profile `kvplan calibrate` saves for a GPU (by its spec name)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "device"
+    return data_dir() / "calibrations" / f"{safe}.yaml"
 
 
 def write_atomic(path: Path, text: str) -> None:
