@@ -445,3 +445,32 @@ def test_engines_that_keep_every_token_of_windowed_layers_cost_them_in_full():
         disable_hybrid_kv_cache_manager=True,
     )
     assert d.max_concurrency == (d.engine_num_blocks - 1) // 512 < v.max_concurrency
+
+
+def test_sglang_against_a_published_log():
+    # vLLM issue 21348: Qwen3-235B-A22B-FP8 on 4xH100, SGLang --tp 4 --mem-fraction-static 0.93 logged
+    # "KV Cache is allocated. #tokens: 367404, K size: 8.23 GB, V size: 8.23 GB"
+    p = plan(
+        "qwen3-235b-a22b",
+        "H100",
+        num_gpus=4,
+        max_model_len=40960,
+        engine="sglang",
+        mem_fraction_static=0.93,
+        weight_dtype="fp8",
+    )
+    assert p.engine_kv_cache_tokens == pytest.approx(367404, rel=0.03)  # kvplan: 374,864 (+2.0%)
+    # the K-size arithmetic, exactly: (367,404 + 1 padding slot) x 1 KV head per rank x 128 x 94 layers x 2 B
+    exact = plan(
+        "qwen3-235b-a22b",
+        "H100",
+        num_gpus=4,
+        max_model_len=40960,
+        engine="sglang",
+        kv_cache_memory_bytes=367404 * 94 * 256 * 2,
+        weight_dtype="fp8",
+    )
+    assert exact.engine_kv_cache_tokens == 367404
+    assert lines(exact) == [
+        "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 367404, K size: 8.23 GB, V size: 8.23 GB"
+    ]
