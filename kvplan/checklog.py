@@ -136,9 +136,9 @@ def _minor(version: str | None, engine: str | None) -> str | None:
         return None
 
 
-def _rounding_slack(log_bytes_gib_2dp: bool, block_bytes: int) -> int:
-    """Blocks that 0.005 GiB of rounding in a logged figure can hide."""
-    return math.ceil(0.005 * GiB / block_bytes) if log_bytes_gib_2dp and block_bytes else 0
+def _rounding_slack(block_bytes: int) -> int:
+    """Blocks that the 0.005 GiB rounding of a logged "X.XX GiB" figure can hide."""
+    return math.ceil(0.005 * GiB / block_bytes) if block_bytes else 0
 
 
 def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
@@ -156,9 +156,8 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
         arith = estimate(dataclasses.replace(req, num_gpu_blocks_override=f["num_gpu_blocks"]))
     elif f.get("available_kv_bytes") is not None:
         arith = estimate(dataclasses.replace(req, kv_cache_memory_bytes=f["available_kv_bytes"]))
-        slack = _rounding_slack(
-            True, eng["details"].get("block_bytes_per_stage", [0])[0] if log.engine == "vllm" else 0
-        )
+        if log.engine == "vllm":
+            slack = _rounding_slack(min(eng["details"]["block_bytes_per_stage"]))
     elif log.engine == "sglang" and f.get("kv_cache_tokens"):
         cell = pred.kv_bytes_per_token_per_gpu
         arith = estimate(
@@ -168,7 +167,8 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
     if arith is not None:
         a = arith.engine
         if f.get("kv_cache_tokens") is not None:
-            tol = slack * (a["num_blocks"] and (a["kv_cache_tokens"] / a["num_blocks"]) or 0)
+            tokens_per_block = a["kv_cache_tokens"] / a["num_blocks"] if a["num_blocks"] else 0
+            tol = slack * tokens_per_block
             diff = abs(a["kv_cache_tokens"] - f["kv_cache_tokens"])
             arows.append(
                 Row(
@@ -193,20 +193,17 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
             )
         if f.get("num_gpu_blocks") is not None:
             arows.append(Row("GPU blocks", "blocks", f["num_gpu_blocks"], a["num_blocks"], "given to kvplan"))
-        if log.engine == "sglang" and f.get("k_size_bytes") is not None:
-            k_line = next((x for x in a["log_lines"] if "K size" in x), "")
-            k_gib = float(k_line.split("K size: ")[1].split(" GB")[0]) if k_line else None
-            arows.append(
-                Row(
-                    "K size",
-                    "bytes",
-                    f["k_size_bytes"],
-                    k_gib and k_gib * GiB,
-                    "matches"
-                    if k_gib and abs(k_gib * GiB - f["k_size_bytes"]) <= 0.006 * GiB
-                    else "KV heads, head size, layers or dtype differ: check --model and --kv-cache-dtype",
-                )
+        logged_k = f.get("k_size_bytes", f.get("kv_size_bytes"))
+        if log.engine == "sglang" and logged_k is not None:
+            k = a["details"]["k_buffer_bytes"]
+            # the log prints K size rounded to 0.01 GiB
+            same = abs(round(k / GiB, 2) * GiB - logged_k) <= 0.006 * GiB
+            cause = (
+                "matches"
+                if same
+                else "KV heads, head size, layers or dtype differ: check --model and --kv-cache-dtype"
             )
+            arows.append(Row("K size" if "k_size_bytes" in f else "KV size", "bytes", logged_k, k, cause))
 
     # --- prediction: kvplan's own estimate of the non-KV memory -------------------------------
     rows: list[Row] = []

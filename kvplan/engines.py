@@ -448,18 +448,21 @@ def sglang_report(
         fmt.name, "torch.float8_e5m2" if fmt.name == "fp8_e5m2" else "torch.float8_e4m3fn"
     )
 
-    def pool_line(pool_layers: list[Layer], size: int) -> str:
+    def pool(pool_layers: list[Layer], size: int) -> tuple[str, int, int]:
+        """The pool's log line and its K and V buffer bytes (MLA: one KV buffer, V = 0)."""
         k, v, _, mla = _sglang_cells(pool_layers, fmt, tp)
         # SGLang allocates size + page_size slots (slot 0 is a padding slot); "GB" is 2**30 bytes
         slots = size + page_size
         if mla:
-            return (
+            line = (
                 f"KV Cache is allocated. dtype: {dtype}, #tokens: {size}, KV size: {slots * k / GiB:.2f} GB"
             )
-        return (
-            f"KV Cache is allocated. dtype: {dtype}, #tokens: {size}, "
-            f"K size: {slots * k / GiB:.2f} GB, V size: {slots * v / GiB:.2f} GB"
-        )
+        else:
+            line = (
+                f"KV Cache is allocated. dtype: {dtype}, #tokens: {size}, "
+                f"K size: {slots * k / GiB:.2f} GB, V size: {slots * v / GiB:.2f} GB"
+            )
+        return line, slots * k, slots * v
 
     if hybrid_swa and swa_tokens is not None:
         full_layers = [la for la in layers if not isinstance(la, SlidingWindow)]
@@ -467,10 +470,11 @@ def sglang_report(
         lines.append(
             f"Use sliding window memory pool. full_layer_tokens={tokens}, swa_layer_tokens={swa_tokens}"
         )
-        lines.append(pool_line(full_layers, tokens))
-        lines.append(pool_line(swa_layers, swa_tokens))
+        line, k_bytes, v_bytes = pool(full_layers, tokens)
+        lines += [line, pool(swa_layers, swa_tokens)[0]]
     else:
-        lines.append(pool_line(layers, tokens))
+        line, k_bytes, v_bytes = pool(layers, tokens)
+        lines.append(line)
     return EngineReport(
         engine="sglang",
         version=fmt_version(version),
@@ -491,6 +495,8 @@ def sglang_report(
             "hybrid_swa": hybrid_swa,
             "swa_full_tokens_ratio": swa_full_tokens_ratio if hybrid_swa else None,
             "swa_kv_cache_tokens": swa_tokens,
+            "k_buffer_bytes": k_bytes,  # the (full-attention) pool's K buffer; MLA: the whole latent
+            "v_buffer_bytes": v_bytes,
         },
     )
 
