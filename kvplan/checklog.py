@@ -218,8 +218,7 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
                 pred.weight_bytes_per_gpu,
                 ""
                 if off < 0.02
-                else "weights as loaded differ (quantization, vocabulary padding, "
-                "tied embeddings); pass --weight-dtype or the model's config.json",
+                else "weights as loaded differ (quantization, padding): try --weight-dtype or its config.json",
             )
         )
     available_log = f.get("available_kv_bytes")
@@ -229,7 +228,11 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
     if available_log is not None and pred.kv_budget_source == "computed":
         if log.engine == "vllm":
             measured = pred.requested_bytes_per_gpu - pred.weight_bytes_per_gpu - available_log
-            label = "non-KV memory (activations, workspaces, CUDA graphs)"
+            label = "non-KV memory"
+            notes.append(
+                "non-KV memory: what the engine kept beside weights and KV (activations, workspaces, "
+                "CUDA graphs), measured as requested - weights - KV memory"
+            )
         elif f.get("free_at_start_bytes") is not None:  # SGLang logs its free memory before loading
             measured = pred.memory_bytes_per_gpu - f["free_at_start_bytes"]
             label = "memory in use at startup"
@@ -243,7 +246,7 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
                 "bytes",
                 measured,
                 pred.reserve_bytes_per_gpu,
-                "kvplan's estimate; save the measured value with --save-calibration",
+                "kvplan's estimate; --save-calibration keeps the log's",
             )
         )
         if measured < 0:
@@ -257,7 +260,7 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
                 "bytes",
                 available_log,
                 eng["available_kv_bytes"],
-                "follows the non-KV memory above",
+                "follows from the line above",
             )
         )
     if f.get("kv_cache_tokens") is not None:

@@ -122,7 +122,7 @@ def test_check_log_arithmetic_reproduces_the_log(log_name, gpu):
 
 def test_check_log_prediction_rows_and_measured_overhead():
     j = run_cli("check-log", str(LOGS / "vllm_v011_llama31_8b_h100.log"), "--gpus", "H100", "--json").json()
-    rows = {r["quantity"].split(" (")[0]: r for r in j["rows"]}
+    rows = {r["quantity"]: r for r in j["rows"]}
     # vLLM 0.11: utilization 0.9; measured non-KV = ceil(79.19 GiB x 0.9) - kvplan weights - 54.11 GiB
     h100 = load_gpu("H100").memory_bytes
     weights = rows["weights per GPU"]["kvplan"]
