@@ -8,7 +8,6 @@ Pure functions, no I/O.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -503,7 +502,3 @@ def sglang_report(
 
 def unsupported(engine: str, version: tuple[int, int], reason: str) -> EngineReport:
     return EngineReport(engine=engine, version=fmt_version(version), supported=False, reason=reason)
-
-
-def floor_concurrency(report: EngineReport) -> int | None:
-    return math.floor(report.max_concurrency) if report.max_concurrency is not None else None

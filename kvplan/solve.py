@@ -401,10 +401,3 @@ def _weights_gpus(q: Query) -> tuple[int, str] | None:
                     best = (tp * pp, f"TP {tp} x PP {pp}")
                 break
     return best
-
-
-def answer_margin_text(a: Answer) -> str:
-    parts = [f"users +{a.margins['users']:.0%}"]
-    if a.margins.get("tpot") is not None:
-        parts.append(f"TPOT {a.margins['tpot']:+.0%}")
-    return ", ".join(parts)
