@@ -9,7 +9,25 @@ import typer
 from kvplan.cliutil import parse_gpus, reports_errors, to_json
 from kvplan.errors import KvplanError, UsageError
 
+class _LazyGroup(typer.core.TyperGroup):
+    """`kvplan compare` is loaded only when asked for (or listed by --help): a plain estimate
+    does not pay for building its three commands."""
+
+    def list_commands(self, ctx):
+        return [*super().list_commands(ctx), "compare"]
+
+    def get_command(self, ctx, name):
+        if name == "compare":
+            from kvplan.compare_cli import app as compare_app
+
+            group = typer.main.get_command(compare_app)
+            group.name = "compare"
+            return group
+        return super().get_command(ctx, name)
+
+
 app = typer.Typer(
+    cls=_LazyGroup,
     add_completion=False,
     no_args_is_help=True,
     help="KV-cache capacity planner: how many GPUs, which context, which KV dtype, how many users.",
@@ -682,15 +700,6 @@ def gpus(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")
     from kvplan.render import render_gpus
 
     render_gpus(specs, _console())
-
-
-def _add_subcommands() -> None:
-    from kvplan.compare_cli import app as compare_app
-
-    app.add_typer(compare_app, name="compare")
-
-
-_add_subcommands()
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ from kvplan.errors import UsageError
 from kvplan.units import GiB, fmt_bytes, fmt_gib
 
 app = typer.Typer(
+    add_completion=False,
     no_args_is_help=True,
     help="Models and KV techniques side by side: a table, the optimisation ladder, charts.",
 )
