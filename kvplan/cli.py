@@ -9,6 +9,7 @@ import typer
 from kvplan.cliutil import parse_gpus, reports_errors, to_json
 from kvplan.errors import KvplanError, UsageError
 
+
 class _LazyGroup(typer.core.TyperGroup):
     """`kvplan compare` is loaded only when asked for (or listed by --help): a plain estimate
     does not pay for building its three commands."""
