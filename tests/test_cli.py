@@ -84,7 +84,8 @@ def test_estimate_json_has_the_documented_keys():
     assert out["settings"]["max_model_len"] == 8192  # the model's maximum by default
 
 
-def test_readme_documents_every_json_key():
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_readme_documents_every_json_key(engine):
     r = run_cli(
         "estimate",
         "--model",
@@ -97,6 +98,8 @@ def test_readme_documents_every_json_key():
         "32K",
         "--shared-prefix-tokens",
         "1024",
+        "--engine",
+        engine,
         "--json",
     )
     readme = (REPO / "README.md").read_text()
