@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from kvplan.cliutil import parse_gpus, reports_errors, to_json
+from kvplan.cliutil import load_cluster, reports_errors, to_json
 from kvplan.errors import KvplanError, UsageError
 
 
@@ -224,14 +224,11 @@ def estimate(
     """How a model fits on GPUs: weights, KV budget, KV per token, pool tokens, concurrent requests."""
     from kvplan.plan import PlanRequest
     from kvplan.plan import estimate as run_estimate
-    from kvplan.specs.registry import load_gpu, load_model
+    from kvplan.specs.registry import load_model
     from kvplan.units import parse_bytes, parse_count
 
-    num_gpus, nodes, gpu_name = parse_gpus(gpus)
-    gpu = load_gpu(gpu_name)
+    gpu, num_gpus, nodes = load_cluster(gpus)
     spec = load_model(model)
-    if nodes is None and num_gpus is not None:
-        nodes = -(-num_gpus // gpu.gpus_per_node)
     mnbt = parse_count(max_num_batched_tokens, "--max-num-batched-tokens")
     reserve_bytes = parse_bytes(reserve_memory, "--reserve-memory") if reserve_memory else None
     reserve_source = None
@@ -251,7 +248,7 @@ def estimate(
         model=spec,
         gpu=gpu,
         num_gpus=num_gpus,
-        nodes=nodes or 1,
+        nodes=nodes,
         tp=tensor_parallel_size,
         pp=pipeline_parallel_size,
         max_model_len=parse_count(max_model_len, "--max-model-len") if max_model_len else None,
@@ -436,7 +433,7 @@ def check_log(
     from kvplan import overheads
     from kvplan.checklog import check, infer_gpu, request_from_log
     from kvplan.logparse import found_numbers, parse
-    from kvplan.specs.registry import all_gpus, load_gpu, load_model
+    from kvplan.specs.registry import all_gpus, load_model
     from kvplan.units import parse_count
 
     if log_file in (None, "-"):
@@ -470,7 +467,7 @@ def check_log(
             f"{exc}; the log names {model_ref!r}: pass --model NAME or its config.json"
         ) from None
     if gpus:
-        gpu = load_gpu(parse_gpus(gpus)[2])
+        gpu = load_cluster(gpus)[0]
     else:
         total = log.get("total_gpu_memory_bytes")
         gpu = infer_gpu(total, all_gpus()) if total else None
@@ -584,8 +581,8 @@ def solve(
     if max_context:
         if not gpus or max_model_len:
             raise UsageError("--max-context needs --gpus (e.g. 8xH200) and no --max-model-len")
-        n, _, name = parse_gpus(gpus)
-        gpu_specs = (load_gpu(name),)
+        cluster_gpu, n, _ = load_cluster(gpus)
+        gpu_specs = (cluster_gpu,)
         fixed = n or 1
     elif gpus:
         raise UsageError("--gpus goes with --max-context; to search GPU types use --gpu H100,H200")

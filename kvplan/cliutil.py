@@ -55,3 +55,15 @@ def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
 def to_json(data: Any) -> str:
     """The --json output of every command."""
     return json.dumps(data, indent=2, sort_keys=False)
+
+
+def load_cluster(text: str):
+    """--gpus -> (GPU spec, GPU count or None, nodes): '16xH100' spans ceil(16 / 8) nodes."""
+    from kvplan.specs.registry import load_gpu
+    from kvplan.units import ceil_div
+
+    num_gpus, nodes, name = parse_gpus(text)
+    gpu = load_gpu(name)
+    if nodes is None:
+        nodes = ceil_div(num_gpus, gpu.gpus_per_node) if num_gpus is not None else 1
+    return gpu, num_gpus, nodes

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kvplan.cliutil import parse_gpus, reports_errors
+from kvplan.cliutil import load_cluster, reports_errors
 from kvplan.errors import UsageError
 from kvplan.units import GiB, fmt_bytes, fmt_gib
 
@@ -50,18 +50,15 @@ FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, md, csv o
 
 def _base(model_ref: str, gpus: str, max_model_len, tp, pp, util, kv_mem, block_size):
     from kvplan.plan import PlanRequest
-    from kvplan.specs.registry import load_gpu, load_model
+    from kvplan.specs.registry import load_model
     from kvplan.units import parse_bytes, parse_count
 
-    num_gpus, nodes, name = parse_gpus(gpus)
-    gpu = load_gpu(name)
-    if nodes is None and num_gpus is not None:
-        nodes = -(-num_gpus // gpu.gpus_per_node)
+    gpu, num_gpus, nodes = load_cluster(gpus)
     return PlanRequest(
         model=load_model(model_ref),
         gpu=gpu,
         num_gpus=num_gpus,
-        nodes=nodes or 1,
+        nodes=nodes,
         tp=tp,
         pp=pp,
         max_model_len=parse_count(max_model_len, "--max-model-len") if max_model_len else None,
