@@ -33,7 +33,7 @@ class DecodeInputs:
     tp: int
     pp: int
     bandwidth_bytes_per_s: float  # effective per GPU; with a half-bytes, the measured curve's peak
-    link_bytes_per_s: float | None  # GPU-to-GPU, for TP all-reduces
+    link_bytes_per_s: float  # GPU-to-GPU (NVLink, else PCIe from the GPU spec), for TP all-reduces
     bandwidth_half_bytes: float = 0.0  # measured curve: bandwidth(B) = peak x B / (B + half)
 
 
@@ -71,8 +71,7 @@ def decode_step(inp: DecodeInputs, batch: int, kv_bytes_per_request: int) -> Ste
     if inp.tp > 1:
         # two all-reduces of batch x hidden bf16 activations per layer (attention and MLP outputs)
         msg = batch * inp.hidden_size * 2
-        link = inp.link_bytes_per_s or 50e9
-        per = ALLREDUCE_LATENCY_S + 2 * msg * (inp.tp - 1) / inp.tp / link
+        per = ALLREDUCE_LATENCY_S + 2 * msg * (inp.tp - 1) / inp.tp / inp.link_bytes_per_s
         comm_s = 2 * inp.layers_per_stage * per
     tpot_s = inp.pp * (memory_s + comm_s) + STEP_OVERHEAD_S
     return StepTime(
