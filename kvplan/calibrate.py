@@ -151,7 +151,6 @@ def _driver() -> str | None:
 
 
 def _median_seconds(fn: Callable[[], Any], device: str, runs: int) -> float:
-    torch = _require_torch(device)
     if device == "cuda":
         from triton.testing import do_bench
 
@@ -163,7 +162,6 @@ def _median_seconds(fn: Callable[[], Any], device: str, runs: int) -> float:
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
-    del torch
     return statistics.median(times)
 
 
