@@ -12,7 +12,6 @@ kvplan's non-KV estimate; it can be saved as a calibration for later estimates.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,12 +54,29 @@ class Row:
         return (self.kvplan - self.log) / self.log
 
 
+@dataclass(frozen=True)
+class CheckSetup:
+    """The setup kvplan re-derived the log for."""
+
+    model: str
+    gpu: str
+    num_gpus: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    max_model_len: int
+    kv_cache_dtype: str
+    block_size: int
+    gpu_memory_utilization: float | None
+    mem_fraction_static: float | None
+    max_num_batched_tokens: int
+
+
 @dataclass
 class CheckResult:
     engine: str
     version: str
     log_format: str | None
-    setup: dict[str, Any]
+    setup: CheckSetup
     prediction: Plan
     arithmetic: Plan | None
     rows: list[Row]
@@ -77,7 +93,7 @@ class CheckResult:
             "engine": self.engine,
             "engine_version": self.version,
             "log_format": self.log_format,
-            "setup": self.setup,
+            "setup": dataclasses.asdict(self.setup),
             "rows": [row(r) for r in self.rows],
             "arithmetic": [row(r) for r in self.arithmetic_rows],
             "measured_reserve_bytes": self.measured_reserve_bytes,
@@ -90,12 +106,13 @@ def request_from_log(
 ) -> PlanRequest:
     """The PlanRequest for the setup the log names; explicit `overrides` (CLI flags) win."""
     f = log.facts
+    engine = engines.engine_class(log.engine or "vllm")
     tp = f.get("tensor_parallel_size", 1)
     pp = f.get("pipeline_parallel_size", 1)
     dp = f.get("data_parallel_size", 1)
     kw: dict[str, Any] = {
-        "engine": log.engine,
-        "engine_version": _minor(f.get("version"), log.engine),
+        "engine": engine.name,
+        "engine_version": _minor(f.get("version"), engine),
         "num_gpus": tp * pp * dp,
         "nodes": 1,
         "tp": tp,
@@ -111,13 +128,7 @@ def request_from_log(
     quant = _QUANT.get(str(f.get("quantization")))
     if quant and quant not in (model.weight_dtype, model.expert_weight_dtype):
         kw["weight_dtype"] = quant  # the spec describes the unquantized checkpoint
-    if log.engine == "vllm":
-        kw["gpu_memory_utilization"] = f.get("gpu_memory_utilization")
-    else:
-        kw["mem_fraction_static"] = f.get("mem_fraction_static")
-        if "swa_full_tokens_ratio" in f:
-            kw["swa_full_tokens_ratio"] = f["swa_full_tokens_ratio"]
-        kw["disable_hybrid_swa_memory"] = f.get("disable_hybrid_swa_memory", False)
+    kw.update(engine.log_settings(f))
     kw.update({k: v for k, v in overrides.items() if v is not None})
     if kw.get("max_model_len") and kw["max_model_len"] > model.max_context:
         raise UsageError(
@@ -127,141 +138,76 @@ def request_from_log(
     return PlanRequest(model=model, gpu=gpu, **kw)
 
 
-def _minor(version: str | None, engine: str | None) -> str | None:
-    if not version or engine is None:
+def _minor(version: str | None, engine: type[engines.Engine]) -> str | None:
+    if not version:
         return None
     try:
-        return engines.fmt_version(engines.parse_version(version, engine))
+        return engines.fmt_version(engine.parse_version(version))
     except UsageError:
         return None
 
 
-def _rounding_slack(block_bytes: int) -> int:
-    """Blocks that the 0.005 GiB rounding of a logged "X.XX GiB" figure can hide."""
-    return math.ceil(0.005 * GiB / block_bytes) if block_bytes else 0
-
-
-def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
-    f = log.facts
-    pred = estimate(dataclasses.replace(req, reserve_bytes=None, reserve_source=None))
-    eng = pred.engine
-    notes: list[str] = []
-    if not eng["supported"]:
-        raise UsageError(f"cannot reproduce this log: {eng['reason']}")
-
-    # --- arithmetic: the log's own KV budget through kvplan's block accounting ---------------
-    arith = None
-    slack = 0
-    if f.get("num_gpu_blocks") is not None and log.engine == "vllm":
-        arith = estimate(dataclasses.replace(req, num_gpu_blocks_override=f["num_gpu_blocks"]))
-    elif f.get("available_kv_bytes") is not None:
-        arith = estimate(dataclasses.replace(req, kv_cache_memory_bytes=f["available_kv_bytes"]))
-        if log.engine == "vllm":
-            slack = _rounding_slack(min(eng["details"]["block_bytes_per_stage"]))
-    elif log.engine == "sglang" and f.get("kv_cache_tokens"):
-        cell = pred.kv_bytes_per_token_per_gpu
-        arith = estimate(
-            dataclasses.replace(req, kv_cache_memory_bytes=math.ceil(f["kv_cache_tokens"] * cell))
+def _arithmetic_rows(f: dict[str, Any], arith: Plan, slack: int, req: PlanRequest) -> list[Row]:
+    """The log's own KV figure through kvplan's block accounting: tokens, concurrency, blocks, K size."""
+    a = arith.engine
+    rows: list[Row] = []
+    if f.get("kv_cache_tokens") is not None and a.kv_cache_tokens is not None:
+        tokens_per_block = a.kv_cache_tokens / a.num_blocks if a.num_blocks else 0
+        diff = abs(a.kv_cache_tokens - f["kv_cache_tokens"])
+        cause = _agree(diff, slack * tokens_per_block, "tokens")
+        rows.append(Row("KV cache tokens", "tokens", f["kv_cache_tokens"], a.kv_cache_tokens, cause))
+    if f.get("max_concurrency") is not None and a.max_concurrency is not None:
+        off = abs(round(a.max_concurrency, 2) - f["max_concurrency"])
+        per_req = a.details.blocks_per_request if isinstance(a.details, engines.VllmDetails) else 1
+        tol = slack / max(per_req, 1) + 0.005
+        cause = "matches" if off <= tol else _concurrency_cause(req)
+        rows.append(Row("maximum concurrency", "x", f["max_concurrency"], round(a.max_concurrency, 2), cause))
+    if f.get("num_gpu_blocks") is not None:
+        rows.append(Row("GPU blocks", "blocks", f["num_gpu_blocks"], a.num_blocks, "given to kvplan"))
+    logged_k = f.get("k_size_bytes", f.get("kv_size_bytes"))
+    if isinstance(a.details, engines.SglangDetails) and logged_k is not None:
+        k = a.details.k_buffer_bytes
+        # the log prints K size rounded to 0.01 GiB
+        same = abs(round(k / GiB, 2) * GiB - logged_k) <= 0.006 * GiB
+        cause = (
+            "matches"
+            if same
+            else "KV heads, head size, layers or dtype differ: check --model and --kv-cache-dtype"
         )
-    arows: list[Row] = []
-    if arith is not None:
-        a = arith.engine
-        if f.get("kv_cache_tokens") is not None:
-            tokens_per_block = a["kv_cache_tokens"] / a["num_blocks"] if a["num_blocks"] else 0
-            tol = slack * tokens_per_block
-            diff = abs(a["kv_cache_tokens"] - f["kv_cache_tokens"])
-            arows.append(
-                Row(
-                    "KV cache tokens",
-                    "tokens",
-                    f["kv_cache_tokens"],
-                    a["kv_cache_tokens"],
-                    _agree(diff, tol, "tokens"),
-                )
-            )
-        if f.get("max_concurrency") is not None:
-            ok = abs(round(a["max_concurrency"], 2) - f["max_concurrency"])
-            tol = slack / max(a["details"].get("blocks_per_request", 1), 1) + 0.005
-            arows.append(
-                Row(
-                    "maximum concurrency",
-                    "x",
-                    f["max_concurrency"],
-                    round(a["max_concurrency"], 2),
-                    "matches" if ok <= tol else _concurrency_cause(req),
-                )
-            )
-        if f.get("num_gpu_blocks") is not None:
-            arows.append(Row("GPU blocks", "blocks", f["num_gpu_blocks"], a["num_blocks"], "given to kvplan"))
-        logged_k = f.get("k_size_bytes", f.get("kv_size_bytes"))
-        if log.engine == "sglang" and logged_k is not None:
-            k = a["details"]["k_buffer_bytes"]
-            # the log prints K size rounded to 0.01 GiB
-            same = abs(round(k / GiB, 2) * GiB - logged_k) <= 0.006 * GiB
-            cause = (
-                "matches"
-                if same
-                else "KV heads, head size, layers or dtype differ: check --model and --kv-cache-dtype"
-            )
-            arows.append(Row("K size" if "k_size_bytes" in f else "KV size", "bytes", logged_k, k, cause))
+        rows.append(Row("K size" if "k_size_bytes" in f else "KV size", "bytes", logged_k, k, cause))
+    return rows
 
-    # --- prediction: kvplan's own estimate of the non-KV memory -------------------------------
+
+def _prediction_rows(
+    f: dict[str, Any], pred: Plan, engine: type[engines.Engine], notes: list[str]
+) -> tuple[list[Row], int | None]:
+    """kvplan's own prediction beside the log, and the non-KV memory the log implies."""
+    eng = pred.engine
     rows: list[Row] = []
     weights_log = f.get("weights_bytes")
     if weights_log is not None:
         off = abs(pred.weight_bytes_per_gpu - weights_log) / weights_log
-        rows.append(
-            Row(
-                "weights per GPU",
-                "bytes",
-                weights_log,
-                pred.weight_bytes_per_gpu,
-                ""
-                if off < 0.02
-                else "weights as loaded differ (quantization, padding): try --weight-dtype or its config.json",
-            )
+        cause = (
+            ""
+            if off < 0.02
+            else "weights as loaded differ (quantization, padding): try --weight-dtype or its config.json"
         )
-    available_log = f.get("available_kv_bytes")
-    if available_log is None and log.engine == "sglang" and f.get("kv_cache_tokens"):
-        available_log = int(f["kv_cache_tokens"] * pred.kv_bytes_per_token_per_gpu)
+        rows.append(Row("weights per GPU", "bytes", weights_log, pred.weight_bytes_per_gpu, cause))
+    logged_kv = engine.logged_kv_bytes(f, pred)
     measured = None
-    if available_log is not None and pred.kv_budget_source == "computed":
-        if log.engine == "vllm":
-            measured = pred.requested_bytes_per_gpu - pred.weight_bytes_per_gpu - available_log
-            label = "non-KV memory"
-            notes.append(
-                "non-KV memory: what the engine kept beside weights and KV (activations, workspaces, "
-                "CUDA graphs), measured as requested - weights - KV memory"
-            )
-        elif f.get("free_at_start_bytes") is not None:  # SGLang logs its free memory before loading
-            measured = pred.memory_bytes_per_gpu - f["free_at_start_bytes"]
-            label = "memory in use at startup"
-        else:
-            mfs = pred.settings["mem_fraction_static"]
-            measured = round(pred.memory_bytes_per_gpu - (available_log + pred.weight_bytes_per_gpu) / mfs)
-            label = "memory in use at startup"
-        rows.append(
-            Row(
-                label,
-                "bytes",
-                measured,
-                pred.reserve_bytes_per_gpu,
-                "kvplan's estimate; --save-calibration keeps the log's",
-            )
-        )
+    if logged_kv is not None and pred.kv_budget_source == "computed":
+        measured, label, note = engine.measured_reserve(f, pred, logged_kv)
+        if note:
+            notes.append(note)
+        cause = "kvplan's estimate; --save-calibration keeps the log's"
+        rows.append(Row(label, "bytes", measured, pred.reserve_bytes_per_gpu, cause))
         if measured < 0:
             notes.append(
                 "the log's KV memory exceeds what kvplan's budget leaves before any reserve: check --gpus, "
                 "--gpu-memory-utilization / --mem-fraction-static and the weights"
             )
         rows.append(
-            Row(
-                "KV cache memory",
-                "bytes",
-                available_log,
-                eng["available_kv_bytes"],
-                "follows from the line above",
-            )
+            Row("KV cache memory", "bytes", logged_kv, eng.available_kv_bytes, "follows from the line above")
         )
     if f.get("kv_cache_tokens") is not None:
         rows.append(
@@ -269,48 +215,54 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
                 "KV cache tokens",
                 "tokens",
                 f["kv_cache_tokens"],
-                eng["kv_cache_tokens"],
+                eng.kv_cache_tokens,
                 "follows the KV memory",
             )
         )
-    if f.get("max_concurrency") is not None:
-        rows.append(
-            Row(
-                "maximum concurrency",
-                "x",
-                f["max_concurrency"],
-                round(eng["max_concurrency"], 2),
-                "follows the KV memory",
-            )
-        )
+    if f.get("max_concurrency") is not None and eng.max_concurrency is not None:
+        conc = round(eng.max_concurrency, 2)
+        rows.append(Row("maximum concurrency", "x", f["max_concurrency"], conc, "follows the KV memory"))
     if f.get("total_gpu_memory_bytes") is not None:
         total = f["total_gpu_memory_bytes"]
         off = abs(total - pred.memory_bytes_per_gpu) / total
-        rows.append(
-            Row(
-                "total GPU memory",
-                "bytes",
-                total,
-                pred.memory_bytes_per_gpu,
-                "" if off < 0.01 else "a different GPU than --gpus? pass the right --gpus",
-            )
-        )
-    setup = {
-        "model": req.model.name,
-        "gpu": req.gpu.name,
-        "num_gpus": pred.cluster["num_gpus"],
-        "tensor_parallel_size": pred.cluster["tensor_parallel_size"],
-        "pipeline_parallel_size": pred.cluster["pipeline_parallel_size"],
-        "max_model_len": pred.settings["max_model_len"],
-        "kv_cache_dtype": pred.settings["kv_cache_dtype"],
-        "block_size": pred.settings["block_size"],
-        "gpu_memory_utilization": pred.settings["gpu_memory_utilization"],
-        "mem_fraction_static": pred.settings["mem_fraction_static"],
-        "max_num_batched_tokens": pred.settings["max_num_batched_tokens"],
-    }
+        cause = "" if off < 0.01 else "a different GPU than --gpus? pass the right --gpus"
+        rows.append(Row("total GPU memory", "bytes", total, pred.memory_bytes_per_gpu, cause))
+    return rows, measured
+
+
+def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
+    f = log.facts
+    engine = engines.engine_class(req.engine)
+    pred = estimate(dataclasses.replace(req, reserve_bytes=None, reserve_source=None))
+    eng = pred.engine
+    if not eng.supported:
+        raise UsageError(f"cannot reproduce this log: {eng.reason}")
+    arith = None
+    arows: list[Row] = []
+    given = engine.arithmetic_budget(f, pred)
+    if given is not None:
+        fields, slack = given
+        arith = estimate(dataclasses.replace(req, **fields))
+        arows = _arithmetic_rows(f, arith, slack, req)
+    notes: list[str] = []
+    rows, measured = _prediction_rows(f, pred, engine, notes)
+    s, c = pred.settings, pred.cluster
+    setup = CheckSetup(
+        model=req.model.name,
+        gpu=req.gpu.name,
+        num_gpus=c.num_gpus,
+        tensor_parallel_size=c.tensor_parallel_size,
+        pipeline_parallel_size=c.pipeline_parallel_size,
+        max_model_len=s.max_model_len,
+        kv_cache_dtype=s.kv_cache_dtype,
+        block_size=s.block_size,
+        gpu_memory_utilization=s.gpu_memory_utilization,
+        mem_fraction_static=s.mem_fraction_static,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+    )
     return CheckResult(
-        engine=log.engine or "vllm",
-        version=eng["version"],
+        engine=engine.name,
+        version=eng.version,
         log_format=f.get("format"),
         setup=setup,
         prediction=pred,

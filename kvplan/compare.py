@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvplan import engines
 from kvplan.errors import InfeasibleError, KvplanError, UsageError
 from kvplan.formats import KV_DTYPES
 from kvplan.plan import Plan, PlanRequest, estimate
@@ -249,13 +250,16 @@ def offload_concurrency(plan: Plan, offload_bytes: int) -> tuple[int, int]:
     gpu_pool = (
         plan.max_concurrency_per_replica * per_req
         if plan.num_blocks_per_gpu is None
-        else ((plan.num_blocks_per_gpu - 1) * plan.block_bytes_per_gpu)
+        else (
+            (plan.num_blocks_per_gpu - engines.engine_class(plan.settings.engine).null_blocks)
+            * plan.block_bytes_per_gpu
+        )
     )
     per_replica = math.floor((gpu_pool + offload_bytes) / per_req) if per_req else 0
-    if plan.settings["max_num_seqs"] is not None:
-        per_replica = min(per_replica, plan.settings["max_num_seqs"])
+    if plan.settings.max_num_seqs is not None:
+        per_replica = min(per_replica, plan.settings.max_num_seqs)
     spilled = max(per_replica * per_req - gpu_pool, 0)
-    return per_replica * plan.cluster["data_parallel_size"], spilled
+    return per_replica * plan.cluster.data_parallel_size, spilled
 
 
 def row(base: PlanRequest, model: ModelSpec, text: str, offload_gib: float = 0.0) -> Row:
@@ -290,8 +294,8 @@ def row(base: PlanRequest, model: ModelSpec, text: str, offload_gib: float = 0.0
     spilled = 0
     if variant.offload_bytes_per_gpu:
         conc, spilled = offload_concurrency(p, variant.offload_bytes_per_gpu)
-    per_gpu_conc = conc // p.cluster["data_parallel_size"]
-    hbm = p.gpu["hbm_bytes_per_s"]
+    per_gpu_conc = conc // p.cluster.data_parallel_size
+    hbm = p.gpu.hbm_bytes_per_s
     # decode reads every live request's KV once per step (seed 000 15.1); datasheet HBM bandwidth
     read_ms = (per_gpu_conc * p.kv_bytes_per_request_per_gpu - spilled) / hbm * 1e3
     pcie = base.gpu.pcie_bytes_per_s
@@ -299,7 +303,7 @@ def row(base: PlanRequest, model: ModelSpec, text: str, offload_gib: float = 0.0
         model=model.name,
         variant=variant.label,
         attention=variant.spec.attention_summary,
-        kv_cache_dtype=p.settings["kv_cache_dtype"],
+        kv_cache_dtype=p.settings.kv_cache_dtype,
         kv_bytes_per_token=p.kv_bytes_per_token,
         kv_bytes_per_token_per_gpu=p.kv_bytes_per_token_per_gpu,
         ratio_to_mha=p.kv_bytes_per_token / mha_bytes_per_token(model),
@@ -363,24 +367,24 @@ def ladder(
         (
             "naive PyTorch",
             "mha",
-            naive.fragmentation["prealloc_max_concurrency_per_replica"],
+            naive.fragmentation.prealloc_max_concurrency_per_replica,
             f"contiguous {base.max_model_len or spec.max_context:,}-token buffer per request, MHA, bf16",
         ),
         (
             "+ PagedAttention",
             "mha",
-            paged.avg_context["max_concurrency_per_replica"],
-            f"blocks of {naive.settings['block_size']} for the {avg_context:,} tokens a request holds on average",
+            paged.avg_context.max_concurrency_per_replica,
+            f"blocks of {naive.settings.block_size} for the {avg_context:,} tokens a request holds on average",
         ),
     ]
     g = plan_for(gqa)
-    steps_raw.append(("+ GQA", gqa, g.avg_context["max_concurrency_per_replica"], f"{g.model['attention']}"))
+    steps_raw.append(("+ GQA", gqa, g.avg_context.max_concurrency_per_replica, f"{g.model.attention}"))
     i8 = plan_for(f"{gqa}+int8")
     steps_raw.append(
         (
             "+ INT8 KV",
             f"{gqa}+int8",
-            i8.avg_context["max_concurrency_per_replica"],
+            i8.avg_context.max_concurrency_per_replica,
             "1 byte per value, per-layer scale",
         )
     )
@@ -395,14 +399,14 @@ def ladder(
         (
             "+ prefix caching",
             f"{gqa}+int8",
-            pc.prefix_caching["max_concurrency_per_replica"],
+            pc.prefix_caching.max_concurrency_per_replica,
             f"a {shared_prefix_tokens:,}-token prefix shared by {prefix_hit_rate:.0%} of requests",
         )
     )
     mf = plan_for(f"{mla}+fp8", **prefix_kw)
-    replicated = mf.prefix_caching["max_concurrency_per_replica"]
-    tp = mf.cluster["tensor_parallel_size"]
-    how = f"{mf.model['attention']}, fp8 KV"
+    replicated = mf.prefix_caching.max_concurrency_per_replica
+    tp = mf.cluster.tensor_parallel_size
+    how = f"{mf.model.attention}, fp8 KV"
     mla_conc = replicated
     if tp > 1:
         # engines.md: under TP every rank holds the whole latent; MLA models are served with
@@ -410,10 +414,10 @@ def ladder(
         mla_conc = replicated * tp
         how += (
             f"; data-parallel attention over the {tp} GPUs (with the latent replicated on every TP rank, "
-            f"as vLLM's TP does: {replicated * shipped.cluster['data_parallel_size']:,})"
+            f"as vLLM's TP does: {replicated * shipped.cluster.data_parallel_size:,})"
         )
     steps_raw.append(("+ MLA + FP8", f"{mla}+fp8", mla_conc, how))
-    dp = shipped.cluster["data_parallel_size"]
+    dp = shipped.cluster.data_parallel_size
     steps: list[Step] = []
     for name, variant, per_replica, how in steps_raw:
         conc = per_replica * dp

@@ -82,8 +82,8 @@ def _cluster(base, rows) -> dict[str, Any]:
     plan = next((r.plan for r in rows if r.plan is not None), None)
     out = {"gpu": base.gpu.name, "memory_bytes_per_gpu": base.gpu.memory_bytes}
     if plan is not None:
-        out.update(plan.cluster)
-        out["max_model_len"] = plan.settings["max_model_len"]
+        out.update(dataclasses.asdict(plan.cluster))
+        out["max_model_len"] = plan.settings.max_model_len
     return out
 
 
@@ -250,7 +250,7 @@ def _table_footer(rows, cluster, base) -> list[str]:
             f"{base.gpu.pcie_bytes_per_s / 1e9:.0f} GB/s (seed 000 15.7)"
         )
     capped = {
-        r.model for r in rows if r.plan and r.plan.settings["max_model_len"] < cluster.get("max_model_len", 0)
+        r.model for r in rows if r.plan and r.plan.settings.max_model_len < cluster.get("max_model_len", 0)
     }
     for m in sorted(capped):
         notes.append(f"{m}: context capped at its maximum")
@@ -347,7 +347,7 @@ def _ladder(
                     "schema": compare.SCHEMA,
                     "kind": "ladder",
                     "model": base.model.name,
-                    "cluster": shipped.cluster,
+                    "cluster": dataclasses.asdict(shipped.cluster),
                     "max_model_len": length,
                     "avg_context_tokens": avg,
                     "shared_prefix_tokens": prefix,
@@ -360,7 +360,7 @@ def _ladder(
             )
         )
         return
-    title = f"{base.model.name} on {shipped.cluster['num_gpus']}x {base.gpu.name}: the ladder (seed 000 15.8)"
+    title = f"{base.model.name} on {shipped.cluster.num_gpus}x {base.gpu.name}: the ladder (seed 000 15.8)"
     _emit_rows(data, _LADDER_COLUMNS, fmt, title, notes)
 
 
@@ -441,12 +441,12 @@ def _plot(output, models, variants, gpus, max_model_len, tp, pp, util, kv_mem, b
                     )
                 )
     plan = next((r for r in [compare.row(base, specs[0], vlist[0])] if r.plan), None)
-    n = plan.plan.cluster["num_gpus"] if plan else "?"
+    n = plan.plan.cluster.num_gpus if plan else "?"
     budget = f"{n}x {base.gpu.name}, {base.gpu.memory_bytes / GiB:,.1f} GiB each" + (
         f", KV {fmt_gib(base.kv_cache_memory_bytes)}/GPU given"
         if base.kv_cache_memory_bytes
-        else f", utilization {plan.plan.settings['gpu_memory_utilization']:g}"
-        if plan and plan.plan.settings["gpu_memory_utilization"]
+        else f", utilization {plan.plan.settings.gpu_memory_utilization:g}"
+        if plan and plan.plan.settings.gpu_memory_utilization
         else ""
     )
     _terminal_curve(series, ctxs, budget)

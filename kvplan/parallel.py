@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.errors import InfeasibleError, UsageError
+from kvplan.errors import LayoutInvalid, UsageError
 from kvplan.specs.models import HeadLayer, ModelSpec, SharedKV
 
 
@@ -41,20 +41,26 @@ def check_tp(spec: ModelSpec, tp: int, pp: int) -> None:
     """vLLM's rules: TP divides the query heads; KV heads split evenly or are replicated."""
     heads = spec.num_attention_heads
     kv_heads = sorted({layer.num_kv_heads for layer in spec.layers if isinstance(layer, HeadLayer)})
-    ok = [t for t in range(1, heads + 1) if _tp_valid(t, heads, kv_heads)]
     if not _tp_valid(tp, heads, kv_heads):
+        ok = valid_tps(spec, heads)
         kv_text = f" and {'/'.join(map(str, kv_heads))} KV heads" if kv_heads else ""
-        raise InfeasibleError(
+        raise LayoutInvalid(
             f"TP {tp} must divide the {heads} attention heads{kv_text} of {spec.name} "
             f"(KV heads may instead be replicated when TP is a multiple of them); "
             f"valid TP sizes: {', '.join(map(str, ok))}"
         )
     if pp > spec.num_layers:
-        raise InfeasibleError(f"PP {pp} exceeds the {spec.num_layers} layers of {spec.name}")
+        raise LayoutInvalid(f"PP {pp} exceeds the {spec.num_layers} layers of {spec.name}")
 
 
 def _tp_valid(tp: int, heads: int, kv_heads: list[int]) -> bool:
     return heads % tp == 0 and all(kv % tp == 0 or tp % kv == 0 for kv in kv_heads)
+
+
+def valid_tps(spec: ModelSpec, up_to: int) -> list[int]:
+    """TP sizes from 1 to `up_to` that vLLM accepts for this model's heads."""
+    kv_heads = sorted({layer.num_kv_heads for layer in spec.layers if isinstance(layer, HeadLayer)})
+    return [t for t in range(1, up_to + 1) if _tp_valid(t, spec.num_attention_heads, kv_heads)]
 
 
 def stage_ranges(num_layers: int, pp: int) -> list[range]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from kvplan import engines
 from kvplan.plan import Plan
+from kvplan.speed import DEFAULT_EFFICIENCY
 from kvplan.units import GiB, fmt_bytes, fmt_gib
 
 
@@ -18,54 +20,54 @@ def _table(title: str, *columns: str) -> Table:
 
 def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
     c = plan.cluster
-    n = c["num_gpus"]
+    n = c.num_gpus
     s = plan.settings
     console.print(
-        f"[bold]{plan.model['name']}[/] on {n}x {plan.gpu['name']} "
-        f"(TP {c['tensor_parallel_size']}, PP {c['pipeline_parallel_size']}, DP {c['data_parallel_size']}); "
-        f"max-model-len {s['max_model_len']:,} tokens; KV {s['kv_cache_format']}; block size {s['block_size']} tokens"
+        f"[bold]{plan.model.name}[/] on {n}x {plan.gpu.name} "
+        f"(TP {c.tensor_parallel_size}, PP {c.pipeline_parallel_size}, DP {c.data_parallel_size}); "
+        f"max-model-len {s.max_model_len:,} tokens; KV {s.kv_cache_format}; block size {s.block_size} tokens"
     )
-    console.print(f"attention: {plan.model['attention']}")
+    console.print(f"attention: {plan.model.attention}")
     console.print()
 
     mem = _table("Memory", "", "per GPU", f"cluster ({n} GPU{'s' if n > 1 else ''})")
-    est = " (estimated)" if plan.reserve["estimated"] else " (given)"
+    est = " (estimated)" if plan.reserve.estimated else " (given)"
     rows: list[tuple[str, int]] = []
     weights_label = (
-        f"- weights ({s['weight_dtype']}"
+        f"- weights ({s.weight_dtype}"
         + (
-            f", experts {s['expert_weight_dtype']}"
-            if s["expert_weight_dtype"] and s["expert_weight_dtype"] != s["weight_dtype"]
+            f", experts {s.expert_weight_dtype}"
+            if s.expert_weight_dtype and s.expert_weight_dtype != s.weight_dtype
             else ""
         )
         + ")"
     )
     r = plan.reserve
-    if plan.kv_budget_source == "computed" and s["engine"] == "sglang":
+    if plan.kv_budget_source == "computed" and s.mem_fraction_static is not None:
         rows = [
             ("GPU memory (runtime total)", plan.memory_bytes_per_gpu),
             (f"- in use at startup{est}", plan.reserve_bytes_per_gpu),
-            (f"x mem-fraction-static {s['mem_fraction_static']:g}", plan.requested_bytes_per_gpu),
+            (f"x mem-fraction-static {s.mem_fraction_static:g}", plan.requested_bytes_per_gpu),
             (weights_label, plan.weight_bytes_per_gpu),
         ]
     elif plan.kv_budget_source == "computed":
         rows = [
             ("GPU memory (runtime total)", plan.memory_bytes_per_gpu),
-            (f"x gpu-memory-utilization {s['gpu_memory_utilization']:g}", plan.requested_bytes_per_gpu),
+            (f"x gpu-memory-utilization {s.gpu_memory_utilization:g}", plan.requested_bytes_per_gpu),
             (weights_label, plan.weight_bytes_per_gpu),
             (f"- activation/workspace reserve{est}", plan.reserve_bytes_per_gpu),
         ]
-        if r["estimated"]:
+        if r.estimated:
             rows += [
                 (
-                    f"    activation peak ({s['max_num_batched_tokens']:,} batched tokens)",
-                    r["activation_bytes"],
+                    f"    activation peak ({s.max_num_batched_tokens:,} batched tokens)",
+                    r.activation_bytes,
                 ),
-                ("    sampler (fp32 logits)", r["sampler_bytes"]),
-                ("    non-torch (CUDA/cuBLAS workspaces, NCCL)", r["non_torch_bytes"]),
+                ("    sampler (fp32 logits)", r.sampler_bytes),
+                ("    non-torch (CUDA/cuBLAS workspaces, NCCL)", r.non_torch_bytes),
             ]
-            if r["cuda_graph_bytes"]:
-                rows.append(("    CUDA graphs", r["cuda_graph_bytes"]))
+            if r.cuda_graph_bytes:
+                rows.append(("    CUDA graphs", r.cuda_graph_bytes))
     else:
         rows = [("weights (not deducted: budget given)", plan.weight_bytes_per_gpu)]
     rows.append(
@@ -86,49 +88,43 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
     if plan.kv_bytes_per_sequence_windowed_cap:
         kvt.add_row("KV per token, layers without a window", fmt_bytes(plan.kv_bytes_per_token_growing))
         kvt.add_row("windowed layers' cap per request", fmt_bytes(plan.kv_bytes_per_sequence_windowed_cap))
-    kvt.add_row(f"KV per request at {s['max_model_len']:,} tokens", fmt_gib(plan.kv_bytes_per_request))
+    kvt.add_row(f"KV per request at {s.max_model_len:,} tokens", fmt_gib(plan.kv_bytes_per_request))
     kvt.add_row("  per GPU, in whole blocks", fmt_bytes(plan.kv_bytes_per_request_per_gpu))
     kvt.add_row("block (all layers, per GPU)", fmt_bytes(plan.block_bytes_per_gpu))
     if plan.num_blocks_per_gpu is not None:
         kvt.add_row("blocks per GPU", f"{plan.num_blocks_per_gpu:,}")
     kvt.add_row("KV pool per replica", f"{plan.kv_pool_tokens:,} tokens")
-    if c["data_parallel_size"] > 1:
+    if c.data_parallel_size > 1:
         kvt.add_row("KV pool, cluster", f"{plan.kv_pool_tokens_cluster:,} tokens")
     console.print(kvt)
     console.print()
 
     ct = _table("Concurrency", "", "requests")
     limit = " (capped by --max-num-seqs)" if plan.limited_by == "max_num_seqs" else ""
-    ct.add_row(
-        f"max concurrent requests at {s['max_model_len']:,} tokens{limit}", f"{plan.max_concurrency:,}"
-    )
+    ct.add_row(f"max concurrent requests at {s.max_model_len:,} tokens{limit}", f"{plan.max_concurrency:,}")
     ct.add_row("  KV blocks / blocks one request holds, per replica", f"{plan.concurrency_factor:,.2f}x")
     if plan.avg_context:
         a = plan.avg_context
-        ct.add_row(
-            f"at an average context of {a['avg_context_tokens']:,} tokens", f"{a['max_concurrency']:,}"
-        )
+        ct.add_row(f"at an average context of {a.avg_context_tokens:,} tokens", f"{a.max_concurrency:,}")
     if plan.prefix_caching:
         p = plan.prefix_caching
-        gain = f" ({p['gain']:.2f}x)" if p["gain"] else ""
+        gain = f" ({p.gain:.2f}x)" if p.gain else ""
         ct.add_row(
-            f"with a {p['shared_tokens_cached']:,}-token shared prefix, {p['prefix_hit_rate']:.0%} hits{gain}",
-            f"{p['max_concurrency']:,}",
+            f"with a {p.shared_tokens_cached:,}-token shared prefix, {p.prefix_hit_rate:.0%} hits{gain}",
+            f"{p.max_concurrency:,}",
         )
-        ct.add_row("  KV memory saved per GPU", fmt_gib(p["memory_saved_bytes_per_gpu"]))
-        ct.add_row(
-            "  prefill tokens skipped per request (avg)", f"{p['prefill_tokens_saved_per_request']:,.0f}"
-        )
+        ct.add_row("  KV memory saved per GPU", fmt_gib(p.memory_saved_bytes_per_gpu))
+        ct.add_row("  prefill tokens skipped per request (avg)", f"{p.prefill_tokens_saved_per_request:,.0f}")
     f = plan.fragmentation
-    if f["prealloc_max_concurrency_per_replica"] is not None:
-        dp = c["data_parallel_size"]
+    if f.prealloc_max_concurrency_per_replica is not None:
+        dp = c.data_parallel_size
         ct.add_row(
-            f"preallocating max-model-len (no paging), at {f['context_tokens']:,} tokens used",
-            f"{f['prealloc_max_concurrency_per_replica'] * dp:,} ({f['prealloc_utilization']:.0%} of reserved KV used)",
+            f"preallocating max-model-len (no paging), at {f.context_tokens:,} tokens used",
+            f"{f.prealloc_max_concurrency_per_replica * dp:,} ({f.prealloc_utilization:.0%} of reserved KV used)",
         )
         ct.add_row(
             "paged blocks at the same context",
-            f"{(f['paged_max_concurrency_per_replica'] or 0) * dp:,} ({f['paged_utilization']:.0%} of held KV used)",
+            f"{(f.paged_max_concurrency_per_replica or 0) * dp:,} ({f.paged_utilization:.0%} of held KV used)",
         )
     console.print(ct)
     console.print()
@@ -148,38 +144,38 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
 
 def _render_speed(plan: Plan, console: Console) -> None:
     d = plan.decode
-    kind = "measured bandwidth" if d["measured"] else "estimated"
+    kind = "measured bandwidth" if d.measured else "estimated"
     t = _table(f"Decode speed per replica ({kind})", "", "weights read", "KV read", "step (TPOT)", "tokens/s")
-    rows = [("batch 1", d["batch_1"])]
-    if d["at_max_concurrency"]:
+    rows = [("batch 1", d.batch_1)]
+    if d.at_max_concurrency:
         rows.append(
             (
-                f"{d['at_max_concurrency']['batch']:,} requests at {plan.settings['max_model_len']:,} tokens",
-                d["at_max_concurrency"],
+                f"{d.at_max_concurrency.batch:,} requests at {plan.settings.max_model_len:,} tokens",
+                d.at_max_concurrency,
             )
         )
-    if d["at_avg_context"]:
+    if d.at_avg_context:
         a = plan.avg_context
         rows.append(
             (
-                f"{d['at_avg_context']['batch']:,} requests at {a['avg_context_tokens']:,} tokens",
-                d["at_avg_context"],
+                f"{d.at_avg_context.batch:,} requests at {a.avg_context_tokens:,} tokens",
+                d.at_avg_context,
             )
         )
     for label, r in rows:
         t.add_row(
             label,
-            fmt_bytes(r["weight_bytes_read"]),
-            fmt_bytes(r["kv_bytes_read"]),
-            f"{r['tpot_ms']:,.2f} ms",
-            f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] >= 10 else f"{r['tokens_per_s']:.3g}",
+            fmt_bytes(r.weight_bytes_read),
+            fmt_bytes(r.kv_bytes_read),
+            f"{r.tpot_ms:,.2f} ms",
+            f"{r.tokens_per_s:,.0f}" if r.tokens_per_s >= 10 else f"{r.tokens_per_s:.3g}",
         )
     console.print(t)
-    console.print(f"bandwidth: {d['bandwidth_source']}", highlight=False)
+    console.print(f"bandwidth: {d.bandwidth_source}", highlight=False)
     pf = plan.prefill
     console.print(
-        f"prefill of one {pf['tokens']:,}-token prompt: {pf['ms']:,.0f} ms "
-        f"({pf['mfu']:.0%} of {pf['peak_dtype']} peak, estimated)",
+        f"prefill of one {pf.tokens:,}-token prompt: {pf.ms:,.0f} ms "
+        f"({pf.mfu:.0%} of {pf.peak_dtype} peak, estimated)",
         highlight=False,
     )
     console.print()
@@ -187,15 +183,15 @@ def _render_speed(plan: Plan, console: Console) -> None:
 
 def _render_engine(plan: Plan, console: Console) -> None:
     e = plan.engine
-    name = f"{'vLLM' if e['engine'] == 'vllm' else 'SGLang'} {e['version']}"
-    if not e["supported"]:
-        console.print(f"[bold]{name}[/]: no engine figures ({e['reason']})", highlight=False)
+    name = f"{engines.engine_class(e.engine).display_name} {e.version}"
+    if not e.supported:
+        console.print(f"[bold]{name}[/]: no engine figures ({e.reason})", highlight=False)
         console.print()
         return
     console.print(f"[bold]What {name} will log[/] (per GPU, from the same budget)")
-    for line in e["log_lines"]:
+    for line in e.log_lines:
         console.print(f"  {line}", highlight=False, markup=False)
-    for note in e["differences"]:
+    for note in e.differences:
         console.print(f"  note: {note}", highlight=False, markup=False)
     console.print()
 
@@ -250,12 +246,12 @@ def _cell(unit: str, value: float | None) -> str:
 
 def render_check(result, console: Console, source: str, saved) -> None:
     s = result.setup
-    name = f"{'vLLM' if result.engine == 'vllm' else 'SGLang'} {result.version}"
+    name = f"{engines.engine_class(result.engine).display_name} {result.version}"
     fmt = f" ({result.log_format})" if result.log_format and result.log_format != "unknown" else ""
     console.print(
-        f"[bold]{source}[/]: {name} log{fmt}; {s['model']} on {s['num_gpus']}x {s['gpu']} "
-        f"(TP {s['tensor_parallel_size']}, PP {s['pipeline_parallel_size']}); max-model-len "
-        f"{s['max_model_len']:,}; KV {s['kv_cache_dtype']}; block size {s['block_size']}",
+        f"[bold]{source}[/]: {name} log{fmt}; {s.model} on {s.num_gpus}x {s.gpu} "
+        f"(TP {s.tensor_parallel_size}, PP {s.pipeline_parallel_size}); max-model-len "
+        f"{s.max_model_len:,}; KV {s.kv_cache_dtype}; block size {s.block_size}",
         highlight=False,
     )
     console.print()
@@ -350,7 +346,7 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
     console.print()
     console.print(
         "TPOT: decode step with every request at the full context, datasheet bandwidth x "
-        "0.80 assumed efficiency (estimate); users margin: max users / users - 1",
+        f"{DEFAULT_EFFICIENCY:.2f} assumed efficiency (estimate); users margin: max users / users - 1",
         highlight=False,
     )
 

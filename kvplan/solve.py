@@ -16,10 +16,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvplan import engines, speed
-from kvplan.errors import InfeasibleError, KvplanError, UsageError
-from kvplan.parallel import _tp_valid
+from kvplan.engines.sglang import memory_settings as sglang_memory_settings
+from kvplan.engines.vllm import default_utilization as vllm_default_utilization
+from kvplan.errors import (
+    ContextTooLong,
+    InfeasibleError,
+    KvplanError,
+    RequestDoesNotFit,
+    UsageError,
+    WeightsDoNotFit,
+)
+from kvplan.parallel import valid_tps
 from kvplan.plan import Plan, PlanRequest, estimate
-from kvplan.specs.models import GpuSpec, HeadLayer, ModelSpec
+from kvplan.specs.models import GpuSpec, ModelSpec
 from kvplan.units import ceil_div
 
 SCHEMA = "kvplan.solve/1"
@@ -70,11 +79,6 @@ class Query:
     top: int = 5
 
 
-def valid_tps(spec: ModelSpec, gpus_per_node: int) -> list[int]:
-    kv_heads = sorted({la.num_kv_heads for la in spec.layers if isinstance(la, HeadLayer)})
-    return [t for t in range(1, gpus_per_node + 1) if _tp_valid(t, spec.num_attention_heads, kv_heads)]
-
-
 def _replica(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int) -> Plan:
     return estimate(_request(q, gpu, tp, pp, dtype, max_len))
 
@@ -96,38 +100,17 @@ def _request(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int)
 
 
 def _tpot(p: Plan, batch: int) -> float:
-    inputs = speed.DecodeInputs(**p.decode["inputs"])
-    return speed.decode_step(inputs, batch, p.kv_bytes_per_request_per_gpu).tpot_ms
+    return speed.decode_step(p.decode.inputs, batch, p.kv_bytes_per_request_per_gpu).tpot_ms
 
 
 def _dtype_name(dtype: str, p: Plan) -> str:
-    return "auto" if dtype == "auto" else p.settings["kv_cache_dtype"]
-
-
-# launch command, then the flags for TP, PP, DP, context length and the request cap, per engine
-_LAUNCH = {
-    "vllm": (
-        "vllm serve {model}",
-        "--tensor-parallel-size",
-        "--pipeline-parallel-size",
-        "--data-parallel-size",
-        "--max-model-len",
-        "--max-num-seqs",
-    ),
-    "sglang": (
-        "python -m sglang.launch_server --model-path {model}",
-        "--tp-size",
-        "--pp-size",
-        "--dp-size",
-        "--context-length",
-        "--max-running-requests",
-    ),
-}
+    return "auto" if dtype == "auto" else p.settings.kv_cache_dtype
 
 
 def _launch(engine: str, model: str, a: Answer, per_replica: int, extra: list[str]) -> str:
-    cmd, tp, pp, dp, ctx, cap = _LAUNCH[engine]
-    parts = [cmd.format(model=model), f"{tp} {a.tensor_parallel_size}"]
+    cls = engines.engine_class(engine)
+    tp, pp, dp, ctx, cap = cls.launch_flags
+    parts = [cls.launch_command.format(model=model), f"{tp} {a.tensor_parallel_size}"]
     if a.pipeline_parallel_size > 1:
         parts.append(f"{pp} {a.pipeline_parallel_size}")
     if a.data_parallel_size > 1:
@@ -139,7 +122,7 @@ def _launch(engine: str, model: str, a: Answer, per_replica: int, extra: list[st
 def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str, str]:
     model = q.model.hf_id or q.model.name
     per_replica = ceil_div(q.users, a.data_parallel_size)
-    util = p.settings["gpu_memory_utilization"] or engines.vllm_default_utilization(engines.LATEST["vllm"])
+    util = p.settings.gpu_memory_utilization or vllm_default_utilization(engines.ENGINES["vllm"].latest)
     vllm = (
         _launch(
             "vllm",
@@ -176,7 +159,7 @@ def solve(q: Query) -> tuple[list[Answer], _Bounds]:
     if q.max_gpus < 1:
         raise UsageError("--max-gpus must be >= 1")
     if q.max_model_len is not None and q.max_model_len > q.model.max_context:
-        raise InfeasibleError(
+        raise ContextTooLong(
             f"--max-model-len {q.max_model_len:,} exceeds {q.model.name}'s maximum context of "
             f"{q.model.max_context:,} tokens"
         )
@@ -258,7 +241,7 @@ def _layout(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bound
     try:
         p = _replica(q, gpu, tp, pp, dtype, q.max_model_len or q.model.max_context)
     except InfeasibleError as exc:
-        if "weights need" not in str(exc) and "needs" in str(exc):
+        if isinstance(exc, RequestDoesNotFit):
             bounds.reasons.append(f"{gpu.name} {label}: {exc}")
         return None
     if bounds.weights_min is None or tp * pp < bounds.weights_min[0]:
@@ -284,7 +267,7 @@ def _layout(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bound
                 fastest,
                 f"{fastest_dp * tp * pp}x {gpu.name} ({label}, DP {fastest_dp}, {dtype})",
             )
-            bounds.weight_ms = speed.decode_step(speed.DecodeInputs(**p.decode["inputs"]), 1, 0).memory_ms
+            bounds.weight_ms = speed.decode_step(p.decode.inputs, 1, 0).memory_ms
     if dp > max_dp:
         return None
     return _answer(q, gpu, p, tp, pp, dp, dtype, _tpot(p, ceil_div(q.users, dp)))
@@ -293,7 +276,7 @@ def _layout(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bound
 def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: str, tpot: float) -> Answer:
     n = tp * pp * dp
     conc = p.max_concurrency_per_replica * dp
-    mfs = engines.sglang_memory_settings(gpu.memory_bytes, tp, pp).mem_fraction_static
+    mfs = sglang_memory_settings(gpu.memory_bytes, tp, pp).mem_fraction_static
     margins = {
         "users": conc / q.users - 1,
         "tpot": 1 - tpot / q.tpot_ms if q.tpot_ms else None,
@@ -305,8 +288,8 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
         pipeline_parallel_size=pp,
         data_parallel_size=dp,
         kv_cache_dtype=_dtype_name(dtype, p),
-        block_size=p.settings["block_size"],
-        max_model_len=p.settings["max_model_len"],
+        block_size=p.settings.block_size,
+        max_model_len=p.settings.max_model_len,
         max_concurrency=conc,
         tpot_ms=tpot,
         cost_per_hour=n * q.prices[gpu.name] if q.prices else None,
@@ -394,9 +377,10 @@ def _weights_gpus(q: Query) -> tuple[int, str] | None:
             for pp in range(1, MAX_PP + 1):
                 try:
                     _replica(q, gpu, tp, pp, q.kv_dtypes[0], min(q.max_model_len or 1, q.model.max_context))
-                except InfeasibleError as exc:
-                    if "weights need" in str(exc):
-                        continue
+                except WeightsDoNotFit:
+                    continue
+                except InfeasibleError:
+                    pass
                 if best is None or tp * pp < best[0]:
                     best = (tp * pp, f"TP {tp} x PP {pp}")
                 break

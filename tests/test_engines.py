@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from helpers import REPO, plan, run_cli
-from kvplan.engines import sglang_memory_settings
+from kvplan.engines.sglang import memory_settings as sglang_memory_settings
 from kvplan.errors import UsageError
 from kvplan.plan import PlanRequest, estimate
 from kvplan.specs.registry import load_gpu, load_model
@@ -20,7 +20,7 @@ HF = REPO / "tests" / "fixtures" / "hf"
 
 
 def lines(p) -> list[str]:
-    return p.engine["log_lines"]
+    return p.engine.log_lines
 
 
 # --- vLLM -----------------------------------------------------------------------------------
@@ -40,7 +40,7 @@ def test_vllm_dense_gqa():
     ]
     # kvplan's whole requests keep vLLM's null block aside: (20,480 - 1) // 512 = 39
     assert p.max_concurrency == 39
-    assert p.engine["differences"] == [
+    assert p.engine.differences == [
         "vLLM's printed concurrency does not subtract the null block; kvplan's does"
     ]
 
@@ -59,13 +59,13 @@ def test_vllm_mla_tp8_replicates_the_latent_and_uses_flashmla_blocks():
     # 50 GiB = 53,687,091,200 B // 4,497,408 = 11,937 blocks = 763,968 tokens
     # 32,768 tokens = 512 blocks -> 11,937 / 512 = 23.31x
     p = plan("deepseek-v3", "H200", num_gpus=8, max_model_len=32768, kv_cache_memory_bytes=50 * GiB)
-    assert p.settings["block_size"] == 64
+    assert p.settings.block_size == 64
     assert p.kv_bytes_per_token_per_gpu == 70272  # 61 x 576 x 2: not divided by TP
-    assert p.engine["details"]["block_bytes_per_stage"] == [4497408]
+    assert p.engine.details.block_bytes_per_stage == [4497408]
     assert (p.engine_num_blocks, p.engine_kv_cache_tokens) == (11937, 763968)
     assert lines(p)[-1].endswith("Maximum concurrency for 32,768 tokens per request: 23.31x")
     # Blackwell's CUTLASS MLA needs 128; an Ampere card keeps 16
-    assert plan("deepseek-v3", "B200", num_gpus=8, max_model_len=32768).settings["block_size"] == 128
+    assert plan("deepseek-v3", "B200", num_gpus=8, max_model_len=32768).settings.block_size == 128
 
 
 def test_vllm_fp8_is_one_byte_with_no_in_block_scales():
@@ -96,7 +96,7 @@ def test_vllm_tp_above_kv_heads_replicates_heads():
         max_model_len=8192,
         kv_cache_memory_bytes=10 * GiB,
     )
-    assert p.engine["details"]["block_bytes_per_stage"] == [262144]
+    assert p.engine.details.block_bytes_per_stage == [262144]
     assert (p.engine_num_blocks, p.engine_kv_cache_tokens) == (40960, 655360)
 
 
@@ -113,11 +113,11 @@ def test_vllm_pipeline_stages_hold_their_own_layers_and_the_minimum_wins():
         max_model_len=8192,
         kv_cache_memory_bytes=50 * GiB,
     )
-    assert p.engine["details"]["block_bytes_per_stage"] == [327680, 327680]
+    assert p.engine.details.block_bytes_per_stage == [327680, 327680]
     assert p.engine_num_blocks == 163840
     # computed budgets differ per stage when the stages' weights differ: the engine takes the minimum
     q = plan("llama3-8b", "H100", num_gpus=2, tp=1, pp=2, max_model_len=8192)
-    per_stage = q.engine["details"]["num_blocks_per_stage"]
+    per_stage = q.engine.details.num_blocks_per_stage
     budgets = [s.kv_budget_bytes_per_gpu for s in q.stages]
     assert per_stage == [b // (16 * 16 * 8 * 256 * 2) for b in budgets]
     assert q.engine_num_blocks == min(per_stage)
@@ -130,14 +130,14 @@ def test_vllm_hybrid_sliding_window_groups_and_admission_charge():
     # per request at 32K: sliding ceil(min(127 + 8,192, 32,768) / 16) + 1 = 521, full 2,048 -> 2,569
     # 81,920 / 2,569 = 31.89x
     p = plan("gpt-oss-20b", "H100", num_gpus=1, max_model_len=32768, kv_cache_memory_bytes=30 * GiB)
-    groups = p.engine["details"]["groups"]
-    assert [(g["kind"], g["num_layers"]) for g in groups] == [("sliding(128)", 12), ("full", 12)]
-    assert [g["blocks_per_request"] for g in groups] == [521, 2048]
+    groups = p.engine.details.groups
+    assert [(g.kind, g.num_layers) for g in groups] == [("sliding(128)", 12), ("full", 12)]
+    assert [g.blocks_per_request for g in groups] == [521, 2048]
     assert (p.engine_num_blocks, p.engine_kv_cache_tokens) == (81920, 655360)
     assert lines(p)[-1].endswith("Maximum concurrency for 32,768 tokens per request: 31.89x")
     # kvplan counts what a full-length request holds (ceil(127/16) + 1 = 9 sliding blocks)
-    assert p.engine["details"]["held_blocks_per_request"] == 2048 + 9
-    assert any("admission" in d for d in p.engine["differences"])
+    assert p.engine.details.held_blocks_per_request == 2048 + 9
+    assert any("admission" in d for d in p.engine.differences)
     # a smaller --max-num-batched-tokens lowers the sliding charge: ceil((127 + 2,048) / 16) + 1 = 137
     q = plan(
         "gpt-oss-20b",
@@ -147,10 +147,10 @@ def test_vllm_hybrid_sliding_window_groups_and_admission_charge():
         kv_cache_memory_bytes=30 * GiB,
         max_num_batched_tokens=2048,
     )
-    assert q.engine["details"]["blocks_per_request"] == 2048 + 137
+    assert q.engine.details.blocks_per_request == 2048 + 137
     # gpt-oss-120b: 18 + 18
     big = plan("gpt-oss-120b", "H200", num_gpus=1, max_model_len=32768)
-    assert [g["num_layers"] for g in big.engine["details"]["groups"]] == [18, 18]
+    assert [g.num_layers for g in big.engine.details.groups] == [18, 18]
 
 
 def test_vllm_disable_hybrid_manager_treats_windows_as_full():
@@ -171,12 +171,12 @@ def test_vllm_padding_layers_when_group_sizes_differ():
     # Gemma-3-27B: 52 sliding + 10 full; 52 >= 1.5 x 10 so groups hold 10 layers: 6 sliding groups
     # (60 slots, 8 padding layers: 8 / 52 = 15.38%) + 1 full group
     p = plan("gemma3-27b", "H100", num_gpus=1, max_model_len=32768)
-    groups = p.engine["details"]["groups"]
-    assert len(groups) == 7 and all(g["slots"] == 10 for g in groups)
-    assert sorted(g["num_layers"] for g in groups) == [8, 8, 9, 9, 9, 9, 10]
+    groups = p.engine.details.groups
+    assert len(groups) == 7 and all(g.slots == 10 for g in groups)
+    assert sorted(g.num_layers for g in groups) == [8, 8, 9, 9, 9, 9, 10]
     assert lines(p)[0] == "Add 8 padding layers, may waste at most 15.38% KV cache memory"
     # block = 10 slots x page (16 x 16 heads x 256 x 2 = 131,072 B); tokens = blocks // 7 x 16
-    assert p.engine["details"]["block_bytes_per_stage"] == [10 * 131072]
+    assert p.engine.details.block_bytes_per_stage == [10 * 131072]
     assert p.engine_kv_cache_tokens == p.engine_num_blocks // 7 * 16
 
 
@@ -218,9 +218,9 @@ def test_vllm_release_conventions():
         "Maximum concurrency for 8,200 tokens per request: 39.92x",
     ]
     # CUDA graphs enter the estimated reserve from 0.21 on, never with --enforce-eager
-    assert plan("llama3-8b", num_gpus=1, engine_version="0.20").reserve["cuda_graph_bytes"] == 0
-    assert plan("llama3-8b", num_gpus=1, engine_version="0.21").reserve["cuda_graph_bytes"] > 0
-    assert plan("llama3-8b", num_gpus=1, enforce_eager=True).reserve["cuda_graph_bytes"] == 0
+    assert plan("llama3-8b", num_gpus=1, engine_version="0.20").reserve.cuda_graph_bytes == 0
+    assert plan("llama3-8b", num_gpus=1, engine_version="0.21").reserve.cuda_graph_bytes > 0
+    assert plan("llama3-8b", num_gpus=1, enforce_eager=True).reserve.cuda_graph_bytes == 0
 
 
 def test_hf_config_models_get_the_same_engine_numbers():
@@ -232,13 +232,13 @@ def test_hf_config_models_get_the_same_engine_numbers():
         gpu = "H200" if name == "deepseek-v3" else "H100"
         shipped = plan(name, gpu, kv_cache_memory_bytes=40 * GiB, **kw)
         from_hf = plan(str(HF / fixture), gpu, kv_cache_memory_bytes=40 * GiB, **kw)
-        assert from_hf.engine["log_lines"] == shipped.engine["log_lines"], name
-        assert from_hf.engine["details"]["groups"] == shipped.engine["details"]["groups"], name
+        assert from_hf.engine.log_lines == shipped.engine.log_lines, name
+        assert from_hf.engine.details.groups == shipped.engine.details.groups, name
 
 
 def test_int4_kv_has_no_engine_figures_but_kvplan_still_plans():
     p = plan("llama3-8b", num_gpus=1, max_model_len=8192, kv_cache_dtype="int4")
-    assert p.engine["supported"] is False and "int4" in p.engine["reason"]
+    assert p.engine.supported is False and "int4" in p.engine.reason
     assert p.engine_kv_cache_tokens is None and p.max_concurrency > 0
 
 
@@ -260,7 +260,7 @@ def test_sglang_default_mem_fraction_static(gpu, tp, expected):
     mem = sglang_memory_settings(load_gpu(gpu).memory_bytes, tp, 1)
     assert mem.mem_fraction_static == expected
     p = plan("llama3-8b", gpu, num_gpus=tp, tp=tp, max_model_len=8192, engine="sglang")
-    assert p.settings["mem_fraction_static"] == expected
+    assert p.settings.mem_fraction_static == expected
 
 
 def test_sglang_budget_cell_size_and_log_line():
@@ -337,9 +337,9 @@ def test_sglang_swa_pool_ratio(tmp_path):
     p = plan(
         str(path), "H100", num_gpus=1, max_model_len=32768, engine="sglang", kv_cache_memory_bytes=30 * GiB
     )
-    assert p.engine["details"]["hybrid_swa"] is True
+    assert p.engine.details.hybrid_swa is True
     assert p.engine_kv_cache_tokens == 728177
-    assert p.engine["details"]["swa_kv_cache_tokens"] == 582541
+    assert p.engine.details.swa_kv_cache_tokens == 582541
     assert lines(p)[0] == "Use sliding window memory pool. full_layer_tokens=728177, swa_layer_tokens=582541"
     # gpt-oss: SGLang disables the hybrid pool, one pool of 655,360 tokens
     g = plan(
@@ -350,7 +350,7 @@ def test_sglang_swa_pool_ratio(tmp_path):
         engine="sglang",
         kv_cache_memory_bytes=30 * GiB,
     )
-    assert g.engine["details"]["hybrid_swa"] is False and g.engine_kv_cache_tokens == 655360
+    assert g.engine.details.hybrid_swa is False and g.engine_kv_cache_tokens == 655360
 
 
 def test_engine_flags_belong_to_their_engine():
@@ -422,7 +422,7 @@ def test_cli_prints_engine_lines_and_json_keys():
 )
 def test_estimated_kv_memory_lands_within_two_percent_of_real_logs(model, gpu, kw, logged_gib, source):
     p = plan(model, gpu, **kw)
-    assert p.reserve["estimated"]
+    assert p.reserve.estimated
     assert p.kv_budget_bytes_per_gpu / GiB == pytest.approx(logged_gib, rel=0.02), source
 
 

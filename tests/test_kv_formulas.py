@@ -121,8 +121,8 @@ def test_quant_group_options_change_the_overhead():
 
 def test_auto_follows_the_activation_dtype_even_with_quantized_weights():
     p = plan("deepseek-v3", "H200", num_gpus=8, max_model_len=8192)
-    assert p.settings["weight_dtype"] == "fp8"
-    assert p.settings["kv_cache_dtype"] == "bf16"
+    assert p.settings.weight_dtype == "fp8"
+    assert p.settings.kv_cache_dtype == "bf16"
     assert p.kv_bytes_per_token == 70272
 
 

@@ -33,7 +33,7 @@ def test_block_rounding_charges_a_partial_block():
 def test_budget_is_utilization_minus_weights_minus_reserve():
     p = plan("llama3-8b", "H100", num_gpus=1, max_model_len=8192)
     # engines.md: vLLM's default utilization is 0.92 from 0.20 on, 0.9 before
-    assert p.settings["gpu_memory_utilization"] == 0.92
+    assert p.settings.gpu_memory_utilization == 0.92
     assert p.requested_bytes_per_gpu == math.ceil(p.memory_bytes_per_gpu * 0.92)
     old = plan("llama3-8b", "H100", num_gpus=1, max_model_len=8192, engine_version="0.18")
     assert old.requested_bytes_per_gpu == math.ceil(p.memory_bytes_per_gpu * 0.9)
@@ -41,9 +41,9 @@ def test_budget_is_utilization_minus_weights_minus_reserve():
         p.kv_budget_bytes_per_gpu
         == p.requested_bytes_per_gpu - p.weight_bytes_per_gpu - p.reserve_bytes_per_gpu
     )
-    assert p.reserve["estimated"] is True
+    assert p.reserve.estimated is True
     given = plan("llama3-8b", "H100", num_gpus=1, max_model_len=8192, reserve_bytes=3 * GiB)
-    assert given.reserve_bytes_per_gpu == 3 * GiB and given.reserve["estimated"] is False
+    assert given.reserve_bytes_per_gpu == 3 * GiB and given.reserve.estimated is False
 
 
 def test_kv_cache_memory_replaces_the_budget():
@@ -54,7 +54,7 @@ def test_kv_cache_memory_replaces_the_budget():
 
 def test_pipeline_stages_hold_their_own_layers():
     p = plan("llama3-70b", "H100", num_gpus=16, nodes=2, max_model_len=8192)
-    assert (p.cluster["tensor_parallel_size"], p.cluster["pipeline_parallel_size"]) == (8, 2)
+    assert (p.cluster.tensor_parallel_size, p.cluster.pipeline_parallel_size) == (8, 2)
     assert [s.num_layers for s in p.stages] == [40, 40]
     assert p.kv_bytes_per_token_per_gpu == 40 * 1 * 256 * 2
     assert p.num_blocks_per_gpu == min(s.num_blocks for s in p.stages)
@@ -69,7 +69,7 @@ def test_uneven_pipeline_split_like_vllm():
 
 def test_data_parallel_replicas_multiply_concurrency():
     p = plan("llama3-8b", "H100", num_gpus=8, tp=2, max_model_len=8192)
-    assert p.cluster["data_parallel_size"] == 4
+    assert p.cluster.data_parallel_size == 4
     assert p.max_concurrency == 4 * p.max_concurrency_per_replica
 
 
@@ -110,7 +110,7 @@ def test_avg_context_concurrency():
         avg_context_tokens=2048,
         kv_cache_memory_bytes=40 * GiB,
     )
-    assert p.avg_context["max_concurrency"] == (p.num_blocks_per_gpu - 1) // 128
+    assert p.avg_context.max_concurrency == (p.num_blocks_per_gpu - 1) // 128
 
 
 def test_prefix_sharing_counts_full_blocks_only():
@@ -122,11 +122,11 @@ def test_prefix_sharing_counts_full_blocks_only():
         shared_prefix_tokens=100,
         kv_cache_memory_bytes=40 * GiB,
     )
-    assert p.prefix_caching["shared_blocks"] == 6
-    assert p.prefix_caching["shared_tokens_cached"] == 96
-    assert p.prefix_caching["prefill_tokens_saved_per_request"] == 96
+    assert p.prefix_caching.shared_blocks == 6
+    assert p.prefix_caching.shared_tokens_cached == 96
+    assert p.prefix_caching.prefill_tokens_saved_per_request == 96
     n = p.num_blocks_per_gpu
-    assert p.prefix_caching["max_concurrency"] == math.floor((n - 1 - 6) / (256 - 6))
+    assert p.prefix_caching.max_concurrency == math.floor((n - 1 - 6) / (256 - 6))
 
 
 def test_weights_that_do_not_fit_are_infeasible_with_numbers():

@@ -11,7 +11,8 @@ import pytest
 from helpers import plan, run_cli
 from kvplan import speed
 from kvplan.errors import InfeasibleError
-from kvplan.solve import Query, solve, valid_tps, verdict
+from kvplan.parallel import valid_tps
+from kvplan.solve import Query, solve, verdict
 from kvplan.specs.registry import load_gpu, load_model
 
 
@@ -25,10 +26,8 @@ def _meets(model, gpu, n, tp, pp, dtype, length, users, tpot_ms) -> bool:
         return False
     if tpot_ms is None:
         return True
-    dp = p.cluster["data_parallel_size"]
-    step = speed.decode_step(
-        speed.DecodeInputs(**p.decode["inputs"]), math.ceil(users / dp), p.kv_bytes_per_request_per_gpu
-    )
+    dp = p.cluster.data_parallel_size
+    step = speed.decode_step(p.decode.inputs, math.ceil(users / dp), p.kv_bytes_per_request_per_gpu)
     return step.tpot_ms <= tpot_ms
 
 

@@ -1,0 +1,180 @@
+"""What a KV pool holds: block-rounded request bytes, the binding stage, the longest context that
+fits, prefix sharing and preallocation waste. Pure functions of the stages' layers and budgets."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvplan import kv
+from kvplan.formats import Format
+from kvplan.specs.models import Layer
+
+
+def request_bytes(layers: list[Layer], fmt: Format, context: int, block_size: int, tp: int) -> int:
+    """Block-rounded bytes one request of `context` tokens holds on one GPU."""
+    return sum(
+        n
+        * (
+            kv.page_bytes(layer, fmt, block_size, tp) * kv.layer_blocks(layer, context, block_size)
+            + kv.layer_state_bytes(layer, tp)
+        )
+        for layer, n in kv.grouped(layers)
+    )
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    stage: int
+    first_layer: int
+    num_layers: int
+    weight_bytes_per_gpu: int
+    kv_budget_bytes_per_gpu: int
+    kv_bits_per_token_per_gpu: int
+    block_bytes_per_gpu: int
+    num_blocks: int | None
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A shared prefix: bytes stored once per stage, and bytes it saves each request per stage."""
+
+    once: list[int]
+    per_request: list[float]
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The KV pools of one replica's pipeline stages, in blocks of `block_size` tokens."""
+
+    stages: list[StagePlan]
+    layers: list[list[Layer]]  # each stage's layers
+    fmt: Format
+    block_size: int
+    tp: int
+
+    @property
+    def num_blocks(self) -> int | None:
+        counts = [s.num_blocks for s in self.stages if s.num_blocks is not None]
+        return min(counts) if counts else None
+
+    def usable_bytes(self, stage: int, reserved_blocks: int) -> int:
+        s, n = self.stages[stage], self.num_blocks
+        if n is None or not s.block_bytes_per_gpu:
+            return s.kv_budget_bytes_per_gpu
+        return max(n - reserved_blocks, 0) * s.block_bytes_per_gpu
+
+    def request_bytes(self, stage: int, context: int) -> int:
+        return request_bytes(self.layers[stage], self.fmt, context, self.block_size, self.tp)
+
+    def requests_fitting(
+        self, context: int, reserved_blocks: int = 0, shared: Shared | None = None
+    ) -> tuple[float, int]:
+        """(requests of `context` tokens that fit, index of the binding stage)."""
+        best, best_i = math.inf, 0
+        for i in range(len(self.stages)):
+            per_req: float = self.request_bytes(i, context)
+            pool: float = self.usable_bytes(i, reserved_blocks)
+            if shared is not None:
+                pool -= shared.once[i]
+                per_req -= shared.per_request[i]
+            f = pool / per_req if per_req > 0 else math.inf
+            if f < best:
+                best, best_i = f, i
+        return best, best_i
+
+    def largest_fitting_len(self, stage: int, pool_bytes: int, upper: int) -> int:
+        lo, hi = 0, upper
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.request_bytes(stage, mid) <= pool_bytes:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+@dataclass(frozen=True)
+class PrefixCaching:
+    shared_prefix_tokens: int
+    prefix_hit_rate: float
+    shared_blocks: int
+    shared_tokens_cached: int
+    shared_bytes_per_gpu: int
+    max_concurrency_per_replica: int
+    max_concurrency: int
+    gain: float | None
+    memory_saved_bytes_per_gpu: int
+    prefill_tokens_saved_per_request: float
+
+
+def prefix_caching(
+    pool: Pool,
+    shared_prefix_tokens: int,
+    hit_rate: float,
+    max_len: int,
+    null_blocks: int,
+    max_num_seqs: int | None,
+    dp: int,
+    base_factor: float,
+) -> PrefixCaching:
+    """Shared prefix (seed 000 15.6, engines.md): only full blocks are shared, stored once."""
+    bs = pool.block_size
+    shared_blocks = shared_prefix_tokens // bs
+    if shared_blocks * bs >= max_len:  # a hit never covers the request's last token
+        shared_blocks = (max_len - 1) // bs
+    once = [
+        sum(
+            n * kv.page_bytes(layer, pool.fmt, bs, pool.tp) * shared_blocks
+            for layer, n in kv.grouped(layers)
+            if kv.is_growing(layer)
+        )
+        for layers in pool.layers
+    ]
+    shared = Shared(once, [hit_rate * b for b in once])
+    f, bind = pool.requests_fitting(max_len, null_blocks, shared)
+    with_prefix = math.floor(f)
+    if max_num_seqs is not None:
+        with_prefix = min(with_prefix, max_num_seqs)
+    saved = max(with_prefix * shared.per_request[bind] - once[bind], 0)
+    return PrefixCaching(
+        shared_prefix_tokens=shared_prefix_tokens,
+        prefix_hit_rate=hit_rate,
+        shared_blocks=shared_blocks,
+        shared_tokens_cached=shared_blocks * bs,
+        shared_bytes_per_gpu=once[bind],
+        max_concurrency_per_replica=with_prefix,
+        max_concurrency=with_prefix * dp,
+        gain=with_prefix / math.floor(base_factor) if base_factor >= 1 else None,
+        memory_saved_bytes_per_gpu=int(saved),
+        prefill_tokens_saved_per_request=hit_rate * shared_blocks * bs,
+    )
+
+
+@dataclass(frozen=True)
+class Fragmentation:
+    context_tokens: int
+    prealloc_max_concurrency_per_replica: int | None
+    prealloc_waste_bytes_per_request_per_gpu: int
+    prealloc_utilization: float
+    paged_max_concurrency_per_replica: int | None
+    paged_waste_bytes_per_request_per_gpu: int
+    paged_utilization: float
+
+
+def fragmentation(pool: Pool, stage: int, context: int, max_len: int, usable_bytes: int) -> Fragmentation:
+    """Seed 000 15.4: preallocating max_model_len per request vs paged blocks."""
+    layers, fmt, tp = pool.layers[stage], pool.fmt, pool.tp
+    exact_rank = kv.sequence_bytes(layers, fmt, context, tp)
+    exact_max = kv.sequence_bytes(layers, fmt, max_len, tp)
+    paged = pool.request_bytes(stage, context)
+    budget = pool.stages[stage].kv_budget_bytes_per_gpu
+    return Fragmentation(
+        context_tokens=context,
+        prealloc_max_concurrency_per_replica=budget // exact_max if exact_max else None,
+        prealloc_waste_bytes_per_request_per_gpu=exact_max - exact_rank,
+        prealloc_utilization=exact_rank / exact_max if exact_max else 1.0,
+        paged_max_concurrency_per_replica=usable_bytes // paged if paged else None,
+        paged_waste_bytes_per_request_per_gpu=paged - exact_rank,
+        paged_utilization=exact_rank / paged if paged else 1.0,
+    )

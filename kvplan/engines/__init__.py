@@ -1,0 +1,91 @@
+"""The serving engines kvplan reproduces, behind one interface (base.Engine).
+
+A third engine is one more module with an `Engine` subclass and one more entry in ENGINES.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvplan.engines.base import (
+    ENGINE_KV_DTYPES,
+    Budget,
+    Engine,
+    EngineReport,
+    EngineUnsupported,
+    GroupSummary,
+    SglangDetails,
+    StageCache,
+    Version,
+    VllmDetails,
+    fmt_version,
+)
+from kvplan.engines.sglang import Sglang
+from kvplan.engines.vllm import Vllm
+from kvplan.errors import UsageError
+from kvplan.specs.models import ChunkedAttention, FullAttention, ModelSpec, SlidingWindow
+
+if TYPE_CHECKING:
+    from kvplan.request import PlanRequest
+
+ENGINES: dict[str, type[Engine]] = {cls.name: cls for cls in (Vllm, Sglang)}
+
+__all__ = [
+    "ENGINES",
+    "ENGINE_KV_DTYPES",
+    "Budget",
+    "Engine",
+    "EngineReport",
+    "EngineUnsupported",
+    "GroupSummary",
+    "SglangDetails",
+    "StageCache",
+    "Version",
+    "VllmDetails",
+    "engine_class",
+    "fmt_version",
+    "for_request",
+    "parse_version",
+    "windows_as_full",
+]
+
+
+def engine_class(name: str) -> type[Engine]:
+    if name not in ENGINES:
+        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, got {name!r}")
+    return ENGINES[name]
+
+
+def parse_version(text: str | None, engine: str) -> Version:
+    """'0.11', '0.11.2', 'v0.10.1.1' -> (0, 11); None or 'latest' -> the newest kvplan knows."""
+    return engine_class(engine).parse_version(text)
+
+
+def for_request(req: PlanRequest) -> Engine:
+    """The request's engine, bound to it; refuses flags that belong to another engine."""
+    cls = engine_class(req.engine)
+    for other in ENGINES.values():
+        if other is cls:
+            continue
+        for flag, attr in other.own_flags.items():
+            value = getattr(req, attr)
+            if value not in (None, False, other.own_flag_defaults.get(attr)):
+                raise UsageError(f"{flag} is a {other.name} flag; add --engine {other.name} or drop it")
+    engine = cls(req, cls.parse_version(req.engine_version))
+    engine.check_flags()
+    return engine
+
+
+def windows_as_full(spec: ModelSpec) -> ModelSpec:
+    """The same model with its sliding-window and chunked layers keeping every token, as an
+    engine that does not drop out-of-window KV stores them."""
+    types = {}
+    for name, layer in spec.layer_types.items():
+        if isinstance(layer, (SlidingWindow, ChunkedAttention)):
+            layer = FullAttention(
+                num_kv_heads=layer.num_kv_heads, head_dim=layer.head_dim, head_dim_v=layer.head_dim_v
+            )
+        types[name] = layer
+    return ModelSpec.model_validate(
+        {**spec.model_dump(), "layer_types": {k: v.model_dump() for k, v in types.items()}}
+    )

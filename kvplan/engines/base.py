@@ -1,0 +1,221 @@
+"""What every serving engine's accounting answers, and the records it answers with.
+
+kvplan's planner models what physically fits; an engine (vllm.py, sglang.py) adds its own
+rounding, grouping, defaults and log lines. A third engine is one more file implementing
+`Engine` and one line in `engines/__init__.py`. Every rule names its source in
+`shared/reference/engines.md` or the engine's own source file.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kvplan.errors import UsageError
+from kvplan.formats import Format
+from kvplan.specs.models import GpuSpec, Layer, ModelSpec
+
+if TYPE_CHECKING:
+    from kvplan.budget import Reserve
+    from kvplan.request import PlanRequest
+
+Version = tuple[int, int]
+
+# Dtypes the engines' KV caches support; int8/int4/int2 are kvplan what-ifs only.
+ENGINE_KV_DTYPES = frozenset({"fp16", "bf16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2"})
+
+
+class EngineUnsupported(Exception):
+    """The engine cannot serve this configuration; the message says why (kvplan still plans it)."""
+
+
+def parse_version_text(text: str) -> Version:
+    """'0.11', '0.11.2', 'v0.10.1.1' -> (0, 11)."""
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)*(?:[.+-]\w+)*", text.strip())
+    if not m:
+        raise UsageError(f"--engine-version: cannot read {text!r}; write e.g. 0.11 or 0.11.2")
+    return int(m.group(1)), int(m.group(2))
+
+
+def fmt_version(version: Version) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """One KV-cache group as the engine reports it."""
+
+    kind: str
+    num_layers: int
+    slots: int
+    block_size: int
+    page_bytes: int
+    blocks_per_request: int
+
+
+@dataclass(frozen=True)
+class VllmDetails:
+    num_blocks_per_stage: list[int]
+    block_bytes_per_stage: list[int]
+    blocks_per_request: int
+    held_blocks_per_request: int
+    padding_layers: int
+    groups: list[GroupSummary]
+
+
+@dataclass(frozen=True)
+class SglangDetails:
+    mem_fraction_static: float
+    mem_fraction_static_given: bool
+    reserved_mib: float | None
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    page_size: int
+    hybrid_swa: bool
+    swa_full_tokens_ratio: float | None
+    swa_kv_cache_tokens: int | None
+    k_buffer_bytes: int  # the (full-attention) pool's K buffer; MLA: the whole latent
+    v_buffer_bytes: int
+
+
+@dataclass(frozen=True)
+class EngineReport:
+    """The figures an engine computes and prints at startup, from kvplan's budget."""
+
+    engine: str
+    version: str
+    supported: bool
+    reason: str | None = None
+    num_blocks: int | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    available_kv_bytes: int | None = None
+    log_lines: list[str] = field(default_factory=list)
+    details: VllmDetails | SglangDetails | None = None
+    differences: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How one GPU's memory becomes its KV budget under an engine's rules."""
+
+    requested_bytes: int  # what the engine may use before weights (and, for vLLM, the reserve)
+    reserve: Reserve
+    reserve_after_weights: bool  # vLLM subtracts the reserve after the weights; SGLang before
+    gpu_memory_utilization: float | None
+    mem_fraction_static: float | None
+    usable_label: str  # "H100-SXM x 0.92": what `requested_bytes` is, for messages
+
+    def kv_bytes(self, weight_bytes: int) -> int:
+        return self.requested_bytes - weight_bytes - (self.reserve.total if self.reserve_after_weights else 0)
+
+
+@dataclass(frozen=True)
+class StageCache:
+    """What the engine needs of one pipeline stage: its layers and its KV budget."""
+
+    layers: list[Layer]
+    layer_ids: range
+    kv_budget_bytes: int
+
+
+class Engine(ABC):
+    """An engine's accounting, bound to one request (model, GPU, flags, release)."""
+
+    name: ClassVar[str]
+    display_name: ClassVar[str]
+    latest: ClassVar[Version]
+    null_blocks: ClassVar[int]  # blocks the engine keeps out of use (vLLM's null block)
+    own_flags: ClassVar[dict[str, str]]  # flag -> PlanRequest field only this engine reads
+    own_flag_defaults: ClassVar[dict[str, object]] = {}
+    launch_command: ClassVar[str]
+    launch_flags: ClassVar[tuple[str, str, str, str, str]]  # TP, PP, DP, context, request cap
+
+    def __init__(self, req: PlanRequest, version: Version) -> None:
+        self.req = req
+        self.version = version
+
+    @classmethod
+    def parse_version(cls, text: str | None) -> Version:
+        return cls.latest if text is None or text == "latest" else parse_version_text(text)
+
+    @property
+    def label(self) -> str:
+        return f"{self.display_name} {fmt_version(self.version)}"
+
+    @abstractmethod
+    def check_flags(self) -> None:
+        """Check the values of this engine's own flags (engines.for_request refuses other engines')."""
+
+    @abstractmethod
+    def block_size(self, spec: ModelSpec, gpu: GpuSpec) -> tuple[int, str | None]:
+        """(block or page size, an assumption to state or None)."""
+
+    @abstractmethod
+    def windows_kept(self, spec: ModelSpec) -> str | None:
+        """Why this engine keeps every token of windowed layers (None: it drops them)."""
+
+    @abstractmethod
+    def budget(self, spec: ModelSpec, gpu: GpuSpec, tp: int, pp: int) -> Budget:
+        """The memory the engine gives weights + KV on one GPU, and its reserve."""
+
+    @abstractmethod
+    def budget_notes(self, budget: Budget, gpu: GpuSpec, tp: int, pp: int) -> list[str]:
+        """The assumptions behind a computed budget, one line each."""
+
+    @abstractmethod
+    def budget_formula(self, budget: Budget, gpu: GpuSpec) -> tuple[str, str]:
+        """(formula, source) of the KV budget, for --explain."""
+
+    @abstractmethod
+    def prepare(self, layers: list[Layer], fmt: Format, block_size: int, tp: int, max_len: int) -> None:
+        """Work out the engine's own grouping of the model's layers (raises EngineUnsupported)."""
+
+    def block_bytes(self, layer_ids: range, layers: list[Layer], fmt: Format, tp: int) -> int | None:
+        """Bytes of one engine block on a GPU holding `layer_ids` (None: no block accounting)."""
+        return None
+
+    @abstractmethod
+    def report(
+        self, stages: list[StageCache], fmt: Format, block_size: int, tp: int, max_len: int
+    ) -> EngineReport:
+        """The engine's own figures and log lines (raises EngineUnsupported)."""
+
+    @abstractmethod
+    def differences(self, report: EngineReport, kvplan_concurrency: int) -> list[str]:
+        """Why the engine's concurrency differs from kvplan's, when it does."""
+
+    # --- reading a startup log (check-log) ---------------------------------------------------
+
+    @classmethod
+    def log_settings(cls, facts: dict[str, Any]) -> dict[str, Any]:
+        """PlanRequest fields of this engine's own settings that a parsed log states."""
+        return {}
+
+    @classmethod
+    def arithmetic_budget(cls, facts: dict[str, Any], pred: Any) -> tuple[dict[str, Any], int] | None:
+        """(PlanRequest fields that hand the log's own KV figure to kvplan, blocks the log's
+        rounding can hide), or None when the log gives no KV figure."""
+        if facts.get("available_kv_bytes") is not None:
+            return {"kv_cache_memory_bytes": facts["available_kv_bytes"]}, 0
+        return None
+
+    @classmethod
+    def logged_kv_bytes(cls, facts: dict[str, Any], pred: Any) -> int | None:
+        """The KV memory per GPU the log states (or implies)."""
+        value = facts.get("available_kv_bytes")
+        return int(value) if value is not None else None
+
+    @classmethod
+    @abstractmethod
+    def measured_reserve(
+        cls, facts: dict[str, Any], pred: Any, logged_kv: int
+    ) -> tuple[int, str, str | None]:
+        """(non-KV memory the log implies, its label, a note or None), per GPU."""
+
+    def unsupported(self, reason: str) -> EngineReport:
+        return EngineReport(
+            engine=self.name, version=fmt_version(self.version), supported=False, reason=reason
+        )

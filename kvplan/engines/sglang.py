@@ -1,0 +1,356 @@
+"""SGLang's KV accounting: --mem-fraction-static, the token pool, the SWA pools, the lines it logs.
+
+Sources: shared/reference/engines.md (SGLang), read from python/sglang/srt/server_args.py
+(GPU memory settings) and python/sglang/srt/model_executor/model_runner.py (profile_max_num_token).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from kvplan import kv
+from kvplan.budget import Reserve
+from kvplan.engines.base import (
+    Budget,
+    Engine,
+    EngineReport,
+    EngineUnsupported,
+    SglangDetails,
+    StageCache,
+    Version,
+    fmt_version,
+)
+from kvplan.errors import UsageError
+from kvplan.formats import Format
+from kvplan.specs.models import (
+    CompressedAttention,
+    FullAttention,
+    GpuSpec,
+    LatentAttention,
+    Layer,
+    ModelSpec,
+    RecurrentState,
+    SlidingWindow,
+)
+from kvplan.units import GiB, MiB, ceil_div, fmt_gib
+
+# SGLang server_args: --swa-full-tokens-ratio default
+SWA_FULL_TOKENS_RATIO = 0.8
+
+# SGLang disables its hybrid SWA pool for these architectures (server_args, 0.5.x).
+NO_HYBRID_SWA = {
+    "GptOssForCausalLM",
+    "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM",
+    "Gemma3ForConditionalGeneration",
+}
+
+# Memory the CUDA context, NCCL communicators and allocator take before SGLang measures
+# "free memory at startup"; estimated (one SGLang 0.5 log of Qwen3-235B-FP8 on 4xH100,
+# vLLM issue 21348, implies ~2.3 GiB with TP 4). check-log calibration replaces it.
+STARTUP_BYTES = int(0.75 * GiB)
+STARTUP_NCCL_BYTES = int(1.5 * GiB)
+
+
+@dataclass(frozen=True)
+class SglangMemory:
+    mem_fraction_static: float
+    given: bool
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    reserved_mib: float | None  # the reserve behind the default fraction
+
+
+def memory_settings(
+    memory_bytes: int, tp: int, pp: int, mem_fraction_static: float | None = None
+) -> SglangMemory:
+    """SGLang 0.5.x default --mem-fraction-static from the card's memory (server_args, GPU memory settings)."""
+    gpu_mib = memory_bytes / MiB
+    if gpu_mib < 20 * 1024:
+        chunk, graph_bs = 2048, 16 if tp < 4 else 64
+    elif gpu_mib < 35 * 1024:
+        chunk, graph_bs = 2048, 24 if tp < 4 else 80
+    elif gpu_mib < 60 * 1024:
+        chunk, graph_bs = 4096, 32 if tp < 4 else 160
+    elif gpu_mib < 160 * 1024:
+        chunk, graph_bs = 8192, 256 if tp < 4 else 512
+    else:
+        chunk, graph_bs = 16384, 512
+    if mem_fraction_static is not None:
+        return SglangMemory(mem_fraction_static, True, chunk, graph_bs, None)
+    # reserved MiB: metadata 512 + activations 1.5 x chunk + CUDA graphs 2 x max bs + parallelism
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return SglangMemory(round((gpu_mib - reserved) / gpu_mib, 3), False, chunk, graph_bs, reserved)
+
+
+def startup_bytes(tp: int, pp: int) -> int:
+    """Estimated memory already taken when SGLang reads the free memory it calls total."""
+    return STARTUP_BYTES + (STARTUP_NCCL_BYTES if tp * pp > 1 else 0)
+
+
+def hybrid_swa(spec: ModelSpec, disabled: bool) -> bool:
+    has_swa = any(isinstance(layer, SlidingWindow) for layer in spec.layers)
+    return has_swa and not disabled and spec.architecture not in NO_HYBRID_SWA
+
+
+def _cells(layers: list[Layer], fmt: Format, tp: int) -> tuple[int, int, int, bool]:
+    """(K bytes, V bytes per token per layer-set, cache layers, MLA?) on one rank."""
+    k_bits = v_bits = 0
+    n = 0
+    mla = False
+    for layer in layers:
+        if isinstance(layer, LatentAttention):
+            k_bits += fmt.vector_bits(layer.latent_dim)
+            mla = True
+            n += 1
+        elif isinstance(layer, FullAttention):
+            heads = kv.kv_heads_per_rank(layer.num_kv_heads, tp)
+            k_bits += heads * fmt.vector_bits(layer.head_dim)
+            v_bits += heads * fmt.vector_bits(layer.v_dim)
+            n += 1
+        elif isinstance(layer, (RecurrentState, CompressedAttention)):
+            raise EngineUnsupported("recurrent-state and compressed-KV layers are not modelled for SGLang")
+    return ceil_div(k_bits, 8), ceil_div(v_bits, 8), n, mla
+
+
+def _pool_tokens(layers: list[Layer], budget: int, fmt: Format, tp: int, page: int, swa: bool, ratio: float):
+    """(full-attention pool tokens, SWA pool tokens or None) of one stage."""
+    k, v, n, _ = _cells(layers, fmt, tp)
+    cell = k + v
+    # engines.md: max_total_num_tokens = available // cell_size, floored to the page size
+    tokens = budget // cell if cell else 0
+    swa_tokens = None
+    if swa:
+        n_swa = sum(1 for layer in layers if isinstance(layer, SlidingWindow))
+        n_full = n - n_swa
+        total = tokens * n
+        # SGLang set_num_token_hybrid: swa * n_swa + full * n_full = total, swa = ratio * full
+        full = int(total / (ratio * n_swa + n_full))
+        swa_tokens = int(full * ratio) // page * page
+        tokens = full
+    return tokens // page * page, swa_tokens
+
+
+def _torch_dtype(fmt: Format) -> str:
+    return {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}.get(
+        fmt.name, "torch.float8_e5m2" if fmt.name == "fp8_e5m2" else "torch.float8_e4m3fn"
+    )
+
+
+def _pool_line(layers: list[Layer], size: int, fmt: Format, tp: int, page: int) -> tuple[str, int, int]:
+    """The pool's log line and its K and V buffer bytes (MLA: one KV buffer, V = 0)."""
+    k, v, _, mla = _cells(layers, fmt, tp)
+    # SGLang allocates size + page_size slots (slot 0 is a padding slot); "GB" is 2**30 bytes
+    slots = size + page
+    head = f"KV Cache is allocated. dtype: {_torch_dtype(fmt)}, #tokens: {size}, "
+    if mla:
+        return head + f"KV size: {slots * k / GiB:.2f} GB", slots * k, slots * v
+    return head + f"K size: {slots * k / GiB:.2f} GB, V size: {slots * v / GiB:.2f} GB", slots * k, slots * v
+
+
+def sglang_report(
+    stage_layer_lists: list[list[Layer]],
+    fmt: Format,
+    tp: int,
+    page_size: int,
+    stage_budgets: list[int],
+    max_model_len: int,
+    version: Version,
+    swa: bool,
+    swa_full_tokens_ratio: float,
+    mem: SglangMemory,
+) -> EngineReport:
+    """SGLang's max_total_num_tokens and its KV-pool log line (engines.md, SGLang)."""
+    pools = [
+        _pool_tokens(layers, budget, fmt, tp, page_size, swa, swa_full_tokens_ratio)
+        for layers, budget in zip(stage_layer_lists, stage_budgets, strict=True)
+    ]
+    best_stage = min(range(len(pools)), key=lambda s: pools[s][0])  # the first stage with the fewest
+    tokens, swa_tokens = pools[best_stage]
+    layers = stage_layer_lists[best_stage]
+    lines = []
+    if swa and swa_tokens is not None:
+        full_layers = [la for la in layers if not isinstance(la, SlidingWindow)]
+        swa_layers = [la for la in layers if isinstance(la, SlidingWindow)]
+        lines.append(
+            f"Use sliding window memory pool. full_layer_tokens={tokens}, swa_layer_tokens={swa_tokens}"
+        )
+        line, k_bytes, v_bytes = _pool_line(full_layers, tokens, fmt, tp, page_size)
+        lines += [line, _pool_line(swa_layers, swa_tokens, fmt, tp, page_size)[0]]
+    else:
+        line, k_bytes, v_bytes = _pool_line(layers, tokens, fmt, tp, page_size)
+        lines.append(line)
+    details = SglangDetails(
+        mem_fraction_static=mem.mem_fraction_static,
+        mem_fraction_static_given=mem.given,
+        reserved_mib=mem.reserved_mib,
+        chunked_prefill_size=mem.chunked_prefill_size,
+        cuda_graph_max_bs=mem.cuda_graph_max_bs,
+        page_size=page_size,
+        hybrid_swa=swa,
+        swa_full_tokens_ratio=swa_full_tokens_ratio if swa else None,
+        swa_kv_cache_tokens=swa_tokens,
+        k_buffer_bytes=k_bytes,
+        v_buffer_bytes=v_bytes,
+    )
+    return EngineReport(
+        engine="sglang",
+        version=fmt_version(version),
+        supported=True,
+        num_blocks=tokens // page_size,
+        kv_cache_tokens=tokens,
+        # SGLang prints no concurrency; requests of max_model_len tokens that fit its pool
+        max_concurrency=tokens / (ceil_div(max_model_len, page_size) * page_size),
+        available_kv_bytes=min(stage_budgets),
+        log_lines=lines,
+        details=details,
+    )
+
+
+class Sglang(Engine):
+    name = "sglang"
+    display_name = "SGLang"
+    latest = (0, 5)
+    null_blocks = 0  # engines.md: SGLang's padding slot lies outside its pool
+    own_flags = {
+        "--mem-fraction-static": "mem_fraction_static",
+        "--disable-hybrid-swa-memory": "disable_hybrid_swa_memory",
+        "--swa-full-tokens-ratio": "swa_full_tokens_ratio",
+    }
+    own_flag_defaults = {"swa_full_tokens_ratio": SWA_FULL_TOKENS_RATIO}
+    launch_command = "python -m sglang.launch_server --model-path {model}"
+    launch_flags = ("--tp-size", "--pp-size", "--dp-size", "--context-length", "--max-running-requests")
+
+    memory: SglangMemory | None = None
+
+    @property
+    def swa_ratio(self) -> float:
+        ratio = self.req.swa_full_tokens_ratio
+        return SWA_FULL_TOKENS_RATIO if ratio is None else ratio
+
+    @classmethod
+    def log_settings(cls, facts: dict[str, Any]) -> dict[str, Any]:
+        out = {
+            "mem_fraction_static": facts.get("mem_fraction_static"),
+            "disable_hybrid_swa_memory": facts.get("disable_hybrid_swa_memory", False),
+        }
+        if "swa_full_tokens_ratio" in facts:
+            out["swa_full_tokens_ratio"] = facts["swa_full_tokens_ratio"]
+        return out
+
+    @classmethod
+    def arithmetic_budget(cls, facts: dict[str, Any], pred: Any) -> tuple[dict[str, Any], int] | None:
+        found = super().arithmetic_budget(facts, pred)
+        if found is None and facts.get("kv_cache_tokens"):
+            return {
+                "kv_cache_memory_bytes": math.ceil(facts["kv_cache_tokens"] * pred.kv_bytes_per_token_per_gpu)
+            }, 0
+        return found
+
+    @classmethod
+    def logged_kv_bytes(cls, facts: dict[str, Any], pred: Any) -> int | None:
+        found = super().logged_kv_bytes(facts, pred)
+        if found is None and facts.get("kv_cache_tokens"):
+            return int(facts["kv_cache_tokens"] * pred.kv_bytes_per_token_per_gpu)
+        return found
+
+    @classmethod
+    def measured_reserve(
+        cls, facts: dict[str, Any], pred: Any, logged_kv: int
+    ) -> tuple[int, str, str | None]:
+        if facts.get("free_at_start_bytes") is not None:  # SGLang logs its free memory before loading
+            return pred.memory_bytes_per_gpu - facts["free_at_start_bytes"], "memory in use at startup", None
+        mfs = pred.settings.mem_fraction_static
+        measured = round(pred.memory_bytes_per_gpu - (logged_kv + pred.weight_bytes_per_gpu) / mfs)
+        return measured, "memory in use at startup", None
+
+    def check_flags(self) -> None:
+        mfs = self.req.mem_fraction_static
+        if mfs is not None and not 0 < mfs < 1:
+            raise UsageError(f"--mem-fraction-static must be in (0, 1), got {mfs}")
+        if not 0 < self.swa_ratio <= 1:
+            raise UsageError(f"--swa-full-tokens-ratio must be in (0, 1], got {self.swa_ratio}")
+
+    def block_size(self, spec: ModelSpec, gpu: GpuSpec) -> tuple[int, str | None]:
+        return 1, "SGLang page size 1 (its default; FlashMLA forces 64: pass --block-size 64)"
+
+    def windows_kept(self, spec: ModelSpec) -> str | None:
+        if hybrid_swa(spec, self.req.disable_hybrid_swa_memory):
+            return None
+        if self.req.disable_hybrid_swa_memory:
+            return "--disable-hybrid-swa-memory"
+        return f"SGLang has no windowed pool for {spec.architecture or 'this model'}"
+
+    def budget(self, spec: ModelSpec, gpu: GpuSpec, tp: int, pp: int) -> Budget:
+        self.memory = mem = memory_settings(gpu.memory_bytes, tp, pp, self.req.mem_fraction_static)
+        given = self.req.reserve_bytes
+        reserve = (
+            Reserve(given, 0, 0, 0, given=True)
+            if given is not None
+            else Reserve(0, 0, startup_bytes(tp, pp), 0, False)
+        )
+        # engines.md (SGLang): available = free_after_weights - free_at_start x (1 - mem_fraction_static)
+        requested = math.floor((gpu.memory_bytes - reserve.total) * mem.mem_fraction_static)
+        label = f"{gpu.name} x mem-fraction-static {mem.mem_fraction_static:g}"
+        return Budget(requested, reserve, False, None, mem.mem_fraction_static, label)
+
+    def budget_notes(self, budget: Budget, gpu: GpuSpec, tp: int, pp: int) -> list[str]:
+        r = budget.reserve
+        if r.given:
+            source = f" ({self.req.reserve_source})" if self.req.reserve_source else ""
+            notes = [f"memory in use at startup per GPU given as {fmt_gib(r.total)}{source}"]
+        else:
+            notes = [
+                f"memory in use when SGLang starts (CUDA context{', NCCL' if tp * pp > 1 else ''}) estimated at "
+                f"{fmt_gib(r.total)} per GPU; override with --reserve-memory or calibrate with check-log"
+            ]
+        mem = self.memory
+        if mem is not None and not mem.given:
+            notes.append(
+                f"--mem-fraction-static {mem.mem_fraction_static:g}: SGLang's default for "
+                f"{gpu.memory_bytes / GiB:,.1f} GiB and TP {tp} x PP {pp} (reserves {mem.reserved_mib:,.0f} MiB)"
+            )
+        return notes
+
+    def budget_formula(self, budget: Budget, gpu: GpuSpec) -> tuple[str, str]:
+        return (
+            "(memory - in use at startup) x mem_fraction_static - weights",
+            f"{gpu.name} memory_bytes {gpu.memory_bytes:,}; mem_fraction_static {budget.mem_fraction_static:g}; "
+            "engines.md (SGLang)",
+        )
+
+    def prepare(self, layers: list[Layer], fmt: Format, block_size: int, tp: int, max_len: int) -> None:
+        _cells(layers, fmt, tp)  # refuses layer kinds SGLang's pool is not modelled for
+
+    def report(
+        self, stages: list[StageCache], fmt: Format, block_size: int, tp: int, max_len: int
+    ) -> EngineReport:
+        if self.memory is None:
+            raise EngineUnsupported("no SGLang memory settings")
+        return sglang_report(
+            [s.layers for s in stages],
+            fmt,
+            tp,
+            block_size,
+            [s.kv_budget_bytes for s in stages],
+            max_len,
+            self.version,
+            hybrid_swa(self.req.model, self.req.disable_hybrid_swa_memory),
+            self.swa_ratio,
+            self.memory,
+        )
+
+    def differences(self, report: EngineReport, kvplan_concurrency: int) -> list[str]:
+        notes = []
+        d = report.details
+        if isinstance(d, SglangDetails) and d.hybrid_swa:
+            notes.append(
+                f"SGLang splits its pool into full-attention and sliding-window pools "
+                f"(--swa-full-tokens-ratio {d.swa_full_tokens_ratio:g}); kvplan pools all layers together"
+            )
+        notes.append("SGLang prints no concurrency; kvplan's figure is its pool tokens / max-model-len")
+        return notes

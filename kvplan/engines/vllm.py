@@ -1,0 +1,416 @@
+"""vLLM's KV accounting: budget, block size, hybrid KV-cache groups, and the lines it logs.
+
+Sources: shared/reference/engines.md (vLLM), read from vllm/v1/core/kv_cache_utils.py,
+vllm/v1/worker/gpu_worker.py and vllm/v1/kv_cache_interface.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from kvplan import kv
+from kvplan.budget import Reserve, estimate_reserve, requested_bytes
+from kvplan.engines.base import (
+    Budget,
+    Engine,
+    EngineReport,
+    EngineUnsupported,
+    GroupSummary,
+    StageCache,
+    Version,
+    VllmDetails,
+    fmt_version,
+)
+from kvplan.errors import UsageError
+from kvplan.formats import Format
+from kvplan.specs.models import (
+    ChunkedAttention,
+    CompressedAttention,
+    GpuSpec,
+    LatentAttention,
+    Layer,
+    ModelSpec,
+    NoCache,
+    RecurrentState,
+    SharedKV,
+    SlidingWindow,
+)
+from kvplan.units import GiB, ceil_div, fmt_gib
+
+DEFAULT_BLOCK_SIZE = 16  # engines.md: block_size default 16
+
+
+def default_utilization(version: Version) -> float:
+    # engines.md: default 0.9 up to 0.18, 0.92 from 0.20 on
+    return 0.92 if version >= (0, 20) else 0.9
+
+
+def counts_cuda_graphs(version: Version) -> bool:
+    # vLLM log "CUDA graph memory profiling is enabled (default since v0.21.0)"; engines.md (~0.20)
+    return version >= (0, 21)
+
+
+def tokens_from_concurrency(version: Version) -> bool:
+    # engines.md: 0.21 to 0.25 printed int(C * L) as the KV cache size in tokens
+    return (0, 21) <= version <= (0, 25)
+
+
+def default_block_size(spec: ModelSpec, gpu: GpuSpec) -> tuple[int, str]:
+    """(block size, why). engines.md: 16; MLA backends: FlashMLA 64, CUTLASS MLA 128."""
+    if any(isinstance(layer, LatentAttention) for layer in spec.layers):
+        if gpu.arch == "hopper":
+            return 64, "FlashMLA (the MLA backend on Hopper) needs block size 64"
+        if gpu.arch == "blackwell":
+            return 128, "CUTLASS MLA (the MLA backend on Blackwell) needs block size 128"
+    return DEFAULT_BLOCK_SIZE, "vLLM's default block size"
+
+
+@dataclass(frozen=True)
+class KvGroup:
+    """One KV-cache group of vLLM's hybrid allocator: layers of one attention type sharing block tables."""
+
+    kind: str
+    layer_ids: tuple[int, ...]  # decoder layers in the group (whole model)
+    slots: int  # layers per group, padding included
+    block_size: int
+    page_bytes: int  # one block of one layer on one GPU
+    blocks_per_request: int  # what vLLM charges a request at max_model_len
+    held_blocks_per_request: int  # what a request of max_model_len tokens actually holds
+
+
+@dataclass(frozen=True)
+class VllmLayout:
+    groups: tuple[KvGroup, ...]
+    uniform: bool  # one group holding every layer (page sizes may still differ per layer)
+
+    @property
+    def padding_layers(self) -> int:
+        return sum(g.slots - len(g.layer_ids) for g in self.groups) if not self.uniform else 0
+
+    @property
+    def blocks_per_request(self) -> int:
+        return sum(g.blocks_per_request for g in self.groups)
+
+    @property
+    def held_blocks_per_request(self) -> int:
+        return sum(g.held_blocks_per_request for g in self.groups)
+
+    def block_bytes(self, layer_ids: set[int], layers: list[Layer], fmt: Format, tp: int) -> int:
+        """Bytes of one engine block on a GPU holding the layers `layer_ids` (a PP stage)."""
+        if self.uniform:
+            g = self.groups[0]
+            held = [layers[i] for i in g.layer_ids if i in layer_ids]
+            return sum(n * kv.page_bytes(la, fmt, g.block_size, tp) for la, n in kv.grouped(held))
+        # one tensor per slot, shared by the i-th layer of every group (engines.md: groups get
+        # equal page sizes); a stage needs as many slots as its fullest group
+        slots = max(sum(1 for i in g.layer_ids if i in layer_ids) for g in self.groups)
+        return self.groups[0].page_bytes * slots
+
+
+def _spec_key(layer: Layer, hybrid: bool) -> tuple[str, int]:
+    if isinstance(layer, SlidingWindow) and hybrid:
+        return "sliding", layer.window
+    if isinstance(layer, ChunkedAttention) and hybrid:
+        return "chunked", layer.chunk
+    return "full", 0
+
+
+def _charge(kind: str, size: int, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> int:
+    if kind == "sliding":
+        # engines.md: ceil(min(window - 1 + max_num_batched_tokens, max_model_len) / block_size) + 1
+        return ceil_div(min(size - 1 + max_num_batched_tokens, max_model_len), block_size) + 1
+    if kind == "chunked":
+        # vLLM ChunkedLocalAttentionSpec: ceil(min(chunk + max_num_batched_tokens, max_model_len) / block_size)
+        return ceil_div(min(size + max_num_batched_tokens, max_model_len), block_size)
+    return ceil_div(max_model_len, block_size)
+
+
+def _cached_layers(layers: list[Layer] | tuple[Layer, ...]) -> list[int]:
+    """Indices of the layers with a KV cache of their own; refuses kinds vLLM's rules here miss."""
+    cached: list[int] = []
+    for i, layer in enumerate(layers):
+        if isinstance(layer, (SharedKV, NoCache)):
+            continue  # no cache of its own (cross-layer sharing reads another layer's)
+        if isinstance(layer, RecurrentState):
+            raise EngineUnsupported(
+                "recurrent-state (Mamba/linear attention) layers are not modelled for vLLM"
+            )
+        if isinstance(layer, CompressedAttention):
+            raise EngineUnsupported("compressed-KV layers have no vLLM block accounting")
+        cached.append(i)
+    return cached
+
+
+def vllm_layout(
+    layers: list[Layer] | tuple[Layer, ...],
+    fmt: Format,
+    block_size: int,
+    tp: int,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    hybrid: bool = True,
+) -> VllmLayout:
+    """Group the model's layers the way vLLM's KV-cache manager does (engines.md, hybrid models)."""
+    cached = _cached_layers(layers)
+
+    def held(layer: Layer, bs: int) -> int:
+        if not hybrid and isinstance(layer, (SlidingWindow, ChunkedAttention)):
+            return ceil_div(max_model_len, bs)  # treated as full attention
+        return kv.layer_blocks(layer, max_model_len, bs)
+
+    def group(kind: str, size: int, ids: tuple[int, ...], slots: int, bs: int, page: int) -> KvGroup:
+        label = kind if kind == "full" else f"{kind}({size})"
+        charge = _charge(kind, size, max_model_len, bs, max_num_batched_tokens)
+        return KvGroup(label, ids, slots, bs, page, charge, held(layers[ids[0]], bs))
+
+    keys = {i: _spec_key(layers[i], hybrid) for i in cached}
+    page_of = {
+        id(la): kv.page_bytes(la, fmt, block_size, tp) for la, _ in kv.grouped(layers[i] for i in cached)
+    }
+    pages = {i: page_of[id(layers[i])] for i in cached}
+    kinds = set(keys.values())
+    if len(kinds) == 1:  # uniform type (page sizes may differ: one group, per-layer tensors)
+        kind, size = next(iter(kinds))
+        only = group(kind, size, tuple(cached), len(cached), block_size, pages[cached[0]])
+        return VllmLayout((only,), uniform=True)
+
+    # hybrid: unify page sizes by growing the block size of layers with smaller pages
+    max_page = max(pages.values())
+    by_type: dict[tuple[str, int, int], list[int]] = {}
+    for i in cached:
+        if max_page % pages[i]:
+            raise EngineUnsupported(
+                "layers' page sizes do not divide each other; vLLM cannot unify them by block size"
+            )
+        by_type.setdefault((*keys[i], block_size * (max_page // pages[i])), []).append(i)
+    counts = [len(v) for v in by_type.values()]
+    # vLLM kv_cache_utils: use the largest count when it is < 1.5x the smallest (less padding)
+    group_size = max(counts) if max(counts) < min(counts) * 1.5 else min(counts)
+    groups: list[KvGroup] = []
+    for (kind, size, bs), ids in by_type.items():
+        n_groups = ceil_div(len(ids), group_size)
+        # layers[j::n] so that PP stages fill groups evenly
+        groups += [
+            group(kind, size, tuple(ids[j::n_groups]), group_size, bs, max_page) for j in range(n_groups)
+        ]
+    return VllmLayout(tuple(groups), uniform=False)
+
+
+def padding_warnings(layout: VllmLayout) -> list[str]:
+    """vLLM warns once per attention type whose groups need padding layers."""
+    if layout.uniform:
+        return []
+    by_kind: dict[str, list[KvGroup]] = {}
+    for g in layout.groups:
+        by_kind.setdefault(g.kind, []).append(g)
+    lines = []
+    for kind_groups in by_kind.values():
+        n = sum(len(g.layer_ids) for g in kind_groups)
+        pad = sum(g.slots for g in kind_groups) - n
+        if pad:
+            lines.append(f"Add {pad} padding layers, may waste at most {pad / n * 100:.2f}% KV cache memory")
+    return lines
+
+
+def vllm_report(
+    layout: VllmLayout,
+    stage_budgets: list[int],
+    stage_block_bytes: list[int],
+    max_model_len: int,
+    version: Version,
+    num_gpu_blocks_override: int | None = None,
+) -> EngineReport:
+    """vLLM's num_blocks, KV cache size and maximum concurrency (engines.md, Blocks and tokens)."""
+    per_stage = [b // bb if bb else 0 for b, bb in zip(stage_budgets, stage_block_bytes, strict=True)]
+    # engines.md: every worker computes its own figure; the engine takes the minimum
+    num_blocks = min(per_stage) if num_gpu_blocks_override is None else num_gpu_blocks_override
+    groups = layout.groups
+    per_req = layout.blocks_per_request
+    conc = num_blocks / per_req
+    if tokens_from_concurrency(version):
+        tokens = int(conc * max_model_len)
+    else:
+        # vLLM _report_kv_cache_config: num_blocks // number of groups * smallest block size
+        tokens = num_blocks // len(groups) * min(g.block_size for g in groups)
+    available = min(stage_budgets)
+    lines = padding_warnings(layout)
+    lines.append(f"Available KV cache memory: {available / GiB:.2f} GiB")
+    size = f"GPU KV cache size: {tokens:,} tokens"
+    concurrency = f"Maximum concurrency for {max_model_len:,} tokens per request: {conc:.2f}x"
+    lines += [f"{size}, {concurrency}"] if version >= (0, 33) else [size, concurrency]
+    details = VllmDetails(
+        num_blocks_per_stage=per_stage,
+        block_bytes_per_stage=stage_block_bytes,
+        blocks_per_request=per_req,
+        held_blocks_per_request=layout.held_blocks_per_request,
+        padding_layers=layout.padding_layers,
+        groups=[
+            GroupSummary(g.kind, len(g.layer_ids), g.slots, g.block_size, g.page_bytes, g.blocks_per_request)
+            for g in groups
+        ],
+    )
+    return EngineReport(
+        engine="vllm",
+        version=fmt_version(version),
+        supported=True,
+        num_blocks=num_blocks,
+        kv_cache_tokens=tokens,
+        max_concurrency=conc,
+        available_kv_bytes=available,
+        log_lines=lines,
+        details=details,
+    )
+
+
+class Vllm(Engine):
+    name = "vllm"
+    display_name = "vLLM"
+    latest = (0, 33)
+    null_blocks = 1  # engines.md: one block is kept as the null block
+    own_flags = {
+        "--gpu-memory-utilization": "gpu_memory_utilization",
+        "--num-gpu-blocks-override": "num_gpu_blocks_override",
+        "--disable-hybrid-kv-cache-manager": "disable_hybrid_kv_cache_manager",
+    }
+    launch_command = "vllm serve {model}"
+    launch_flags = (
+        "--tensor-parallel-size",
+        "--pipeline-parallel-size",
+        "--data-parallel-size",
+        "--max-model-len",
+        "--max-num-seqs",
+    )
+
+    layout: VllmLayout | None = None
+    layers: list[Layer] | None = None  # the model's layers as the layout was made from them
+
+    def check_flags(self) -> None:
+        req = self.req
+        util = req.gpu_memory_utilization
+        if util is not None and not 0 < util <= 1:
+            raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {util}")
+        if req.num_gpu_blocks_override is not None and req.num_gpu_blocks_override < 2:
+            raise UsageError("--num-gpu-blocks-override must be >= 2 (one block is the null block)")
+        if req.num_gpu_blocks_override is not None and req.kv_cache_memory_bytes is not None:
+            raise UsageError("give --kv-cache-memory or --num-gpu-blocks-override, not both")
+
+    @classmethod
+    def log_settings(cls, facts: dict[str, Any]) -> dict[str, Any]:
+        return {"gpu_memory_utilization": facts.get("gpu_memory_utilization")}
+
+    @classmethod
+    def arithmetic_budget(cls, facts: dict[str, Any], pred: Any) -> tuple[dict[str, Any], int] | None:
+        if facts.get("num_gpu_blocks") is not None:
+            return {"num_gpu_blocks_override": facts["num_gpu_blocks"]}, 0
+        if facts.get("available_kv_bytes") is None:
+            return None
+        # blocks that the 0.005 GiB rounding of a logged "X.XX GiB" figure can hide
+        block_bytes = min(pred.engine.details.block_bytes_per_stage)
+        slack = math.ceil(0.005 * GiB / block_bytes) if block_bytes else 0
+        return {"kv_cache_memory_bytes": facts["available_kv_bytes"]}, slack
+
+    @classmethod
+    def measured_reserve(
+        cls, facts: dict[str, Any], pred: Any, logged_kv: int
+    ) -> tuple[int, str, str | None]:
+        return (
+            pred.requested_bytes_per_gpu - pred.weight_bytes_per_gpu - logged_kv,
+            "non-KV memory",
+            "non-KV memory: what the engine kept beside weights and KV (activations, workspaces, "
+            "CUDA graphs), measured as requested - weights - KV memory",
+        )
+
+    def utilization(self) -> float:
+        return self.req.gpu_memory_utilization or default_utilization(self.version)
+
+    def block_size(self, spec: ModelSpec, gpu: GpuSpec) -> tuple[int, str | None]:
+        bs, why = default_block_size(spec, gpu)
+        return (
+            bs,
+            None if bs == DEFAULT_BLOCK_SIZE else f"block size {bs}: {why} (override with --block-size)",
+        )
+
+    def windows_kept(self, spec: ModelSpec) -> str | None:
+        return "--disable-hybrid-kv-cache-manager" if self.req.disable_hybrid_kv_cache_manager else None
+
+    def budget(self, spec: ModelSpec, gpu: GpuSpec, tp: int, pp: int) -> Budget:
+        req, util = self.req, self.utilization()
+        if req.reserve_bytes is not None:
+            reserve = Reserve(req.reserve_bytes, 0, 0, 0, given=True)
+        else:
+            act_bytes = 4 if spec.activation_dtype == "fp32" else 2
+            graphs = counts_cuda_graphs(self.version) and not req.enforce_eager
+            reserve = estimate_reserve(
+                spec, tp, pp, req.max_num_batched_tokens, act_bytes, cuda_graphs=graphs, version=self.version
+            )
+        return Budget(
+            requested_bytes(gpu.memory_bytes, util), reserve, True, util, None, f"{gpu.name} x {util:g}"
+        )
+
+    def budget_notes(self, budget: Budget, gpu: GpuSpec, tp: int, pp: int) -> list[str]:
+        r, req = budget.reserve, self.req
+        if r.given:
+            notes = [
+                f"activation/workspace reserve per GPU given as {fmt_gib(r.total)}"
+                + (f" ({req.reserve_source})" if req.reserve_source else "")
+            ]
+        else:
+            notes = [
+                f"activation/workspace reserve per GPU estimated at {fmt_gib(r.total)} "
+                f"(activations for {req.max_num_batched_tokens:,} batched tokens, sampler, NCCL/cuBLAS"
+                + (", CUDA graphs" if r.cuda_graph_bytes else "")
+                + "); override with --reserve-memory or calibrate with check-log"
+            ]
+        if req.gpu_memory_utilization is None:
+            notes.append(
+                f"--gpu-memory-utilization {budget.gpu_memory_utilization:g}: {self.label}'s default"
+            )
+        return notes
+
+    def budget_formula(self, budget: Budget, gpu: GpuSpec) -> tuple[str, str]:
+        return (
+            "ceil(memory x gpu_memory_utilization) - weights - reserve",
+            f"{gpu.name} memory_bytes {gpu.memory_bytes:,}; utilization {budget.gpu_memory_utilization:g}; "
+            "engines.md (vLLM)",
+        )
+
+    def prepare(self, layers: list[Layer], fmt: Format, block_size: int, tp: int, max_len: int) -> None:
+        hybrid = not self.req.disable_hybrid_kv_cache_manager
+        self.layers = list(layers)
+        self.layout = vllm_layout(
+            layers, fmt, block_size, tp, max_len, self.req.max_num_batched_tokens, hybrid
+        )
+
+    def block_bytes(self, layer_ids: range, layers: list[Layer], fmt: Format, tp: int) -> int | None:
+        return self.layout.block_bytes(set(layer_ids), layers, fmt, tp) if self.layout else None
+
+    def report(
+        self, stages: list[StageCache], fmt: Format, block_size: int, tp: int, max_len: int
+    ) -> EngineReport:
+        if self.layout is None or self.layers is None:
+            raise EngineUnsupported("no vLLM block layout")
+        block_bytes = [self.layout.block_bytes(set(s.layer_ids), self.layers, fmt, tp) for s in stages]
+        budgets = [s.kv_budget_bytes for s in stages]
+        return vllm_report(
+            self.layout, budgets, block_bytes, max_len, self.version, self.req.num_gpu_blocks_override
+        )
+
+    def differences(self, report: EngineReport, kvplan_concurrency: int) -> list[str]:
+        layout = self.layout
+        if layout is None or report.max_concurrency is None:
+            return []
+        notes = []
+        if layout.blocks_per_request != layout.held_blocks_per_request:
+            notes.append(
+                f"vLLM charges a request {layout.blocks_per_request:,} blocks at admission (a sliding-window "
+                f"or chunked layer is charged window + --max-num-batched-tokens {self.req.max_num_batched_tokens:,} "
+                f"tokens); at full length it holds {layout.held_blocks_per_request:,}, which is what kvplan counts"
+            )
+        if layout.padding_layers:
+            notes.append(f"vLLM adds {layout.padding_layers} padding layers to equalise its KV-cache groups")
+        same_charge = layout.blocks_per_request == layout.held_blocks_per_request
+        if same_charge and math.floor(report.max_concurrency) != kvplan_concurrency and self.null_blocks:
+            notes.append("vLLM's printed concurrency does not subtract the null block; kvplan's does")
+        return notes

@@ -1,0 +1,98 @@
+"""The request: what a user asks `estimate` for, checked once before any planning."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.errors import ContextTooLong, UsageError
+from kvplan.formats import Format, kv_format
+from kvplan.specs.models import GpuSpec, ModelSpec
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: ModelSpec
+    gpu: GpuSpec
+    num_gpus: int | None = None  # None: as many as TP x PP
+    nodes: int = 1
+    tp: int | None = None
+    pp: int | None = None
+    max_model_len: int | None = None  # None: the model's max context
+    avg_context_tokens: int | None = None
+    kv_cache_dtype: str = "auto"
+    kv_quant_group_size: int | None = None
+    kv_quant_scale_bits: int | None = None
+    kv_quant_zero_point: bool | None = None
+    weight_dtype: str | None = None
+    gpu_memory_utilization: float | None = None  # None: the engine's default
+    kv_cache_memory_bytes: int | None = None
+    reserve_bytes: int | None = None
+    reserve_source: str | None = None  # where a given reserve came from (a calibration file)
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int | None = None
+    block_size: int | None = None  # None: the engine's default for this model and GPU
+    engine: str = "vllm"
+    engine_version: str | None = None  # None: the newest release kvplan knows
+    num_gpu_blocks_override: int | None = None
+    disable_hybrid_kv_cache_manager: bool = False
+    enforce_eager: bool = False
+    mem_fraction_static: float | None = None  # SGLang
+    swa_full_tokens_ratio: float | None = None  # SGLang; None: its default
+    disable_hybrid_swa_memory: bool = False  # SGLang
+    decode_bandwidth_bytes_per_s: float | None = (
+        None  # measured peak (a calibration profile); None: datasheet
+    )
+    decode_bandwidth_half_bytes: float = 0.0  # the measured curve's half-saturation bytes
+    decode_bandwidth_source: str | None = None
+    enable_prefix_caching: bool = True
+    shared_prefix_tokens: int = 0
+    prefix_hit_rate: float = 1.0
+
+    def checked(self) -> tuple[int, Format]:
+        """(max_model_len, KV format) once every engine-independent value is in range."""
+        spec = self.model
+        if self.block_size is not None and self.block_size < 1:
+            raise UsageError(f"--block-size must be >= 1, got {self.block_size}")
+        if self.max_num_batched_tokens < 1:
+            raise UsageError("--max-num-batched-tokens must be >= 1")
+        if self.max_num_seqs is not None and self.max_num_seqs < 1:
+            raise UsageError("--max-num-seqs must be >= 1")
+        max_len = self.max_model_len or spec.max_context
+        if max_len < 1:
+            raise UsageError("--max-model-len must be >= 1")
+        if max_len > spec.max_context:
+            raise ContextTooLong(
+                f"--max-model-len {max_len:,} exceeds {spec.name}'s maximum context of "
+                f"{spec.max_context:,} tokens; use --max-model-len {spec.max_context} or less",
+                max_model_len=max_len,
+                max_context=spec.max_context,
+            )
+        self._check_workload(max_len)
+        if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes <= 0:
+            raise UsageError("--kv-cache-memory must be positive")
+        if self.reserve_bytes is not None and self.reserve_bytes < 0:
+            raise UsageError("--reserve-memory must be >= 0")
+        fmt = kv_format(
+            self.kv_cache_dtype,
+            spec.activation_dtype,
+            self.kv_quant_group_size,
+            self.kv_quant_scale_bits,
+            self.kv_quant_zero_point,
+        )
+        return max_len, fmt
+
+    def _check_workload(self, max_len: int) -> None:
+        avg = self.avg_context_tokens
+        if avg is not None and not 1 <= avg <= max_len:
+            raise UsageError(
+                f"--avg-context must be between 1 and --max-model-len ({max_len:,}), got {avg:,}"
+            )
+        if not 0 <= self.prefix_hit_rate <= 1:
+            raise UsageError(f"--prefix-hit-rate must be in [0, 1], got {self.prefix_hit_rate}")
+        if self.shared_prefix_tokens < 0 or self.shared_prefix_tokens > max_len:
+            raise UsageError(
+                f"--shared-prefix-tokens must be between 0 and --max-model-len ({max_len:,}), "
+                f"got {self.shared_prefix_tokens:,}"
+            )
+        if self.shared_prefix_tokens and not self.enable_prefix_caching:
+            raise UsageError("--shared-prefix-tokens needs prefix caching; drop --no-enable-prefix-caching")
