@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import yaml
 
@@ -134,10 +134,13 @@ def _shipped(cls: type[T], data: dict) -> T:
             for name, layer in data["layer_types"].items()
         }
         moe = MoE.model_construct(**data["moe"]) if data.get("moe") else None
-        return ModelSpec.model_construct(**{**data, "layer_types": layers, "moe": moe})
+        return cast(T, ModelSpec.model_construct(**{**data, "layer_types": layers, "moe": moe}))
     ic = data.get("interconnect")
-    return GpuSpec.model_construct(
-        **{**data, "interconnect": Interconnect.model_construct(**ic) if ic else None}
+    return cast(
+        T,
+        GpuSpec.model_construct(
+            **{**data, "interconnect": Interconnect.model_construct(**ic) if ic else None}
+        ),
     )
 
 
