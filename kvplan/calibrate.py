@@ -309,6 +309,42 @@ def run(
     )
 
 
+def kv_dtypes_for(device: str, requested: str | None) -> list[str]:
+    """The KV dtypes to sweep: those asked for (a comma list), else bf16, and fp8 where the GPU
+    has it: Triton's fp8e4nv needs sm89 or newer (kernels.md)."""
+    if requested:
+        return [d.strip() for d in requested.split(",") if d.strip()]
+    torch = _require_torch(device)
+    if device == "cuda" and torch.cuda.get_device_capability(0) >= (8, 9):
+        return ["bf16", "fp8"]
+    return ["bf16"]
+
+
+def measure_and_save(
+    device: str,
+    quick: bool,
+    model: str | None,
+    kv_dtype: str | None,
+    output: str | None,
+    progress: Callable[[str], None],
+) -> tuple[Profile, Path]:
+    """`kvplan calibrate`: sweep this device with the model's head layout (or the standard one),
+    save the profile (default: kvplan's data dir, by GPU spec name) and say where."""
+    from kvplan.specs.registry import all_gpus, load_model
+
+    if device not in ("cuda", "cpu"):
+        raise UsageError(f"--device must be cuda or cpu, got {device!r}")
+    layout = model_layout(load_model(model)) if model else dict(STANDARD_LAYOUT)
+    _require_torch(device)  # before the dtypes: a missing torch is the error to report
+    dtypes = kv_dtypes_for(device, kv_dtype)
+    prof = run(device, quick, layout, dtypes, all_gpus(), progress)
+    path = Path(output) if output else default_path(prof.gpu_spec or prof.device_name)
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise UsageError(f"--output {path}: profiles are YAML; name it .yaml")
+    save(prof, path)
+    return prof, path
+
+
 def match_gpu(device_name: str, memory_bytes: int, gpus: list):
     """The shipped spec a CUDA device name matches ('NVIDIA H200' -> H200), by name then memory."""
     low = device_name.lower()

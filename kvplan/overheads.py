@@ -8,14 +8,18 @@ budget, the engine kept `reserve_bytes` per GPU for things other than weights an
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from kvplan.errors import SpecError
+from kvplan.errors import SpecError, UsageError
 from kvplan.userdata import overheads_path, write_atomic
+
+if TYPE_CHECKING:
+    from kvplan.checklog import CheckResult
 
 SCHEMA = "kvplan.overheads/1"
 KEY_FIELDS = (
@@ -115,3 +119,31 @@ def save(path: Path, entry: Overhead) -> None:
         "entries": [{f: getattr(e, f) for f in REQUIRED} for e in entries],
     }
     write_atomic(path, yaml.safe_dump(data, sort_keys=False))
+
+
+def save_measured(result: CheckResult, model: str, gpu: str, source: str) -> Path:
+    """Keep what a checked log measured (`check-log --save-calibration`) in the default file;
+    the entry replaces one with the same model, GPU, engine, layout and batch budget."""
+    if result.measured_reserve_bytes is None:
+        raise UsageError(f"{source}: the log gives no KV memory figure to calibrate from")
+    if result.measured_reserve_bytes < 0:
+        raise UsageError(
+            f"{source}: the log's KV memory exceeds kvplan's budget before any reserve; "
+            "fix --gpus/--gpu-memory-utilization/--weight-dtype first"
+        )
+    path = default_path()
+    setup = result.setup
+    entry = Overhead(
+        model=model,
+        gpu=gpu,
+        engine=result.engine,
+        tensor_parallel_size=setup.tensor_parallel_size,
+        pipeline_parallel_size=setup.pipeline_parallel_size,
+        max_num_batched_tokens=setup.max_num_batched_tokens,
+        reserve_bytes=result.measured_reserve_bytes,
+        engine_version=result.version,
+        measured_on=datetime.date.today().isoformat(),
+        source=source,
+    )
+    save(path, entry)
+    return path

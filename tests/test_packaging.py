@@ -89,3 +89,42 @@ def test_shipped_specs_load_unvalidated_exactly_as_validated():
             assert fast == checked, path.name
             if cls is ModelSpec:
                 assert fast.layers == checked.layers and fast.attention_summary == checked.attention_summary
+
+
+def test_source_tree_finds_specs_and_kernels_without_an_install(tmp_path):
+    # A plain (non-editable) install leaves the source kvplan/ shadowing the installed package when
+    # run from the repository root; only the installed one held kvplan.model_specs and
+    # kvplan.kernels. A copy of the tree, run with -S (no site: no editable finder, no installed
+    # kvplan) and only the dependencies on the path, must still plan.
+    import shutil
+    import sysconfig
+
+    for folder in ("kvplan", "model_specs", "kernels"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sorted(deps))}
+    code = (
+        "import sys, kvplan, kvplan.kernels\n"
+        "assert kvplan.__file__.startswith(sys.argv[1]), kvplan.__file__\n"
+        "assert kvplan.kernels.__file__.startswith(sys.argv[1]), kvplan.kernels.__file__\n"
+        "from kvplan.specs.registry import load_model\n"
+        "print(load_model('llama3-8b').name)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-S", "-c", code, str(tmp_path)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["llama3-8b"]
+    r = subprocess.run(
+        [sys.executable, "-S", "-m", "kvplan", "estimate", "-m", "llama3-8b", "--json"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    assert '"name": "llama3-8b"' in r.stdout

@@ -1,1 +1,1 @@
-"""Spec models (pydantic) and their loaders."""
+"""Spec records (models.py), their loaders (registry.py) and their validation (schema.py, pydantic, lazily)."""

@@ -8,16 +8,18 @@ tiled over `num_layers` (e.g. five sliding layers then one full, repeated).
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Annotated, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from typing import TYPE_CHECKING, Annotated, Literal, Union
 
 from kvplan.formats import KV_DTYPES, WEIGHT_DTYPES, normalize_dtype_name
+from kvplan.specs.record import Record
+
+if TYPE_CHECKING:
+    # Only in annotations: kvplan/specs/schema.py evaluates them, with pydantic, to validate.
+    from pydantic import Field, PositiveInt
 
 
-class _Strict(BaseModel):
-    # defer_build: schemas are built on first validation, once, not per class at import
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+class _Strict(Record):
+    """Validation (kvplan/specs/schema.py) forbids unknown fields; every spec is frozen."""
 
 
 class FullAttention(_Strict):
@@ -90,16 +92,16 @@ class NoCache(_Strict):
     kind: Literal["none"] = "none"
 
 
-Layer = Annotated[
-    SlidingWindow
-    | ChunkedAttention
-    | CompressedAttention
-    | FullAttention
-    | LatentAttention
-    | SharedKV
-    | RecurrentState
-    | NoCache,
-    Field(discriminator="kind"),
+# Any layer; validation tells them apart by `kind` (schema.py makes it a discriminated union).
+Layer = Union[  # noqa: UP007 - a runtime alias others import; `|` of classes is the same thing
+    SlidingWindow,
+    ChunkedAttention,
+    CompressedAttention,
+    FullAttention,
+    LatentAttention,
+    SharedKV,
+    RecurrentState,
+    NoCache,
 ]
 HeadLayer = (FullAttention, SlidingWindow, ChunkedAttention, CompressedAttention)
 
@@ -114,8 +116,7 @@ class MoE(_Strict):
     first_dense_layers: Annotated[int, Field(ge=0)] = 0
     layer_step: PositiveInt = 1
 
-    @model_validator(mode="after")
-    def _check(self) -> MoE:
+    def _check(self) -> MoE:  # run after field validation (schema.py)
         if self.experts_per_token > self.num_experts:
             raise ValueError(
                 f"experts_per_token ({self.experts_per_token}) exceeds num_experts ({self.num_experts})"
@@ -138,7 +139,7 @@ class ModelSpec(_Strict):
     hf_id: str | None = None
     architecture: str | None = None  # config.json `architectures[0]`; engines key some defaults on it
     aliases: list[str] = []
-    sources: list[str] = Field(min_length=1)
+    sources: Annotated[list[str], Field(min_length=1)]
     notes: list[str] = []
 
     num_layers: PositiveInt
@@ -159,10 +160,9 @@ class ModelSpec(_Strict):
     activation_dtype: str = "bf16"
 
     layer_types: dict[str, Layer]
-    layer_pattern: list[str] = Field(min_length=1)
+    layer_pattern: Annotated[list[str], Field(min_length=1)]
 
-    @model_validator(mode="after")
-    def _check(self) -> ModelSpec:
+    def _check(self) -> ModelSpec:  # run after field validation (schema.py)
         for name in self.layer_pattern:
             if name not in self.layer_types:
                 raise ValueError(
@@ -243,7 +243,7 @@ class GpuSpec(_Strict):
     vendor: Literal["nvidia", "amd"]
     # GPU generation: engines pick kernels (and so MLA block sizes) by it
     arch: Literal["ampere", "ada", "hopper", "blackwell", "cdna3"]
-    sources: list[str] = Field(min_length=1)
+    sources: Annotated[list[str], Field(min_length=1)]
     notes: list[str] = []
 
     memory_bytes: PositiveInt  # total as the CUDA/ROCm runtime reports it (what vLLM multiplies)

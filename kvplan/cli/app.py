@@ -1,0 +1,104 @@
+"""The `kvplan` command group: commands load only when asked for, kvplan's errors become exit codes."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+import typer
+
+from kvplan.errors import KvplanError
+
+if TYPE_CHECKING:
+    import click
+    from rich.console import Console
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# name -> (module, attribute): a function for a command, a Typer for a group. Only the command
+# that runs is imported and built, so a plain estimate does not pay for the others.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "estimate": ("kvplan.cli.estimate", "estimate"),
+    "calibrate": ("kvplan.cli.calibrate", "calibrate"),
+    "check-log": ("kvplan.cli.check_log", "check_log"),
+    "solve": ("kvplan.cli.solve", "solve"),
+    "models": ("kvplan.cli.listing", "models"),
+    "gpus": ("kvplan.cli.listing", "gpus"),
+    "compare": ("kvplan.cli.compare", "app"),
+}
+
+
+class _LazyGroup(typer.core.TyperGroup):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return super().get_command(ctx, cmd_name)
+        module, attr = COMMANDS[cmd_name]
+        target = getattr(importlib.import_module(module), attr)
+        if not isinstance(target, typer.Typer):
+            single = typer.Typer(add_completion=False)
+            single.command(cmd_name)(target)
+            target = single
+        command = typer.main.get_command(target)
+        command.name = cmd_name
+        return command
+
+
+app = typer.Typer(
+    cls=_LazyGroup,
+    add_completion=False,
+    no_args_is_help=True,
+    help="KV-cache capacity planner: how many GPUs, which context, which KV dtype, how many users.",
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _group() -> None:
+    # a callback makes typer build a group although no command is registered up front
+    pass
+
+
+def _wants_json(kwargs: dict[str, Any]) -> bool:
+    return kwargs.get("json_out") is True or kwargs.get("fmt") == "json"
+
+
+def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn kvplan's own errors into one message on stderr and the documented exit code; under
+    --json (or --format json) the error's JSON object goes to stdout as well."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except KvplanError as exc:
+            if _wants_json(kwargs):
+                from kvplan.render_json import to_json
+
+                typer.echo(to_json(exc.to_dict()))
+            from rich.console import Console
+            from rich.markup import escape
+
+            Console(stderr=True, soft_wrap=True).print(
+                f"[bold red]error:[/] {escape(str(exc))}", highlight=False
+            )
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper
+
+
+def console() -> Console:
+    """Where tables go; rich is loaded only to print them (never for --json)."""
+    from rich.console import Console
+
+    return Console(soft_wrap=False)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

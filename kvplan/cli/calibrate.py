@@ -1,0 +1,48 @@
+"""`kvplan calibrate`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from kvplan.cli import options as o
+from kvplan.cli.app import console, reports_errors
+
+
+@reports_errors
+def calibrate(
+    device: Annotated[
+        str, typer.Option("--device", help="cuda (the local GPU) or cpu (the torch reference on this CPU).")
+    ] = "cuda",
+    quick: Annotated[
+        bool, typer.Option("--quick", help="A small sweep (target: under 2 minutes on an H100).")
+    ] = False,
+    model: o.MaybeModel = None,
+    kv_dtype: Annotated[
+        str | None,
+        typer.Option("--kv-dtype", help="Comma list: bf16, fp16, fp8, int8 (default: bf16, + fp8 on sm89+)."),
+    ] = None,
+    output: o.Output = None,
+    json_out: o.Json = False,
+) -> None:
+    """Measure what kvplan's paged decode kernel reaches on this GPU and save it for estimate.
+
+    --model takes the head layout of that model (default: GQA 32/8 x 128); --output the profile's
+    path (default: kvplan's data dir)."""
+    from rich.console import Console
+
+    from kvplan.calibrate import measure_and_save
+
+    err = Console(stderr=True, soft_wrap=True)  # progress goes to stderr, so --json stays parseable
+    prof, path = measure_and_save(
+        device, quick, model, kv_dtype, output, lambda line: err.print(line, highlight=False)
+    )
+    if json_out:
+        from kvplan.render_json import profile_json, to_json
+
+        typer.echo(to_json(profile_json(prof, path)))
+        return
+    from kvplan.render import render_profile
+
+    render_profile(prof, path, console())

@@ -1,0 +1,129 @@
+"""`kvplan estimate`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from kvplan.cli import options as o
+from kvplan.cli.app import console, reports_errors
+
+# Flags only estimate has (the shared ones are in options.py).
+KvQuantGroupSize = Annotated[
+    int | None,
+    typer.Option(
+        "--kv-quant-group-size",
+        help="Values per quantization group for int8/int4/int2 KV (0: one scale per layer). Default: int4/int2 64, int8/fp8 0.",
+    ),
+]
+KvQuantScaleBits = Annotated[
+    int | None, typer.Option("--kv-quant-scale-bits", help="Bits of each group scale (default 16).")
+]
+KvQuantZeroPoint = Annotated[
+    bool | None,
+    typer.Option(
+        "--kv-quant-zero-point/--kv-quant-no-zero-point",
+        help="Store a zero-point per group too (default: yes for int4/int2).",
+    ),
+]
+EnablePrefixCaching = Annotated[
+    bool,
+    typer.Option(
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="As in vLLM (on by default); sharing is modelled when --shared-prefix-tokens is given.",
+    ),
+]
+MaxNumSeqs = Annotated[
+    int | None, typer.Option("--max-num-seqs", help="Cap on concurrent requests, as the engine's flag.")
+]
+ReserveMemory = Annotated[
+    str | None,
+    typer.Option(
+        "--reserve-memory",
+        help="vLLM: activation/workspace reserve per GPU; SGLang: memory in use at startup. Replaces the estimate.",
+    ),
+]
+NumGpuBlocksOverride = Annotated[
+    int | None,
+    typer.Option("--num-gpu-blocks-override", help="vLLM: KV blocks per GPU; replaces the computed budget."),
+]
+DisableHybridKvCacheManager = Annotated[
+    bool,
+    typer.Option(
+        "--disable-hybrid-kv-cache-manager", help="vLLM: treat sliding-window layers as full attention."
+    ),
+]
+EnforceEager = Annotated[
+    bool, typer.Option("--enforce-eager", help="vLLM: no CUDA graphs (none reserved for them).")
+]
+SwaFullTokensRatio = Annotated[
+    float,
+    typer.Option("--swa-full-tokens-ratio", help="SGLang: sliding-window pool size / full-attention pool."),
+]
+DisableHybridSwaMemory = Annotated[
+    bool, typer.Option("--disable-hybrid-swa-memory", help="SGLang: one pool for all layers, no SWA pool.")
+]
+Calibration = Annotated[
+    bool,
+    typer.Option(
+        "--calibration/--no-calibration",
+        help="Use what this machine measured: a non-KV overhead saved by `check-log --save-calibration` "
+        "and a bandwidth profile from `kvplan calibrate` for this GPU.",
+    ),
+]
+CalibrationFile = Annotated[
+    str | None,
+    typer.Option("--calibration-file", help="A `kvplan calibrate` profile to take decode bandwidth from."),
+]
+Explain = Annotated[bool, typer.Option("--explain", help="Trace each number to its formula and spec field.")]
+
+
+@reports_errors
+def estimate(
+    model: o.Model,
+    gpus: o.Gpus = "H100",
+    max_model_len: o.MaxModelLen = None,
+    avg_context: o.AvgContext = None,
+    gpu_memory_utilization: o.GpuMemoryUtilization = None,
+    kv_cache_dtype: o.KvCacheDtype = "auto",
+    kv_quant_group_size: KvQuantGroupSize = None,
+    kv_quant_scale_bits: KvQuantScaleBits = None,
+    kv_quant_zero_point: KvQuantZeroPoint = None,
+    weight_dtype: o.WeightDtype = None,
+    block_size: o.BlockSize = None,
+    tensor_parallel_size: o.TensorParallelSize = None,
+    pipeline_parallel_size: o.PipelineParallelSize = None,
+    enable_prefix_caching: EnablePrefixCaching = True,
+    shared_prefix_tokens: o.SharedPrefixTokens = "0",
+    prefix_hit_rate: o.PrefixHitRate = 1.0,
+    max_num_batched_tokens: o.MaxNumBatchedTokens = "8192",
+    max_num_seqs: MaxNumSeqs = None,
+    kv_cache_memory: o.KvCacheMemory = None,
+    reserve_memory: ReserveMemory = None,
+    engine: o.Engine = "vllm",
+    engine_version: o.EngineVersion = None,
+    num_gpu_blocks_override: NumGpuBlocksOverride = None,
+    disable_hybrid_kv_cache_manager: DisableHybridKvCacheManager = False,
+    enforce_eager: EnforceEager = False,
+    mem_fraction_static: o.MemFractionStatic = None,
+    swa_full_tokens_ratio: SwaFullTokensRatio = 0.8,
+    disable_hybrid_swa_memory: DisableHybridSwaMemory = False,
+    calibration: Calibration = True,
+    calibration_file: CalibrationFile = None,
+    json_out: o.Json = False,
+    explain: Explain = False,
+) -> None:
+    """How a model fits on GPUs: weights, KV budget, KV per token, pool tokens, concurrent requests."""
+    flags = {k: v for k, v in locals().items() if k not in ("json_out", "explain")}  # the plan's inputs
+    from kvplan import inputs
+
+    plan = inputs.estimate(inputs.EstimateFlags(**flags))
+    if json_out:
+        from kvplan.render_json import to_json
+
+        typer.echo(to_json(plan.to_dict()))
+        return
+    from kvplan.render import render_plan
+
+    render_plan(plan, console(), explain=explain)

@@ -1,0 +1,136 @@
+"""The flags several commands share, each defined once as an `Annotated` type.
+
+A command states the default where it declares the parameter (`gpus: Gpus = "H100"`); the
+`Maybe...` forms are the same flag where a command may leave it unset.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+
+def _model() -> Any:
+    return typer.Option(
+        "--model", "-m", help="Shipped name/alias/HF id, a spec .yaml, or a Hugging Face config.json."
+    )
+
+
+def _gpus() -> Any:
+    return typer.Option("--gpus", "-g", help="GPU type and count: H100, 8xH100, 2x8xH100 (nodes x GPUs).")
+
+
+def _max_model_len() -> Any:
+    return typer.Option(
+        "--max-model-len",
+        "--context",
+        help="Context length each request may reach (default: the model's maximum). 8192 or 8K.",
+    )
+
+
+def _kv_cache_dtype() -> Any:
+    return typer.Option(
+        "--kv-cache-dtype",
+        help="auto (the model's activation dtype), fp16, bf16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8, int4, int2.",
+    )
+
+
+def _max_num_batched_tokens() -> Any:
+    return typer.Option(
+        "--max-num-batched-tokens", help="Tokens per forward pass; sizes the activation reserve (vLLM: 8192)."
+    )
+
+
+def _shared_prefix_tokens() -> Any:
+    return typer.Option(
+        "--shared-prefix-tokens", help="Tokens of a prefix (system prompt, document) shared across requests."
+    )
+
+
+Model = Annotated[str, _model()]
+MaybeModel = Annotated[str | None, _model()]
+Gpus = Annotated[str, _gpus()]
+MaybeGpus = Annotated[str | None, _gpus()]
+MaxModelLen = Annotated[str | None, _max_model_len()]
+AvgContext = Annotated[
+    str | None,
+    typer.Option("--avg-context", help="Tokens a request holds on average (concurrency at that length)."),
+]
+SharedPrefixTokens = Annotated[str, _shared_prefix_tokens()]
+MaybeSharedPrefixTokens = Annotated[str | None, _shared_prefix_tokens()]
+PrefixHitRate = Annotated[
+    float, typer.Option("--prefix-hit-rate", help="Fraction of requests that share that prefix.")
+]
+TensorParallelSize = Annotated[
+    int | None, typer.Option("--tensor-parallel-size", "-tp", help="Default: the GPUs of one node.")
+]
+PipelineParallelSize = Annotated[
+    int | None, typer.Option("--pipeline-parallel-size", "-pp", help="Default: the number of nodes.")
+]
+GpuMemoryUtilization = Annotated[
+    float | None,
+    typer.Option(
+        "--gpu-memory-utilization",
+        help="vLLM: fraction of each GPU's memory it may use (default 0.92; 0.9 before vLLM 0.20).",
+    ),
+]
+MemFractionStatic = Annotated[
+    float | None,
+    typer.Option(
+        "--mem-fraction-static", help="SGLang: weights + KV pool as a fraction of memory (default: SGLang's)."
+    ),
+]
+KvCacheMemory = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-cache-memory",
+        help="KV cache memory per GPU (51.02GiB, 40GB, bytes); replaces the computed budget.",
+    ),
+]
+BlockSize = Annotated[
+    int | None,
+    typer.Option(
+        "--block-size",
+        "--page-size",
+        help="Block (vLLM) or page (SGLang) size in tokens. Default: vLLM 16 (MLA: 64 on Hopper, "
+        "128 on Blackwell), SGLang 1.",
+    ),
+]
+Engine = Annotated[
+    str, typer.Option("--engine", help="Whose accounting and log lines to reproduce: vllm or sglang.")
+]
+EngineVersion = Annotated[
+    str | None,
+    typer.Option("--engine-version", help="Engine release, e.g. 0.11 (default: the newest kvplan knows)."),
+]
+KvCacheDtype = Annotated[str, _kv_cache_dtype()]
+MaybeKvCacheDtype = Annotated[str | None, _kv_cache_dtype()]
+WeightDtype = Annotated[
+    str | None,
+    typer.Option(
+        "--weight-dtype", help="Override the weights' dtype: bf16, fp16, fp32, fp8, int8, int4, mxfp4, nvfp4."
+    ),
+]
+MaxNumBatchedTokens = Annotated[str, _max_num_batched_tokens()]
+MaybeMaxNumBatchedTokens = Annotated[str | None, _max_num_batched_tokens()]
+Models = Annotated[
+    str | None, typer.Option("--models", help="Comma-separated models (default: the seeds' models).")
+]
+Variants = Annotated[
+    str,
+    typer.Option(
+        "--variants",
+        help="Comma-separated what-ifs, each tokens joined by '+': shipped, mha, gqaN, mqa, mlaR, shareN, "
+        "windowW, offloadG, fp8/int8/int4/int2 (e.g. shipped,gqa8+int8,mla512+fp8).",
+    ),
+]
+Output = Annotated[str | None, typer.Option("--output", "-o", help="Where to write the file.")]
+Format = Annotated[str, typer.Option("--format", "-f", help="table, md, csv or json (json: as --json).")]
+Json = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print JSON on stdout (schemas in the README); a failure prints a kvplan.error/1 object.",
+    ),
+]

@@ -1,0 +1,235 @@
+"""What `kvplan compare table|ladder|plot` compute from their flags: rows, steps, curves, notes.
+
+compare.py holds the what-if arithmetic for one request; this module applies it across the
+models and variants a user names, on the cluster the flags describe, and words the notes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kvplan.errors import UsageError
+from kvplan.units import GiB, fmt_gib
+
+if TYPE_CHECKING:
+    from kvplan.compare import Row, Step
+    from kvplan.plan import Plan, PlanRequest
+    from kvplan.specs.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class ClusterFlags:
+    """The flags every compare command shares, as typed."""
+
+    gpus: str
+    max_model_len: str | None = None
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory: str | None = None
+    block_size: int | None = None
+
+
+@dataclass(frozen=True)
+class TableResult:
+    base: PlanRequest
+    rows: list[Row]
+    cluster: dict[str, Any]
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class LadderResult:
+    base: PlanRequest
+    steps: list[Step]
+    shipped: Plan
+    max_model_len: int
+    avg_context_tokens: int
+    shared_prefix_tokens: int
+    prefix_hit_rate: float
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class PlotResult:
+    base: PlanRequest
+    contexts: list[int]
+    series: list[tuple[str, list[int | None]]]  # label, max concurrency at each context
+    bars: list[tuple[str, int, int, int, int]]  # label, weights, KV, reserve, memory (bytes per GPU)
+    budget: str
+
+
+def split(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def base_request(model_ref: str, flags: ClusterFlags, max_model_len: str | None) -> PlanRequest:
+    from kvplan.inputs import load_cluster
+    from kvplan.plan import PlanRequest
+    from kvplan.specs.registry import load_model
+    from kvplan.units import parse_bytes, parse_count
+
+    gpu, num_gpus, nodes = load_cluster(flags.gpus)
+    return PlanRequest(
+        model=load_model(model_ref),
+        gpu=gpu,
+        num_gpus=num_gpus,
+        nodes=nodes,
+        tp=flags.tensor_parallel_size,
+        pp=flags.pipeline_parallel_size,
+        max_model_len=parse_count(max_model_len, "--max-model-len") if max_model_len else None,
+        gpu_memory_utilization=flags.gpu_memory_utilization,
+        kv_cache_memory_bytes=parse_bytes(flags.kv_cache_memory, "--kv-cache-memory")
+        if flags.kv_cache_memory
+        else None,
+        block_size=flags.block_size,
+    )
+
+
+def _models(models: str | None) -> tuple[list[str], list[ModelSpec]]:
+    from kvplan import compare
+    from kvplan.specs.registry import load_model
+
+    names = split(models) if models else list(compare.DEFAULT_MODELS)
+    return names, [load_model(n) for n in names]
+
+
+def _cluster(base: PlanRequest, rows: list[Row]) -> dict[str, Any]:
+    plan = next((r.plan for r in rows if r.plan is not None), None)
+    out: dict[str, Any] = {"gpu": base.gpu.name, "memory_bytes_per_gpu": base.gpu.memory_bytes}
+    if plan is not None:
+        out.update(dataclasses.asdict(plan.cluster))
+        out["max_model_len"] = plan.settings.max_model_len
+    return out
+
+
+def table(models: str | None, variants: str, flags: ClusterFlags, offload_gib: float) -> TableResult:
+    """One row per model x variant on the flags' cluster (8K tokens per request by default)."""
+    from kvplan import compare
+
+    names, specs = _models(models)
+    vlist = split(variants) or ["shipped"]
+    if offload_gib < 0:
+        raise UsageError("--offload-gib must be >= 0")
+    base = base_request(names[0], flags, flags.max_model_len or "8K")
+    rows: list[Row] = []
+    for spec in specs:  # a model whose maximum is below the context is capped, and the notes say so
+        b = base
+        if base.max_model_len and base.max_model_len > spec.max_context:
+            b = dataclasses.replace(base, max_model_len=spec.max_context)
+        rows += compare.table(b, [spec], vlist, offload_gib)
+    cluster = _cluster(base, rows)
+    return TableResult(base, rows, cluster, _table_notes(rows, cluster, base))
+
+
+def _table_notes(rows: list[Row], cluster: dict[str, Any], base: PlanRequest) -> list[str]:
+    notes = [
+        "vs MHA: KV bytes per token against the same model with one K/V head per query head, in bf16",
+        "KV read/step: the KV bytes a decode step reads on one GPU (one request at the full context, or every "
+        f"request at max requests) at {base.gpu.name}'s datasheet HBM bandwidth "
+        f"({base.gpu.hbm_bytes_per_s / 1e12:.2f} TB/s), weights excluded",
+    ]
+    tp = cluster.get("tensor_parallel_size", 1)
+    if tp > 1 and any(r.plan and "MLA" in r.attention for r in rows):
+        notes.append(
+            f"MLA: vLLM keeps the whole latent on each of the {tp} TP ranks (engines.md), so per GPU it can hold "
+            f"less than GQA split {tp} ways; engines serving MLA with data-parallel attention hold {tp}x more"
+        )
+    if any(r.offload_bytes_per_gpu for r in rows):
+        notes.append(
+            f"offload: CPU memory per GPU added to the KV pool; what spills is read back over PCIe each step at "
+            f"{base.gpu.pcie_bytes_per_s / 1e9:.0f} GB/s (seed 000 15.7)"
+        )
+    capped = {
+        r.model for r in rows if r.plan and r.plan.settings.max_model_len < cluster.get("max_model_len", 0)
+    }
+    for m in sorted(capped):
+        notes.append(f"{m}: context capped at its maximum")
+    for r in rows:
+        if r.error:
+            notes.append(f"{r.model} {r.variant}: {r.error}")
+    return notes
+
+
+def ladder(
+    model: str,
+    flags: ClusterFlags,
+    avg_context: str | None,
+    shared_prefix_tokens: str | None,
+    prefix_hit_rate: float,
+) -> LadderResult:
+    """Seed 000 15.8's ladder on the flags' cluster; averages default to half the context and 3/4 of it."""
+    from kvplan import compare
+    from kvplan.units import parse_count
+
+    base = base_request(model, flags, flags.max_model_len)
+    length = base.max_model_len or base.model.max_context
+    base = dataclasses.replace(base, max_model_len=length)
+    avg = parse_count(avg_context, "--avg-context") if avg_context else length // 2
+    if not 1 <= avg <= length:
+        raise UsageError(f"--avg-context must be between 1 and --max-model-len ({length:,})")
+    prefix = (
+        parse_count(shared_prefix_tokens, "--shared-prefix-tokens") if shared_prefix_tokens else avg * 3 // 4
+    )
+    if not 0 < prefix < avg:
+        raise UsageError(f"--shared-prefix-tokens must be between 1 and --avg-context ({avg:,}) - 1")
+    if not 0 < prefix_hit_rate <= 1:
+        raise UsageError(f"--prefix-hit-rate must be in (0, 1], got {prefix_hit_rate}")
+    steps, shipped = compare.ladder(base, avg, prefix, prefix_hit_rate)
+    notes = [
+        f"every step on the same KV budget: {fmt_gib(shipped.kv_budget_bytes_per_gpu)} per GPU "
+        f"({shipped.kv_budget_source}; {base.model.name}'s weights)",
+        f"naive preallocates {length:,} tokens per request; later steps hold the {avg:,}-token average "
+        "(seed 000 15.4: preallocation wastes what requests do not use)",
+        "factor: against the previous step; cumulative: against the first",
+    ]
+    return LadderResult(base, steps, shipped, length, avg, prefix, prefix_hit_rate, notes)
+
+
+def plot(models: str | None, variants: str, flags: ClusterFlags) -> PlotResult:
+    """Max concurrency at doubling contexts up to --max-model-len (default: the longest maximum),
+    and each model/variant's memory per GPU at its own longest context."""
+    from kvplan import compare
+    from kvplan.units import parse_count
+
+    names, specs = _models(models)
+    vlist = split(variants) or ["shipped"]
+    base = base_request(names[0], flags, None)
+    upper = (
+        parse_count(flags.max_model_len, "--max-model-len")
+        if flags.max_model_len
+        else max(s.max_context for s in specs)
+    )
+    ctxs = compare.contexts(upper)
+    series: list[tuple[str, list[int | None]]] = []
+    bars: list[tuple[str, int, int, int, int]] = []
+    for spec in specs:
+        for v in vlist:
+            label = spec.name if v == "shipped" else f"{spec.name} {v}"
+            series.append((label, compare.curve(base, spec, v, ctxs)))
+            r = compare.row(dataclasses.replace(base, max_model_len=min(upper, spec.max_context)), spec, v)
+            if r.plan is not None:
+                p = r.plan
+                bars.append(
+                    (
+                        label,
+                        p.weight_bytes_per_gpu,
+                        p.kv_budget_bytes_per_gpu,
+                        p.reserve_bytes_per_gpu,
+                        p.memory_bytes_per_gpu,
+                    )
+                )
+    return PlotResult(base, ctxs, series, bars, _budget(base, compare.row(base, specs[0], vlist[0])))
+
+
+def _budget(base: PlanRequest, first: Row) -> str:
+    plan = first.plan
+    n = plan.cluster.num_gpus if plan else "?"
+    budget = f"{n}x {base.gpu.name}, {base.gpu.memory_bytes / GiB:,.1f} GiB each"
+    if base.kv_cache_memory_bytes:
+        return budget + f", KV {fmt_gib(base.kv_cache_memory_bytes)}/GPU given"
+    if plan and plan.settings.gpu_memory_utilization:
+        return budget + f", utilization {plan.settings.gpu_memory_utilization:g}"
+    return budget

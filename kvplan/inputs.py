@@ -1,0 +1,388 @@
+"""What the user typed, turned into what kvplan computes with.
+
+--gpus into a GPU spec and counts, a startup log (file or stdin) into the model and GPU it names,
+and the measurements this machine saved (a non-KV overhead, a bandwidth profile) into a plan's
+request. Every failure here is a one-line UsageError/SpecError naming the flag or file.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvplan.errors import KvplanError, UsageError
+
+if TYPE_CHECKING:
+    from kvplan.checklog import CheckResult
+    from kvplan.logparse import ParsedLog
+    from kvplan.plan import Plan, PlanRequest
+    from kvplan.solve import Answer, Query
+    from kvplan.specs.models import GpuSpec, ModelSpec
+
+_GPUS_RE = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?(?:(\d+)\s*[xX*]\s*)?(.+?)\s*$")
+
+
+def parse_gpus(text: str) -> tuple[int | None, int | None, str]:
+    """'8xH100' -> (8 GPUs, 1 node, 'H100'); '2x8xH100' -> (16, 2); 'H100' -> (None, None)."""
+    m = _GPUS_RE.match(text)
+    if not m or not m.group(3):
+        raise UsageError(f"--gpus: cannot read {text!r}; write e.g. H100, 8xH100 or 2x8xH100")
+    a, b, name = m.group(1), m.group(2), m.group(3)
+    if a is not None and int(a) < 1 or b is not None and int(b) < 1:
+        raise UsageError(f"--gpus: GPU and node counts must be >= 1 in {text!r}")
+    if b is not None:
+        return int(a) * int(b), int(a), name
+    if a is not None:
+        return int(a), None, name
+    return None, None, name
+
+
+def load_cluster(text: str) -> tuple[GpuSpec, int | None, int]:
+    """--gpus -> (GPU spec, GPU count or None, nodes): '16xH100' spans ceil(16 / 8) nodes."""
+    from kvplan.specs.registry import load_gpu
+    from kvplan.units import ceil_div
+
+    num_gpus, nodes, name = parse_gpus(text)
+    gpu = load_gpu(name)
+    if nodes is None:
+        nodes = ceil_div(num_gpus, gpu.gpus_per_node) if num_gpus is not None else 1
+    return gpu, num_gpus, nodes
+
+
+# --- estimate ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EstimateFlags:
+    """`kvplan estimate`'s flags as typed (sizes and counts still text: 8K, 40GiB)."""
+
+    model: str
+    gpus: str = "H100"
+    max_model_len: str | None = None
+    avg_context: str | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_dtype: str = "auto"
+    kv_quant_group_size: int | None = None
+    kv_quant_scale_bits: int | None = None
+    kv_quant_zero_point: bool | None = None
+    weight_dtype: str | None = None
+    block_size: int | None = None
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    enable_prefix_caching: bool = True
+    shared_prefix_tokens: str = "0"
+    prefix_hit_rate: float = 1.0
+    max_num_batched_tokens: str = "8192"
+    max_num_seqs: int | None = None
+    kv_cache_memory: str | None = None
+    reserve_memory: str | None = None
+    engine: str = "vllm"
+    engine_version: str | None = None
+    num_gpu_blocks_override: int | None = None
+    disable_hybrid_kv_cache_manager: bool = False
+    enforce_eager: bool = False
+    mem_fraction_static: float | None = None
+    swa_full_tokens_ratio: float = 0.8
+    disable_hybrid_swa_memory: bool = False
+    calibration: bool = True
+    calibration_file: str | None = None
+
+
+def estimate(flags: EstimateFlags) -> Plan:
+    """The plan for these flags, with what this machine measured unless --no-calibration."""
+    from kvplan.plan import estimate as run_estimate
+
+    return run_estimate(plan_request(flags))
+
+
+def plan_request(f: EstimateFlags) -> PlanRequest:
+    from kvplan.plan import PlanRequest
+    from kvplan.specs.registry import load_model
+    from kvplan.units import parse_bytes, parse_count
+
+    gpu, num_gpus, nodes = load_cluster(f.gpus)
+    spec = load_model(f.model)
+    mnbt = parse_count(f.max_num_batched_tokens, "--max-num-batched-tokens")
+    reserve_bytes = parse_bytes(f.reserve_memory, "--reserve-memory") if f.reserve_memory else None
+    reserve_source = None
+    if (
+        f.calibration
+        and reserve_bytes is None
+        and f.kv_cache_memory is None
+        and f.num_gpu_blocks_override is None
+    ):
+        tp, pp = f.tensor_parallel_size, f.pipeline_parallel_size
+        reserve_bytes, reserve_source = calibrated_reserve(
+            spec.name, gpu, f.engine.lower(), num_gpus, nodes or 1, tp, pp, mnbt
+        )
+    bandwidth = bandwidth_profile(gpu, f.calibration, f.calibration_file)
+    return PlanRequest(
+        model=spec,
+        gpu=gpu,
+        num_gpus=num_gpus,
+        nodes=nodes,
+        tp=f.tensor_parallel_size,
+        pp=f.pipeline_parallel_size,
+        max_model_len=parse_count(f.max_model_len, "--max-model-len") if f.max_model_len else None,
+        avg_context_tokens=parse_count(f.avg_context, "--avg-context") if f.avg_context else None,
+        kv_cache_dtype=f.kv_cache_dtype,
+        kv_quant_group_size=f.kv_quant_group_size,
+        kv_quant_scale_bits=f.kv_quant_scale_bits,
+        kv_quant_zero_point=f.kv_quant_zero_point,
+        weight_dtype=f.weight_dtype,
+        gpu_memory_utilization=f.gpu_memory_utilization,
+        kv_cache_memory_bytes=parse_bytes(f.kv_cache_memory, "--kv-cache-memory")
+        if f.kv_cache_memory
+        else None,
+        reserve_bytes=reserve_bytes,
+        reserve_source=reserve_source,
+        max_num_batched_tokens=mnbt,
+        max_num_seqs=f.max_num_seqs,
+        block_size=f.block_size,
+        engine=f.engine.lower(),
+        engine_version=f.engine_version,
+        num_gpu_blocks_override=f.num_gpu_blocks_override,
+        disable_hybrid_kv_cache_manager=f.disable_hybrid_kv_cache_manager,
+        enforce_eager=f.enforce_eager,
+        mem_fraction_static=f.mem_fraction_static,
+        swa_full_tokens_ratio=f.swa_full_tokens_ratio,
+        disable_hybrid_swa_memory=f.disable_hybrid_swa_memory,
+        enable_prefix_caching=f.enable_prefix_caching,
+        **bandwidth,
+        shared_prefix_tokens=parse_count(f.shared_prefix_tokens, "--shared-prefix-tokens"),
+        prefix_hit_rate=f.prefix_hit_rate,
+    )
+
+
+def bandwidth_profile(gpu: GpuSpec, use_saved: bool, path: str | None) -> dict[str, Any]:
+    """PlanRequest fields for a measured decode bandwidth: a named profile, else this GPU's saved one."""
+    from kvplan.userdata import profile_path
+
+    if not path and not (use_saved and profile_path(gpu.name).exists()):
+        return {}  # nothing to read: the calibration module need not even load
+    from kvplan import calibrate
+
+    found = (calibrate.load(Path(path)), Path(path)) if path else calibrate.find_for(gpu.name)
+    if found is None:
+        return {}
+    prof, where = found
+    return {
+        "decode_bandwidth_bytes_per_s": prof.fit.peak_bytes_per_s,
+        "decode_bandwidth_half_bytes": prof.fit.half_bytes,
+        "decode_bandwidth_source": prof.describe(where),
+    }
+
+
+def calibrated_reserve(
+    model: str,
+    gpu: GpuSpec,
+    engine: str,
+    num_gpus: int | None,
+    nodes: int,
+    tp: int | None,
+    pp: int | None,
+    max_num_batched_tokens: int,
+) -> tuple[int | None, str | None]:
+    """A saved non-KV overhead for this exact setup, if `check-log --save-calibration` recorded one."""
+    from kvplan.userdata import overheads_path
+
+    path = overheads_path()
+    if not path.exists():
+        return None, None
+    from kvplan import overheads
+    from kvplan.parallel import make_layout
+
+    try:
+        layout = make_layout(num_gpus, gpu.gpus_per_node, nodes, tp, pp)
+    except KvplanError:
+        return None, None  # the planner reports the bad layout itself
+    entry = overheads.find(path, model, gpu.name, engine, layout.tp, layout.pp, max_num_batched_tokens)
+    if entry is None:
+        return None, None
+    return entry.reserve_bytes, entry.describe(path)
+
+
+# --- check-log --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogCheck:
+    result: CheckResult
+    source: str  # the log's file name, or "stdin"
+    saved: Path | None  # where --save-calibration wrote the overhead
+
+
+def read_log(log_file: str | None) -> tuple[str, str]:
+    """(text, source) of a log file, or of stdin for '-' or nothing (but never a terminal)."""
+    if log_file in (None, "-"):
+        if log_file is None and sys.stdin.isatty():
+            raise UsageError(
+                "give a log file, or pipe the startup log in: vllm serve ... 2>&1 | kvplan check-log"
+            )
+        return sys.stdin.read(), "stdin"
+    path = Path(log_file)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"{log_file}: cannot read ({exc.strerror or exc})") from None
+    return text, path.name
+
+
+def parse_log(text: str, source: str) -> ParsedLog:
+    from kvplan.logparse import found_numbers, parse
+
+    log = parse(text)
+    if log.engine is None or not found_numbers(log):
+        raise UsageError(
+            f"{source}: no vLLM or SGLang KV-cache lines found (looked for 'GPU KV cache size', "
+            "'Available KV cache memory', '# GPU blocks', 'KV Cache is allocated'); paste the engine's startup log"
+        )
+    return log
+
+
+def log_model(log: ParsedLog, source: str, model: str | None) -> ModelSpec:
+    """--model, else the model the log names (which must then be a shipped one)."""
+    from kvplan.specs.registry import load_model
+
+    model_ref = model or log.get("model")
+    if not model_ref:
+        raise UsageError(f"{source}: the log does not name the model; pass --model")
+    try:
+        return load_model(model_ref)
+    except KvplanError as exc:
+        if model:
+            raise
+        raise UsageError(
+            f"{exc}; the log names {model_ref!r}: pass --model NAME or its config.json"
+        ) from None
+
+
+def log_gpu(log: ParsedLog, source: str, gpus: str | None) -> GpuSpec:
+    """--gpus, else the one GPU whose memory matches the total the log gives."""
+    from kvplan.checklog import infer_gpu
+    from kvplan.specs.registry import all_gpus
+
+    if gpus:
+        return load_cluster(gpus)[0]
+    total = log.get("total_gpu_memory_bytes")
+    gpu = infer_gpu(total, all_gpus()) if total else None
+    if gpu is None:
+        raise UsageError(f"{source}: the log does not say which GPU; pass --gpus, e.g. --gpus H100")
+    return gpu
+
+
+def check_log(
+    log_file: str | None,
+    model: str | None,
+    gpus: str | None,
+    overrides: dict[str, Any],
+    save_calibration: bool,
+) -> LogCheck:
+    """Read, parse and check a startup log; with save_calibration, keep its measured overhead.
+    `overrides` fill what the log does not say (max_num_batched_tokens as typed: 8K)."""
+    from kvplan import overheads
+    from kvplan.checklog import check, request_from_log
+    from kvplan.units import parse_count
+
+    text, source = read_log(log_file)
+    log = parse_log(text, source)
+    spec = log_model(log, source, model)
+    gpu = log_gpu(log, source, gpus)
+    mnbt = overrides.get("max_num_batched_tokens")
+    overrides = {
+        **overrides,
+        "max_num_batched_tokens": parse_count(mnbt, "--max-num-batched-tokens") if mnbt else None,
+    }
+    result = check(log, request_from_log(log, spec, gpu, overrides))
+    saved = overheads.save_measured(result, spec.name, gpu.name, source) if save_calibration else None
+    return LogCheck(result, source, saved)
+
+
+# --- solve ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SolveFlags:
+    """`kvplan solve`'s flags as typed."""
+
+    model: str
+    users: int
+    max_model_len: str | None = None
+    gpu: str = "H100"
+    tpot_ms: float | None = None
+    kv_cache_dtype: str = "any"
+    max_gpus: int = 64
+    price: str | None = None
+    max_context: bool = False
+    gpus: str | None = None
+    engine: str = "vllm"
+    block_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    top: int = 5
+
+
+def solve(f: SolveFlags) -> tuple[Query, list[Answer]]:
+    """The answers, best first; none is a NoAnswer error that names what stopped the search."""
+    from kvplan.errors import NoAnswer
+    from kvplan.solve import solve as run_solve
+    from kvplan.solve import verdict
+
+    q = solve_query(f)
+    answers, bounds = run_solve(q)
+    if not answers:
+        raise NoAnswer(verdict(q, bounds))
+    return q, answers
+
+
+def solve_query(f: SolveFlags) -> Query:
+    from kvplan.solve import ENGINE_DTYPES, Query
+    from kvplan.specs.registry import load_gpu, load_model
+    from kvplan.units import parse_count
+
+    spec = load_model(f.model)
+    gpu_specs = tuple(load_gpu(g.strip()) for g in f.gpu.split(",") if g.strip())
+    fixed = None
+    if f.max_context:
+        if not f.gpus or f.max_model_len:
+            raise UsageError("--max-context needs --gpus (e.g. 8xH200) and no --max-model-len")
+        cluster_gpu, n, _ = load_cluster(f.gpus)
+        gpu_specs = (cluster_gpu,)
+        fixed = n or 1
+    elif f.gpus:
+        raise UsageError("--gpus goes with --max-context; to search GPU types use --gpu H100,H200")
+    elif not f.max_model_len:
+        raise UsageError(
+            "give --max-model-len (or ask for the longest context with --max-context --gpus NxGPU)"
+        )
+    dtypes = (
+        ENGINE_DTYPES if f.kv_cache_dtype == "any" else tuple(d.strip() for d in f.kv_cache_dtype.split(","))
+    )
+    prices = _prices(f.price, gpu_specs)
+    return Query(
+        model=spec,
+        gpus=gpu_specs,
+        users=f.users,
+        max_model_len=parse_count(f.max_model_len, "--max-model-len") if f.max_model_len else None,
+        tpot_ms=f.tpot_ms,
+        kv_dtypes=dtypes,
+        max_gpus=f.max_gpus,
+        prices=prices,
+        engine=f.engine.lower(),
+        block_size=f.block_size,
+        gpu_memory_utilization=f.gpu_memory_utilization,
+        fixed_num_gpus=fixed,
+        top=f.top,
+    )
+
+
+def _prices(price: str | None, gpu_specs: tuple[GpuSpec, ...]) -> dict[str, float] | None:
+    """--price: one per GPU type, or one for all."""
+    if not price:
+        return None
+    values = [float(x) for x in price.split(",")]
+    if len(values) not in (1, len(gpu_specs)) or any(v <= 0 for v in values):
+        raise UsageError("--price: one positive price per --gpu type (or one for all)")
+    return {g.name: values[0 if len(values) == 1 else i] for i, g in enumerate(gpu_specs)}

@@ -1,0 +1,118 @@
+"""`kvplan compare plot`: max concurrency vs context as a terminal table of sparklines, and as a
+PNG/SVG chart with the memory per GPU beside it (matplotlib, imported only to write a file)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from kvplan.errors import UsageError
+from kvplan.units import GiB
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from kvplan.comparisons import PlotResult
+
+_BARS = "▁▂▃▄▅▆▇█"
+
+
+def _context_label(c: int) -> str:
+    return f"{c // 1024}K" if c % 1024 == 0 else f"{c:,}"
+
+
+def _spark(ys: list[int | None], top: int) -> str:
+    """One bar per context, its height the log of the concurrency against the largest anywhere."""
+    return "".join(
+        " "
+        if not y
+        else _BARS[min(len(_BARS) - 1, int(math.log(y) / math.log(top) * (len(_BARS) - 1))) if top > 1 else 0]
+        for y in ys
+    )
+
+
+def print_curve(result: PlotResult, console: Console) -> None:
+    from rich.table import Table
+
+    t = Table(
+        title=f"Max concurrent requests vs context ({result.budget})",
+        title_justify="left",
+        title_style="bold",
+        show_edge=False,
+        pad_edge=False,
+    )
+    t.add_column("model / variant", no_wrap=True)
+    t.add_column("curve", no_wrap=True)
+    for c in result.contexts:
+        t.add_column(_context_label(c), justify="right")
+    top = max((v for _, ys in result.series for v in ys if v), default=1)
+    for label, ys in result.series:
+        t.add_row(label, _spark(ys, top), *["-" if y is None else f"{y:,}" for y in ys])
+    console.print(t)
+
+
+def write_chart(path: Path, result: PlotResult) -> None:
+    """Both panels into `path` (.png or .svg), through a temporary file so a failure leaves none."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--output needs matplotlib: pip install 'kvplan[plot]'") from None
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
+    _curves(ax1, result)
+    _memory_bars(ax2, result)
+    fig.suptitle(f"kvplan: {result.budget}")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
+    try:
+        fig.savefig(tmp)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        plt.close(fig)
+
+
+def _curves(ax1: Any, result: PlotResult) -> None:
+    ctxs = result.contexts
+    for label, ys in result.series:
+        pts = [(c, y) for c, y in zip(ctxs, ys, strict=True) if y]
+        if pts:
+            ax1.plot([c for c, _ in pts], [y for _, y in pts], marker="o", label=label)
+    ax1.set_xscale("log", base=2)
+    ax1.set_xticks(ctxs, [_context_label(c) for c in ctxs], fontsize=8)
+    ax1.minorticks_off()
+    ax1.set_yscale("log")
+    ax1.set_xlabel("context per request (tokens)")
+    ax1.set_ylabel("max concurrent requests")
+    ax1.grid(True, which="both", alpha=0.3)
+    ax1.legend(fontsize=8)
+
+
+def _memory_bars(ax2: Any, result: PlotResult) -> None:
+    """Stacked per GPU: weights, KV cache, the estimated reserve, and what is left unused."""
+    bars = result.bars
+    labels = [b[0] for b in bars]
+    weights = [b[1] / GiB for b in bars]
+    kvb = [b[2] / GiB for b in bars]
+    res = [b[3] / GiB for b in bars]
+    rest = [max(b[4] / GiB - w - k - r, 0) for b, w, k, r in zip(bars, weights, kvb, res, strict=True)]
+    xs = range(len(bars))
+    ax2.bar(xs, weights, label="weights")
+    ax2.bar(xs, kvb, bottom=weights, label="KV cache")
+    ax2.bar(xs, res, bottom=[w + k for w, k in zip(weights, kvb, strict=True)], label="reserve (estimated)")
+    ax2.bar(
+        xs,
+        rest,
+        bottom=[w + k + r for w, k, r in zip(weights, kvb, res, strict=True)],
+        label="not used",
+        color="lightgrey",
+    )
+    ax2.set_xticks(list(xs), labels, rotation=30, ha="right", fontsize=8)
+    ax2.set_ylabel("GiB per GPU")
+    ax2.legend(fontsize=8)

@@ -1,0 +1,104 @@
+"""Validating spec records with pydantic: the classes are built from the records' own annotations
+on first use, so that planning with shipped specs never imports pydantic's model machinery.
+
+Errors are pydantic's ValidationError, located by field as ever (registry.validation_message).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Annotated, Any, Literal, Optional, TypeVar, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, create_model, model_validator
+
+from kvplan.specs import models as m
+from kvplan.specs.record import _REQUIRED, Record, dump_value
+
+R = TypeVar("R", bound=Record)
+
+_LAYERS: tuple[type[Record], ...] = (
+    m.SlidingWindow,
+    m.ChunkedAttention,
+    m.CompressedAttention,
+    m.FullAttention,
+    m.LatentAttention,
+    m.SharedKV,
+    m.RecurrentState,
+    m.NoCache,
+)
+_OTHERS: tuple[type[Record], ...] = (m.MoE, m.Interconnect, m.ModelSpec, m.GpuSpec)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _annotation(record: type[Record], name: str) -> Any:
+    """The field's annotation as written, from the most derived class that declares it."""
+    for klass in record.__mro__:
+        annotations = vars(klass).get("__annotations__", {})
+        if name in annotations:
+            return annotations[name]
+    raise KeyError(name)
+
+
+def _after(record: type[Record]) -> Any:
+    """The record's `_check`, run on the validated values (pydantic's mode="after")."""
+
+    def check(self: BaseModel) -> BaseModel:
+        record._check(to_record(self))  # type: ignore[attr-defined]
+        return self
+
+    return model_validator(mode="after")(check)
+
+
+def _build(record: type[Record], namespace: dict[str, Any]) -> type[BaseModel]:
+    fields: dict[str, Any] = {}
+    for name, default in record.record_fields.items():
+        annotation = _annotation(record, name)
+        if isinstance(annotation, str):
+            annotation = eval(annotation, namespace)  # noqa: S307 - our own annotations, not user input
+        fields[name] = (annotation, ... if default is _REQUIRED else default)
+    validators = {"_after_check": _after(record)} if hasattr(record, "_check") else {}
+    return create_model(record.__name__, __base__=_Strict, __validators__=validators, **fields)
+
+
+@cache
+def _schemas() -> dict[type[Record], type[BaseModel]]:
+    namespace: dict[str, Any] = {
+        "Annotated": Annotated,
+        "Literal": Literal,
+        "Optional": Optional,
+        "Field": Field,
+        "PositiveInt": PositiveInt,
+    }
+    out: dict[type[Record], type[BaseModel]] = {}
+    for record in _LAYERS + _OTHERS:  # layers first: ModelSpec's annotations name their union
+        out[record] = namespace[record.__name__] = _build(record, namespace)
+        if record is _LAYERS[-1]:
+            layer_models = tuple(out[r] for r in _LAYERS)
+            namespace["Layer"] = Annotated[Union[layer_models], Field(discriminator="kind")]  # noqa: UP007
+    return out
+
+
+@cache
+def _records() -> dict[type[BaseModel], type[Record]]:
+    return {model: record for record, model in _schemas().items()}
+
+
+def to_record(value: Any) -> Any:
+    """Validated pydantic objects (and the lists/dicts holding them) as spec records."""
+    if isinstance(value, BaseModel):
+        record = _records()[type(value)]
+        return record.model_construct(**{f: to_record(getattr(value, f)) for f in record.record_fields})
+    if isinstance(value, dict):
+        return {k: to_record(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_record(v) for v in value]
+    return value
+
+
+def validate_record(record: type[R], data: Any) -> R:
+    """`record.model_validate(data)`: pydantic checks every field, the result is a record."""
+    model = _schemas()[record]
+    return to_record(model.model_validate(dump_value(data)))  # type: ignore[no-any-return]
