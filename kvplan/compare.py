@@ -80,8 +80,7 @@ def _with_layers(spec: ModelSpec, layers: list[Layer], suffix: str) -> ModelSpec
 
 def _mha_dims(spec: ModelSpec, layer: Layer) -> tuple[int, int]:
     if isinstance(layer, LatentAttention):  # the MHA it replaces: per-head K (nope + rope) and V
-        k = (layer.qk_nope_head_dim or 128) + layer.qk_rope_head_dim
-        return k, layer.v_head_dim or 128
+        return layer.nope_dim + layer.qk_rope_head_dim, layer.value_dim
     assert isinstance(layer, HeadLayer)
     return layer.head_dim, layer.v_dim
 

@@ -85,7 +85,7 @@ class EstimateFlags:
     disable_hybrid_kv_cache_manager: bool = False
     enforce_eager: bool = False
     mem_fraction_static: float | None = None
-    swa_full_tokens_ratio: float = 0.8
+    swa_full_tokens_ratio: float | None = None
     disable_hybrid_swa_memory: bool = False
     calibration: bool = True
     calibration_file: str | None = None

@@ -185,54 +185,73 @@ def _config(log: ParsedLog, line: str, pairs: re.Pattern) -> None:
         log.put(fact, value, line)
 
 
-def parse(text: str) -> ParsedLog:
-    log = ParsedLog()
-    is_sglang = bool(re.search(r"ServerArgs\(|KV Cache is allocated|max_total_num_tokens=|sglang", text))
+def _sglang_line(log: ParsedLog, line: str) -> None:
+    if "ServerArgs(" in line:
+        _config(log, line.split("ServerArgs(", 1)[1], _KV_PAIR)
+    m = _SGLANG_KV.search(line)
+    if m:
+        log.put("kv_cache_tokens", int(_f(m.group(1))), line, keep="min")
+        if m.group(2):
+            log.put("k_size_bytes", _gib(m.group(2)), line, keep="min")
+            log.put("v_size_bytes", _gib(m.group(3)), line, keep="min")
+        else:
+            log.put("kv_size_bytes", _gib(m.group(4)), line, keep="min")
+    for pattern, fact, conv, keep in _SGLANG_NUMBERS:
+        m = pattern.search(line)
+        if m:
+            log.put(fact, conv(m.group(1)), line, keep=keep)
+    m = re.search(r"(?:sglang|SGLang)[^\d]{0,20}v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)", line)
+    if m and "version" not in log.facts:
+        log.put("version", m.group(1), line)
+
+
+def _vllm_line(log: ParsedLog, line: str) -> None:
+    if re.search(r"LLM engine \(v[\d.]+.*\) with config", line):
+        _config(log, line.split("with config", 1)[1], _KV_PAIR)
+    if "non-default args" in line:
+        _config(log, line, _DICT_PAIR)
+    m = _VERSION.search(line)
+    if m:
+        log.put("version", m.group(1), line)
+    m = _CONCURRENCY.search(line)
+    if m:
+        log.put("max_model_len", int(_f(m.group(1))), line, keep="last")
+        log.put("max_concurrency", _f(m.group(2)), line, keep="min")
+    for pattern, fact, conv, keep in _VLLM_NUMBERS:
+        m = pattern.search(line)
+        if m:
+            log.put(fact, conv(m.group(1)), line, keep=keep)
+
+
+def _vllm_format(log: ParsedLog, text: str) -> None:
+    log.facts["format"] = "V1" if _V1.search(text) else "V0" if _V0.search(text) else "unknown"
+
+
+# each engine's log format: (reads one line, reads the whole text once after)
+_FORMATS = {"sglang": (_sglang_line, None), "vllm": (_vllm_line, _vllm_format)}
+
+
+def _which_engine(text: str) -> str | None:
+    sglang_marks = r"ServerArgs\(|KV Cache is allocated"
+    is_sglang = bool(re.search(sglang_marks + r"|max_total_num_tokens=|sglang", text))
     is_vllm = bool(
         re.search(r"GPU KV cache size|Available KV cache memory|# (?:GPU|CUDA) blocks|LLM engine|vllm", text)
     )
-    if is_vllm and not re.search(r"ServerArgs\(|KV Cache is allocated", text):
+    if is_vllm and not re.search(sglang_marks, text):
         is_sglang = False
-    log.engine = "sglang" if is_sglang else "vllm" if is_vllm else None
+    return "sglang" if is_sglang else "vllm" if is_vllm else None
+
+
+def parse(text: str) -> ParsedLog:
+    log = ParsedLog()
+    log.engine = _which_engine(text)
+    if log.engine is None:
+        return log
+    read_line, read_text = _FORMATS[log.engine]
     for line in text.splitlines():
-        if log.engine == "sglang":
-            if "ServerArgs(" in line:
-                _config(log, line.split("ServerArgs(", 1)[1], _KV_PAIR)
-            m = _SGLANG_KV.search(line)
-            if m:
-                log.put("kv_cache_tokens", int(_f(m.group(1))), line, keep="min")
-                if m.group(2):
-                    log.put("k_size_bytes", _gib(m.group(2)), line, keep="min")
-                    log.put("v_size_bytes", _gib(m.group(3)), line, keep="min")
-                else:
-                    log.put("kv_size_bytes", _gib(m.group(4)), line, keep="min")
-            for pattern, fact, conv, keep in _SGLANG_NUMBERS:
-                m = pattern.search(line)
-                if m:
-                    log.put(fact, conv(m.group(1)), line, keep=keep)
-            m = re.search(r"(?:sglang|SGLang)[^\d]{0,20}v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)", line)
-            if m and "version" not in log.facts:
-                log.put("version", m.group(1), line)
-            continue
-        if log.engine != "vllm":
-            continue
-        if re.search(r"LLM engine \(v[\d.]+.*\) with config", line):
-            _config(log, line.split("with config", 1)[1], _KV_PAIR)
-        if "non-default args" in line:
-            _config(log, line, _DICT_PAIR)
-        m = _VERSION.search(line)
-        if m:
-            log.put("version", m.group(1), line)
-        m = _CONCURRENCY.search(line)
-        if m:
-            log.put("max_model_len", int(_f(m.group(1))), line, keep="last")
-            log.put("max_concurrency", _f(m.group(2)), line, keep="min")
-        for pattern, fact, conv, keep in _VLLM_NUMBERS:
-            m = pattern.search(line)
-            if m:
-                log.put(fact, conv(m.group(1)), line, keep=keep)
-    if log.engine == "vllm":
-        log.facts["format"] = "V1" if _V1.search(text) else "V0" if _V0.search(text) else "unknown"
+        read_line(log, line)
+    if read_text is not None:
+        read_text(log, text)
     return log
 
 

@@ -38,8 +38,7 @@ def _attention_params(spec: ModelSpec, layer) -> int:
         q_dim = heads * layer.head_dim
         return h * q_dim + h * layer.num_kv_heads * (layer.head_dim + layer.v_dim) + heads * layer.v_dim * h
     if isinstance(layer, LatentAttention):
-        nope = layer.qk_nope_head_dim or 128
-        v = layer.v_head_dim or nope
+        nope, v = layer.nope_dim, layer.value_dim
         qk = nope + layer.qk_rope_head_dim
         q = (h * layer.q_lora_rank + layer.q_lora_rank * heads * qk) if layer.q_lora_rank else h * heads * qk
         kv = h * layer.latent_dim + layer.kv_lora_rank * heads * (nope + v)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvplan import engines, speed
+from kvplan.engines.sglang import Sglang
 from kvplan.engines.sglang import memory_settings as sglang_memory_settings
 from kvplan.engines.vllm import default_utilization as vllm_default_utilization
 from kvplan.errors import (
@@ -186,7 +187,7 @@ def solve(q: Query) -> tuple[list[Answer], _Bounds]:
     answers.sort(key=lambda a: _rank(q, a))
     top = answers[: q.top]
     for a in top:  # the same layout under SGLang's accounting, for its launch line
-        if q.engine == "sglang":
+        if engines.engine_class(q.engine) is Sglang:
             a.sglang_max_concurrency = a.max_concurrency
             continue
         try:

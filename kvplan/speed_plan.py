@@ -48,7 +48,7 @@ def attention_width(spec: ModelSpec) -> int:
     """Query width of one attention layer (heads x head dim), for attention FLOPs."""
     for layer in spec.layers:
         if isinstance(layer, LatentAttention):
-            return spec.num_attention_heads * ((layer.qk_nope_head_dim or 128) + layer.qk_rope_head_dim)
+            return spec.num_attention_heads * (layer.nope_dim + layer.qk_rope_head_dim)
         if isinstance(layer, HeadLayer):
             return spec.num_attention_heads * layer.head_dim
     return spec.hidden_size

@@ -79,13 +79,13 @@ def test_shipped_specs_load_unvalidated_exactly_as_validated():
     # load_model/load_gpu build shipped specs without re-validating (faster start); that path must
     # give the very object validation gives, so a number written so that YAML reads it as a string
     # (312e+12 without a point) shows up here
-    from kvplan.specs import registry
+    from kvplan.specs import io, registry
     from kvplan.specs.models import GpuSpec, ModelSpec
 
     for kind, cls in (("models", ModelSpec), ("gpus", GpuSpec)):
         for path, data in registry._raw_specs(kind):
             fast = registry._shipped(cls, data)
-            checked = registry.validate(cls, data, path)
+            checked = io.validate(cls, data, path)
             assert fast == checked, path.name
             if cls is ModelSpec:
                 assert fast.layers == checked.layers and fast.attention_summary == checked.attention_summary

@@ -58,8 +58,11 @@ EnforceEager = Annotated[
     bool, typer.Option("--enforce-eager", help="vLLM: no CUDA graphs (none reserved for them).")
 ]
 SwaFullTokensRatio = Annotated[
-    float,
-    typer.Option("--swa-full-tokens-ratio", help="SGLang: sliding-window pool size / full-attention pool."),
+    float | None,
+    typer.Option(
+        "--swa-full-tokens-ratio",
+        help="SGLang: sliding-window pool size / full-attention pool (default 0.8, SGLang's).",
+    ),
 ]
 DisableHybridSwaMemory = Annotated[
     bool, typer.Option("--disable-hybrid-swa-memory", help="SGLang: one pool for all layers, no SWA pool.")
@@ -107,7 +110,7 @@ def estimate(
     disable_hybrid_kv_cache_manager: DisableHybridKvCacheManager = False,
     enforce_eager: EnforceEager = False,
     mem_fraction_static: o.MemFractionStatic = None,
-    swa_full_tokens_ratio: SwaFullTokensRatio = 0.8,
+    swa_full_tokens_ratio: SwaFullTokensRatio = None,
     disable_hybrid_swa_memory: DisableHybridSwaMemory = False,
     calibration: Calibration = True,
     calibration_file: CalibrationFile = None,

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.errors import SpecError
+from kvplan.specs.io import validate
 from kvplan.specs.models import ModelSpec
-from kvplan.specs.registry import validate
 
 _DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "half": "fp16"}
 

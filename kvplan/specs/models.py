@@ -71,6 +71,16 @@ class LatentAttention(_Strict):
     def latent_dim(self) -> int:
         return self.kv_lora_rank + self.qk_rope_head_dim
 
+    @property
+    def nope_dim(self) -> int:
+        """Per-head query/key width without RoPE; 128 when unstated (DeepSeek-V2/V3's config.json)."""
+        return self.qk_nope_head_dim or 128
+
+    @property
+    def value_dim(self) -> int:
+        """Per-head value width; the nope width when unstated (DeepSeek-V2/V3: both 128)."""
+        return self.v_head_dim or self.nope_dim
+
 
 class SharedKV(_Strict):
     """Reuses the KV of an earlier layer (cross-layer attention, seed 001 10.2.9)."""

@@ -1,7 +1,7 @@
 """Validating spec records with pydantic: the classes are built from the records' own annotations
 on first use, so that planning with shipped specs never imports pydantic's model machinery.
 
-Errors are pydantic's ValidationError, located by field as ever (registry.validation_message).
+Errors are pydantic's ValidationError, located by field as ever (io.validation_message).
 """
 
 from __future__ import annotations
