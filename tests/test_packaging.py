@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,6 +20,11 @@ pytest.importorskip("setuptools")
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # build from a copy: setuptools reuses a checkout's build/ folder, whose stale modules would
+    # hide a package missing from pyproject's list
+    src = tmp_path_factory.mktemp("src") / "kvplan"
+    skip = shutil.ignore_patterns("build", ".venv", ".git", "*.egg-info", "__pycache__", ".*cache", "tests")
+    shutil.copytree(REPO, src, ignore=skip)
     subprocess.run(
         [
             sys.executable,
@@ -29,7 +36,7 @@ def wheel(tmp_path_factory) -> Path:
             "-q",
             "-w",
             str(out),
-            str(REPO),
+            str(src),
         ],
         check=True,
         capture_output=True,
@@ -49,6 +56,9 @@ def test_wheel_ships_specs_under_the_kvplan_namespace(wheel):
         assert _yaml_names(names, f"kvplan/model_specs/{kind}/") == shipped
     assert "kvplan/kernels/__init__.py" in names
     assert not [n for n in names if n.startswith(("kernels/", "model_specs/", "tests/"))]
+    # every module of the source package is in the wheel (a package missing from pyproject's list is not)
+    source = sorted(str(p.relative_to(REPO)) for p in (REPO / "kvplan").rglob("*.py"))
+    assert [n for n in source if n not in names] == []
 
 
 def test_installed_wheel_plans_from_another_directory(wheel, tmp_path):
@@ -73,6 +83,16 @@ def test_installed_wheel_plans_from_another_directory(wheel, tmp_path):
     assert int(n_models) == len(list((REPO / "model_specs/models").glob("*.yaml")))
     assert int(n_gpus) == len(list((REPO / "model_specs/gpus").glob("*.yaml")))
     assert name == "llama3-70b"
+    # and the whole command runs from the installed copy alone (every subpackage shipped)
+    r = subprocess.run(
+        [sys.executable, "-m", "kvplan", "estimate", "-m", "llama3-8b", "-g", "H100", "--json"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["engine"]["engine"] == "vllm"
 
 
 def test_shipped_specs_load_unvalidated_exactly_as_validated():

@@ -78,7 +78,7 @@ def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
             return func(*args, **kwargs)
         except KvplanError as exc:
             if _wants_json(kwargs):
-                from kvplan.render_json import to_json
+                from kvplan.render.jsonout import to_json
 
                 typer.echo(to_json(exc.to_dict()))
             from rich.console import Console

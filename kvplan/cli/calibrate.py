@@ -39,10 +39,10 @@ def calibrate(
         device, quick, model, kv_dtype, output, lambda line: err.print(line, highlight=False)
     )
     if json_out:
-        from kvplan.render_json import profile_json, to_json
+        from kvplan.render.jsonout import profile_json, to_json
 
         typer.echo(to_json(profile_json(prof, path)))
         return
-    from kvplan.render import render_profile
+    from kvplan.render.tables import render_profile
 
     render_profile(prof, path, console())

@@ -49,10 +49,10 @@ def check_log(
     }
     checked = inputs.check_log(log_file, model, gpus, overrides, save_calibration)
     if json_out:
-        from kvplan.render_json import check_json, to_json
+        from kvplan.render.jsonout import check_json, to_json
 
         typer.echo(to_json(check_json(checked.result, checked.saved)))
         return
-    from kvplan.render import render_check
+    from kvplan.render.tables import render_check
 
     render_check(checked.result, console(), checked.source, checked.saved)

@@ -28,7 +28,7 @@ OffloadGib = Annotated[
 
 def _format(fmt: str, json_out: bool) -> str:
     """--json is --format json; a --format outside the four is an error either way."""
-    from kvplan.render_rows import FORMATS
+    from kvplan.render.rows import FORMATS
 
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -58,7 +58,8 @@ def table_cmd(
     """One row per model x variant: KV per token, vs MHA, per request, max requests, decode KV read time.
 
     Each request holds --max-model-len tokens (default 8K; a model's maximum if lower)."""
-    from kvplan import comparisons, render_rows
+    from kvplan import comparisons
+    from kvplan.render import rows as render_rows
 
     fmt = _format(fmt, json_out)
     cluster = ClusterFlags(
@@ -98,7 +99,8 @@ def ladder_cmd(
 
     Defaults: --avg-context half of --max-model-len, --shared-prefix-tokens 3/4 of --avg-context,
     --prefix-hit-rate 0.5 (the seed's 50%)."""
-    from kvplan import comparisons, render_rows
+    from kvplan import comparisons
+    from kvplan.render import rows as render_rows
 
     fmt = _format(fmt, json_out)
     cluster = ClusterFlags(
@@ -145,7 +147,8 @@ def plot_cmd(
     """Max concurrency vs context (log axis) and the memory per GPU, per model/variant; in the terminal too.
 
     --max-model-len is the longest context on the x axis (default: the longest model maximum)."""
-    from kvplan import comparisons, render_chart
+    from kvplan import comparisons
+    from kvplan.render import chart as render_chart
 
     path = _chart_path(output)
     cluster = ClusterFlags(
@@ -159,7 +162,7 @@ def plot_cmd(
     )
     result = comparisons.plot(models, variants, cluster)
     if json_out:
-        from kvplan.render_json import plot_json, to_json
+        from kvplan.render.jsonout import plot_json, to_json
 
         if path is not None:
             render_chart.write_chart(path, result)

@@ -123,10 +123,10 @@ def estimate(
 
     plan = inputs.estimate(inputs.EstimateFlags(**flags))
     if json_out:
-        from kvplan.render_json import to_json
+        from kvplan.render.jsonout import to_json
 
         typer.echo(to_json(plan.to_dict()))
         return
-    from kvplan.render import render_plan
+    from kvplan.render.tables import render_plan
 
     render_plan(plan, console(), explain=explain)

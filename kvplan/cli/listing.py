@@ -15,11 +15,11 @@ def models(json_out: o.Json = False) -> None:
 
     specs = all_models()
     if json_out:
-        from kvplan.render_json import models_json, to_json
+        from kvplan.render.jsonout import models_json, to_json
 
         typer.echo(to_json(models_json(specs)))
         return
-    from kvplan.render import render_models
+    from kvplan.render.tables import render_models
 
     render_models(specs, console())
 
@@ -31,10 +31,10 @@ def gpus(json_out: o.Json = False) -> None:
 
     specs = all_gpus()
     if json_out:
-        from kvplan.render_json import gpus_json, to_json
+        from kvplan.render.jsonout import gpus_json, to_json
 
         typer.echo(to_json(gpus_json(specs)))
         return
-    from kvplan.render import render_gpus
+    from kvplan.render.tables import render_gpus
 
     render_gpus(specs, console())

@@ -55,10 +55,10 @@ def solve(
 
     q, answers = inputs.solve(inputs.SolveFlags(**flags))
     if json_out:
-        from kvplan.render_json import solve_json, to_json
+        from kvplan.render.jsonout import solve_json, to_json
 
         typer.echo(to_json(solve_json(q, answers, max_context)))
         return
-    from kvplan.render import render_solve
+    from kvplan.render.tables import render_solve
 
     render_solve(q, answers, console(), max_context)

@@ -148,7 +148,7 @@ def _text(
 def table_text(result: TableResult, fmt: str) -> tuple[str, bool]:
     """The json, md or csv text of a comparison table, and whether a newline must follow it."""
     if fmt == "json":
-        from kvplan.render_json import to_json
+        from kvplan.render.jsonout import to_json
 
         return to_json(table_json(result)), True
     return _text([r.to_dict() for r in result.rows], TABLE_COLUMNS, fmt, table_title(result), result.notes)
@@ -162,7 +162,7 @@ def print_comparison(result: TableResult, console: Console) -> None:
 def ladder_text(result: LadderResult, fmt: str) -> tuple[str, bool]:
     """As table_text, for the ladder."""
     if fmt == "json":
-        from kvplan.render_json import to_json
+        from kvplan.render.jsonout import to_json
 
         return to_json(ladder_json(result)), True
     rows = [dataclasses.asdict(s) for s in result.steps]
