@@ -197,44 +197,53 @@ def _dims(head_dim: int) -> tuple[int, int]:
     return triton.next_power_of_2(head_dim), 0
 
 
-def _check(q, k_cache, v_cache, block_table, seq_lens, v_dim) -> None:
-    def bad(msg: str):
-        raise ValueError(f"paged_decode: {msg}")
+def _bad(msg: str) -> None:
+    raise ValueError(f"paged_decode: {msg}")
 
+
+def _check_shapes(q, k_cache, v_cache, block_table, seq_lens, v_dim) -> None:
     if q.dim() != 3:
-        bad(f"q must be [batch, q_heads, head_dim], got shape {tuple(q.shape)}")
+        _bad(f"q must be [batch, q_heads, head_dim], got shape {tuple(q.shape)}")
     if k_cache.dim() != 4 or v_cache.dim() != 4:
-        bad("k_cache and v_cache must be [num_blocks, page_size, kv_heads, head_dim]")
+        _bad("k_cache and v_cache must be [num_blocks, page_size, kv_heads, head_dim]")
     if k_cache.shape[:3] != v_cache.shape[:3]:
-        bad(
+        _bad(
             f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} disagree on blocks/page/heads"
         )
     if q.shape[-1] != k_cache.shape[-1]:
-        bad(f"q head_dim {q.shape[-1]} != k_cache head_dim {k_cache.shape[-1]}")
+        _bad(f"q head_dim {q.shape[-1]} != k_cache head_dim {k_cache.shape[-1]}")
     if q.shape[1] % k_cache.shape[2]:
-        bad(f"{q.shape[1]} query heads are not a multiple of {k_cache.shape[2]} KV heads")
+        _bad(f"{q.shape[1]} query heads are not a multiple of {k_cache.shape[2]} KV heads")
     if v_dim is not None and not 1 <= v_dim <= v_cache.shape[-1]:
-        bad(f"v_dim {v_dim} outside 1..{v_cache.shape[-1]}")
-    if q.dtype not in Q_DTYPES:
-        bad(f"q dtype {q.dtype} not supported (fp16, bf16, fp32)")
-    if k_cache.dtype not in KV_DTYPES or v_cache.dtype != k_cache.dtype:
-        bad(f"KV dtype {k_cache.dtype}/{v_cache.dtype} not supported or mixed")
-    if block_table.dtype != torch.int32 or seq_lens.dtype != torch.int32:
-        bad("block_table and seq_lens must be int32")
+        _bad(f"v_dim {v_dim} outside 1..{v_cache.shape[-1]}")
     if (
         block_table.dim() != 2
         or seq_lens.dim() != 1
         or block_table.shape[0] != q.shape[0] != seq_lens.shape[0]
     ):
-        bad("block_table must be [batch, max_pages] and seq_lens [batch]")
+        _bad("block_table must be [batch, max_pages] and seq_lens [batch]")
+
+
+def _check_storage(q, k_cache, v_cache, block_table, seq_lens) -> None:
+    if q.dtype not in Q_DTYPES:
+        _bad(f"q dtype {q.dtype} not supported (fp16, bf16, fp32)")
+    if k_cache.dtype not in KV_DTYPES or v_cache.dtype != k_cache.dtype:
+        _bad(f"KV dtype {k_cache.dtype}/{v_cache.dtype} not supported or mixed")
+    if block_table.dtype != torch.int32 or seq_lens.dtype != torch.int32:
+        _bad("block_table and seq_lens must be int32")
     devices = {t.device for t in (q, k_cache, v_cache, block_table, seq_lens)}
     if len(devices) != 1:
-        bad(f"all tensors must be on one device, got {sorted(map(str, devices))}")
+        _bad(f"all tensors must be on one device, got {sorted(map(str, devices))}")
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("block_table", block_table)):
         if t.stride(-1) != 1:
-            bad(f"{name} must be contiguous in its last dimension")
+            _bad(f"{name} must be contiguous in its last dimension")
     if seq_lens.stride(0) != 1:
-        bad("seq_lens must be contiguous")
+        _bad("seq_lens must be contiguous")
+
+
+def _check(q, k_cache, v_cache, block_table, seq_lens, v_dim) -> None:
+    _check_shapes(q, k_cache, v_cache, block_table, seq_lens, v_dim)
+    _check_storage(q, k_cache, v_cache, block_table, seq_lens)
 
 
 def _compute_dtype(q: torch.Tensor, k_cache: torch.Tensor):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +61,7 @@ class Variant:
     notes: tuple[str, ...] = ()
 
 
-def _with_layers(spec: ModelSpec, layers: list[Layer], suffix: str) -> ModelSpec:
+def _with_layers(spec: ModelSpec, layers: Sequence[Layer], suffix: str) -> ModelSpec:
     """The spec with an explicit per-layer list (deduplicated into layer_types)."""
     names: dict[str, str] = {}
     types: dict[str, dict] = {}
@@ -336,6 +337,16 @@ class Step:
     how: str
 
 
+def _avg_requests(p: Plan) -> int:
+    assert p.avg_context is not None  # every ladder plan after the first is made with an average context
+    return p.avg_context.max_concurrency_per_replica
+
+
+def _prefix_requests(p: Plan) -> int:
+    assert p.prefix_caching is not None  # made with a shared prefix
+    return p.prefix_caching.max_concurrency_per_replica
+
+
 def ladder(
     base: PlanRequest, avg_context: int, shared_prefix_tokens: int, prefix_hit_rate: float
 ) -> tuple[list[Step], Plan]:
@@ -366,24 +377,24 @@ def ladder(
         (
             "naive PyTorch",
             "mha",
-            naive.fragmentation.prealloc_max_concurrency_per_replica,
+            naive.fragmentation.prealloc_max_concurrency_per_replica or 0,
             f"contiguous {base.max_model_len or spec.max_context:,}-token buffer per request, MHA, bf16",
         ),
         (
             "+ PagedAttention",
             "mha",
-            paged.avg_context.max_concurrency_per_replica,
+            _avg_requests(paged),
             f"blocks of {naive.settings.block_size} for the {avg_context:,} tokens a request holds on average",
         ),
     ]
     g = plan_for(gqa)
-    steps_raw.append(("+ GQA", gqa, g.avg_context.max_concurrency_per_replica, f"{g.model.attention}"))
+    steps_raw.append(("+ GQA", gqa, _avg_requests(g), f"{g.model.attention}"))
     i8 = plan_for(f"{gqa}+int8")
     steps_raw.append(
         (
             "+ INT8 KV",
             f"{gqa}+int8",
-            i8.avg_context.max_concurrency_per_replica,
+            _avg_requests(i8),
             "1 byte per value, per-layer scale",
         )
     )
@@ -398,12 +409,12 @@ def ladder(
         (
             "+ prefix caching",
             f"{gqa}+int8",
-            pc.prefix_caching.max_concurrency_per_replica,
+            _prefix_requests(pc),
             f"a {shared_prefix_tokens:,}-token prefix shared by {prefix_hit_rate:.0%} of requests",
         )
     )
     mf = plan_for(f"{mla}+fp8", **prefix_kw)
-    replicated = mf.prefix_caching.max_concurrency_per_replica
+    replicated = _prefix_requests(mf)
     tp = mf.cluster.tensor_parallel_size
     how = f"{mf.model.attention}, fp8 KV"
     mla_conc = replicated

@@ -96,7 +96,8 @@ def load(path: Path) -> list[Overhead]:
         for f in ints:
             if not isinstance(e[f], int) or isinstance(e[f], bool) or e[f] < 0:
                 raise _bad(path, f"entries[{i}].{f}: expected a non-negative integer, got {e[f]!r}")
-        out.append(Overhead(**{f: e[f] if f in ints else str(e[f]) for f in REQUIRED}))
+        fields: dict[str, Any] = {f: e[f] if f in ints else str(e[f]) for f in REQUIRED}
+        out.append(Overhead(**fields))
     return out
 
 

@@ -153,17 +153,7 @@ class _Bounds:
 
 
 def solve(q: Query) -> tuple[list[Answer], _Bounds]:
-    if q.users < 1:
-        raise UsageError("--users must be >= 1")
-    if q.tpot_ms is not None and q.tpot_ms <= 0:
-        raise UsageError("--tpot-ms must be positive")
-    if q.max_gpus < 1:
-        raise UsageError("--max-gpus must be >= 1")
-    if q.max_model_len is not None and q.max_model_len > q.model.max_context:
-        raise ContextTooLong(
-            f"--max-model-len {q.max_model_len:,} exceeds {q.model.name}'s maximum context of "
-            f"{q.model.max_context:,} tokens"
-        )
+    _check_query(q)
     answers: list[Answer] = []
     bounds = _Bounds()
     for gpu in q.gpus:
@@ -186,30 +176,48 @@ def solve(q: Query) -> tuple[list[Answer], _Bounds]:
                         answers.append(ans)
     answers.sort(key=lambda a: _rank(q, a))
     top = answers[: q.top]
-    for a in top:  # the same layout under SGLang's accounting, for its launch line
-        if engines.engine_class(q.engine) is Sglang:
-            a.sglang_max_concurrency = a.max_concurrency
-            continue
-        try:
-            sg = estimate(
-                dataclasses.replace(
-                    _request(
-                        q,
-                        next(g for g in q.gpus if g.name == a.gpu),
-                        a.tensor_parallel_size,
-                        a.pipeline_parallel_size,
-                        a.kv_cache_dtype,
-                        a.max_model_len,
-                    ),
-                    engine="sglang",
-                    gpu_memory_utilization=None,
-                    block_size=None,
-                )
-            )
-            a.sglang_max_concurrency = sg.max_concurrency_per_replica * a.data_parallel_size
-        except KvplanError:
-            a.sglang_max_concurrency = 0
+    for a in top:
+        a.sglang_max_concurrency = _sglang_concurrency(q, a)
     return top, bounds
+
+
+def _check_query(q: Query) -> None:
+    if q.users < 1:
+        raise UsageError("--users must be >= 1")
+    if q.tpot_ms is not None and q.tpot_ms <= 0:
+        raise UsageError("--tpot-ms must be positive")
+    if q.max_gpus < 1:
+        raise UsageError("--max-gpus must be >= 1")
+    if q.max_model_len is not None and q.max_model_len > q.model.max_context:
+        raise ContextTooLong(
+            f"--max-model-len {q.max_model_len:,} exceeds {q.model.name}'s maximum context of "
+            f"{q.model.max_context:,} tokens"
+        )
+
+
+def _sglang_concurrency(q: Query, a: Answer) -> int:
+    """The same layout under SGLang's accounting, for its launch line."""
+    if engines.engine_class(q.engine) is Sglang:
+        return a.max_concurrency
+    try:
+        sg = estimate(
+            dataclasses.replace(
+                _request(
+                    q,
+                    next(g for g in q.gpus if g.name == a.gpu),
+                    a.tensor_parallel_size,
+                    a.pipeline_parallel_size,
+                    a.kv_cache_dtype,
+                    a.max_model_len,
+                ),
+                engine="sglang",
+                gpu_memory_utilization=None,
+                block_size=None,
+            )
+        )
+        return sg.max_concurrency_per_replica * a.data_parallel_size
+    except KvplanError:
+        return 0
 
 
 def _cost(q: Query, gpu: GpuSpec, n: int) -> float:
@@ -306,6 +314,7 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
 
 def _longest_context(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bounds) -> Answer | None:
     """--max-context: the largest max_model_len at which `users` fit on exactly q.fixed_num_gpus."""
+    assert q.fixed_num_gpus is not None  # --max-context mode
     dp = q.fixed_num_gpus // (tp * pp)
     per_replica_users = ceil_div(q.users, dp)
 

@@ -103,7 +103,7 @@ def plan_speed(
         at_max_concurrency=speed.decode_step(inp, max_conc, per_req_gpu) if max_conc else None,
         at_avg_context=at_avg,
     )
-    fp8 = w_fmt.name in ("fp8",) and gpu.fp8_dense_flops
-    peak = gpu.fp8_dense_flops if fp8 else gpu.bf16_dense_flops
+    fp8 = w_fmt.name == "fp8" and gpu.fp8_dense_flops is not None
+    peak = gpu.fp8_dense_flops if fp8 and gpu.fp8_dense_flops is not None else gpu.bf16_dense_flops
     seconds = speed.prefill_seconds(params.active, max_len, spec.num_layers, attention_width(spec), tp, peak)
     return decode, Prefill(max_len, seconds * 1e3, speed.PREFILL_MFU, "fp8" if fp8 else "bf16", peak)

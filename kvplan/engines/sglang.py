@@ -7,6 +7,7 @@ Sources: shared/reference/engines.md (SGLang), read from python/sglang/srt/serve
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,7 +98,7 @@ def hybrid_swa(spec: ModelSpec, disabled: bool) -> bool:
     return has_swa and not disabled and spec.architecture not in NO_HYBRID_SWA
 
 
-def _cells(layers: list[Layer], fmt: Format, tp: int) -> tuple[int, int, int, bool]:
+def _cells(layers: Sequence[Layer], fmt: Format, tp: int) -> tuple[int, int, int, bool]:
     """(K bytes, V bytes per token per layer-set, cache layers, MLA?) on one rank."""
     k_bits = v_bits = 0
     n = 0
@@ -141,7 +142,7 @@ def _torch_dtype(fmt: Format) -> str:
     )
 
 
-def _pool_line(layers: list[Layer], size: int, fmt: Format, tp: int, page: int) -> tuple[str, int, int]:
+def _pool_line(layers: Sequence[Layer], size: int, fmt: Format, tp: int, page: int) -> tuple[str, int, int]:
     """The pool's log line and its K and V buffer bytes (MLA: one KV buffer, V = 0)."""
     k, v, _, mla = _cells(layers, fmt, tp)
     # SGLang allocates size + page_size slots (slot 0 is a padding slot); "GB" is 2**30 bytes

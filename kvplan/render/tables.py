@@ -131,8 +131,8 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
     _render_speed(plan, console)
     _render_engine(plan, console)
     console.print("[bold]Assumptions[/]")
-    for a in plan.assumptions:
-        console.print(f"- {a}")
+    for note in plan.assumptions:
+        console.print(f"- {note}")
     if explain:
         console.print()
         console.print("[bold]Where each number comes from[/]")
@@ -154,8 +154,8 @@ def _render_speed(plan: Plan, console: Console) -> None:
                 d.at_max_concurrency,
             )
         )
-    if d.at_avg_context:
-        a = plan.avg_context
+    a = plan.avg_context
+    if d.at_avg_context and a is not None:
         rows.append(
             (
                 f"{d.at_avg_context.batch:,} requests at {a.avg_context_tokens:,} tokens",

@@ -190,6 +190,10 @@ class ModelSpec(_Strict):
             raise ValueError(f"activation_dtype must be fp32, fp16 or bf16, not {self.activation_dtype!r}")
         if self.expert_weight_dtype and not self.moe:
             raise ValueError("expert_weight_dtype is set but the model has no moe section")
+        self._check_layers()
+        return self
+
+    def _check_layers(self) -> None:
         if all(isinstance(layer, (SharedKV, NoCache)) for layer in self.layers):
             raise ValueError("no layer keeps a KV cache or state: at least one must be full/sliding/mla/...")
         for i, layer in enumerate(self.layers):
@@ -199,7 +203,6 @@ class ModelSpec(_Strict):
                     raise ValueError(
                         f"layer {i} shares KV with layer {src}, which does not hold its own KV cache"
                     )
-        return self
 
     @cached_property
     def layers(self) -> tuple[Layer, ...]:

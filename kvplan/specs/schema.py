@@ -101,4 +101,4 @@ def to_record(value: Any) -> Any:
 def validate_record(record: type[R], data: Any) -> R:
     """`record.model_validate(data)`: pydantic checks every field, the result is a record."""
     model = _schemas()[record]
-    return to_record(model.model_validate(dump_value(data)))  # type: ignore[no-any-return]
+    return to_record(model.model_validate(dump_value(data)))
