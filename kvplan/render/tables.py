@@ -30,6 +30,30 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
     console.print(f"attention: {plan.model.attention}")
     console.print()
 
+    _memory_table(plan, console)
+    console.print()
+    _kv_table(plan, console)
+    console.print()
+    _concurrency_table(plan, console)
+    console.print()
+    _render_speed(plan, console)
+    _render_engine(plan, console)
+    console.print("[bold]Assumptions[/]")
+    for note in plan.assumptions:
+        console.print(f"- {note}")
+    if explain:
+        console.print()
+        console.print("[bold]Where each number comes from[/]")
+        for e in plan.explain:
+            console.print(f"[bold]{e.quantity}[/] = {e.value}")
+            console.print(f"    formula: {e.formula}", highlight=False)
+            console.print(f"    from:    {e.source}", highlight=False)
+
+
+def _memory_table(plan: Plan, console: Console) -> None:
+    c = plan.cluster
+    n = c.num_gpus
+    s = plan.settings
     mem = _table("Memory", "", "per GPU", f"cluster ({n} GPU{'s' if n > 1 else ''})")
     est = " (estimated)" if plan.reserve.estimated else " (given)"
     rows: list[tuple[str, int]] = []
@@ -80,8 +104,11 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
     for label, value in rows:
         mem.add_row(label, fmt_gib(value), fmt_gib(value * n))
     console.print(mem)
-    console.print()
 
+
+def _kv_table(plan: Plan, console: Console) -> None:
+    c = plan.cluster
+    s = plan.settings
     kvt = _table("KV cache", "", "value")
     kvt.add_row("KV per token, whole model", fmt_bytes(plan.kv_bytes_per_token))
     kvt.add_row("KV per token, per GPU", fmt_bytes(plan.kv_bytes_per_token_per_gpu))
@@ -97,8 +124,11 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
     if c.data_parallel_size > 1:
         kvt.add_row("KV pool, cluster", f"{plan.kv_pool_tokens_cluster:,} tokens")
     console.print(kvt)
-    console.print()
 
+
+def _concurrency_table(plan: Plan, console: Console) -> None:
+    c = plan.cluster
+    s = plan.settings
     ct = _table("Concurrency", "", "requests")
     limit = " (capped by --max-num-seqs)" if plan.limited_by == "max_num_seqs" else ""
     ct.add_row(f"max concurrent requests at {s.max_model_len:,} tokens{limit}", f"{plan.max_concurrency:,}")
@@ -127,19 +157,6 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
             f"{(f.paged_max_concurrency_per_replica or 0) * dp:,} ({f.paged_utilization:.0%} of held KV used)",
         )
     console.print(ct)
-    console.print()
-    _render_speed(plan, console)
-    _render_engine(plan, console)
-    console.print("[bold]Assumptions[/]")
-    for note in plan.assumptions:
-        console.print(f"- {note}")
-    if explain:
-        console.print()
-        console.print("[bold]Where each number comes from[/]")
-        for e in plan.explain:
-            console.print(f"[bold]{e.quantity}[/] = {e.value}")
-            console.print(f"    formula: {e.formula}", highlight=False)
-            console.print(f"    from:    {e.source}", highlight=False)
 
 
 def _render_speed(plan: Plan, console: Console) -> None:
