@@ -1,0 +1,98 @@
+"""Reading a Hugging Face config.json offline into a ModelSpec.
+
+The KV size comes only from the config's fields (explicit head_dim, layer_types,
+sliding-window patterns, MLA ranks); never from the model's name or size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kvplan.errors import SpecError
+from kvplan.specs.hf.layers import Basics, read_layers
+from kvplan.specs.hf.moe import read_moe
+from kvplan.specs.hf.quant import weight_dtypes
+from kvplan.specs.hf.reader import Reader
+from kvplan.specs.io import validate
+from kvplan.specs.models import ModelSpec
+
+_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "half": "fp16"}
+
+
+def model_from_config(cfg: Any, path: Path) -> ModelSpec:
+    if not isinstance(cfg, dict):
+        raise SpecError(f"{path}: expected a JSON object (a Hugging Face config.json)")
+    top = cfg
+    prefix = ""
+    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Llama 4, Gemma 3)
+        cfg = {**{k: v for k, v in top.items() if k != "text_config"}, **cfg["text_config"]}
+        prefix = "text_config."
+    r = Reader(cfg, path, prefix)
+    notes: list[str] = [f"read from {path}; parameter count estimated from the architecture"]
+
+    num_layers = r.int("num_hidden_layers", "n_layer", "num_layers")
+    hidden = r.int("hidden_size", "n_embd", "d_model")
+    heads = r.int("num_attention_heads", "n_head", "num_heads")
+    vocab = r.int("vocab_size", "padded_vocab_size")
+    max_context = r.int("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+    if r.cfg.get("multi_query") is True and not r.has("num_kv_heads"):
+        kv_heads = 1
+    else:
+        kv_heads = r.int("num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads)
+    head_dim = r.int("head_dim", default=None)
+    if head_dim is None and hidden and heads:
+        if hidden % heads:
+            r.bad("head_dim", f"missing, and hidden_size {hidden} is not divisible by {heads} heads")
+        head_dim = hidden // heads
+
+    basics = Basics(num_layers or 0, hidden or 0, heads or 0, kv_heads or 0, head_dim or 0)
+    layers = read_layers(r, basics, notes)
+    layer_types, pattern = layers.layer_types, layers.pattern
+
+    moe = read_moe(r, top)
+    quant = top.get("quantization_config") or cfg.get("quantization_config") or {}
+    weight_dtype, expert_dtype = weight_dtypes(quant, notes)
+    raw_dtype = top.get("torch_dtype") or top.get("dtype") or cfg.get("torch_dtype") or "bfloat16"
+    act = _DTYPES.get(str(raw_dtype), None)
+    if act is None:
+        notes.append(f"torch_dtype {raw_dtype!r} not recognised; activations assumed bf16")
+        act = "bf16"
+    elif act == "fp32":
+        notes.append("checkpoint is float32; served in bf16 as engines do by default")
+        act = "bf16"
+    if weight_dtype is None:
+        weight_dtype = act
+
+    if r.problems:
+        raise SpecError("\n".join(r.problems))
+
+    # a model folder's config.json is named by its folder; any other file by its own name
+    folder_name = path.resolve().parent.name if path.name == "config.json" else path.stem
+    name = str(top.get("_name_or_path") or folder_name or path.stem)
+    archs = top.get("architectures")
+    spec: dict[str, Any] = {
+        "name": name,
+        "display_name": name,
+        "architecture": str(archs[0]) if isinstance(archs, list) and archs else None,
+        "sources": [str(path)],
+        "notes": notes,
+        "num_layers": num_layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "intermediate_size": r.int("intermediate_size", "ffn_hidden_size", "n_inner", default=None),
+        "mlp_gated": str(cfg.get("hidden_act", "silu")) not in ("gelu", "gelu_new", "relu")
+        or cfg.get("model_type") in ("gemma", "gemma2", "gemma3_text"),
+        "vocab_size": vocab,
+        "tie_word_embeddings": bool(top.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))),
+        "max_context": max_context,
+        "moe": moe,
+        "weight_dtype": weight_dtype,
+        "expert_weight_dtype": expert_dtype if moe else None,
+        "activation_dtype": act,
+        "layer_types": layer_types,
+        "layer_pattern": pattern,
+    }
+    if r.problems:
+        raise SpecError("\n".join(r.problems))
+    return validate(ModelSpec, spec, path)
