@@ -6,7 +6,7 @@ when whole blocks are charged.
 
 from __future__ import annotations
 
-from kvplan.formats import Format
+from kvplan.formats import Format, normalize_dtype_name
 from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,
@@ -36,11 +36,33 @@ def layer_bits_per_token(layer: Layer, fmt: Format, tp: int = 1) -> int:
     return 0  # shared, state, none
 
 
+# bytes per value of a recurrent state's dtype; "auto" (unresolved) is the model's 16-bit dtype
+_STATE_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "auto": 2}
+
+
+def state_parts_per_rank(layer: RecurrentState, tp: int = 1) -> tuple[int, int]:
+    """(conv state bytes, recurrent/SSM state bytes) of one sequence on one TP rank.
+
+    vLLM mamba_utils.py MambaStateShapeCalculator: conv (conv_kernel - 1, channels / tp), where
+    Mamba-2's n_groups are replicated up to tp when tp does not divide them
+    (extra_groups_for_head_shards); SSM (heads / tp, head_dim, state_dim)."""
+    groups = layer.conv_groups
+    if groups and groups % tp:
+        groups = tp
+    channels = ceil_div(layer.conv_channels + groups * layer.conv_group_channels, tp)
+    conv = max(layer.conv_kernel - 1, 0) * channels
+    ssm = ceil_div(layer.ssm_heads, tp) * layer.ssm_head_dim * layer.ssm_state_dim
+    conv_bytes = _STATE_DTYPE_BYTES[normalize_dtype_name(layer.conv_dtype)]
+    return conv * conv_bytes, ssm * _STATE_DTYPE_BYTES[normalize_dtype_name(layer.ssm_dtype)]
+
+
 def layer_state_bytes(layer: Layer, tp: int = 1) -> int:
-    """Fixed bytes per sequence (linear attention / Mamba state), split over TP ranks."""
-    if isinstance(layer, RecurrentState):
-        return ceil_div(layer.state_bytes, tp)
-    return 0
+    """Fixed bytes per sequence (linear attention / Mamba state) on one TP rank."""
+    if not isinstance(layer, RecurrentState):
+        return 0
+    if layer.mixer == "fixed":
+        return ceil_div(layer.state_bytes or 0, tp)
+    return sum(state_parts_per_rank(layer, tp))
 
 
 def layer_entries(layer: Layer, context_tokens: int) -> int:

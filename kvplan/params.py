@@ -46,16 +46,42 @@ def _attention_params(spec: ModelSpec, layer) -> int:
     if isinstance(layer, SharedKV):  # own Q and O only
         d = layer.head_dim or spec.hidden_size // heads
         return 2 * h * heads * d
-    if isinstance(layer, RecurrentState):  # unknown mixer: count like a dense attention block
-        return 4 * h * h
+    if isinstance(layer, RecurrentState):
+        return state_mixer_params(h, layer)
     return 0
 
 
+def state_mixer_params(h: int, layer: RecurrentState) -> int:
+    """Weights of a recurrent mixer from its state's tensors (the projections into and out of it;
+    the layouts of vLLM's mamba_mixer2.py, mamba_mixer.py, qwen3_next.py GatedDeltaNet, short_conv.py)."""
+    conv_in = layer.conv_channels + layer.conv_groups * layer.conv_group_channels
+    conv = conv_in * layer.conv_kernel
+    inner = layer.ssm_heads * layer.ssm_head_dim  # the mixer's output width
+    if layer.mixer == "mamba2":  # in_proj to z, x, B, C, dt; conv; A, D, dt_bias, norm; out_proj
+        return h * (inner + conv_in + layer.ssm_heads) + conv + 3 * layer.ssm_heads + inner + inner * h
+    if layer.mixer == "mamba1":  # in_proj (x, z); conv; x_proj (dt, B, C); dt_proj; A; D; out_proj
+        dt_rank = -(-h // 16)
+        n = layer.ssm_state_dim
+        return (
+            2 * h * inner + conv + inner * (dt_rank + 2 * n) + dt_rank * inner + inner * n + inner + inner * h
+        )
+    if layer.mixer == "gdn":  # in_proj q, k, v, z and b, a; conv; A, dt_bias; norm; out_proj
+        return (
+            h * (conv_in + inner + 2 * layer.ssm_heads)
+            + conv
+            + 2 * layer.ssm_heads
+            + layer.ssm_head_dim
+            + inner * h
+        )
+    if layer.mixer == "short_conv":  # in_proj (B, C, x); conv; out_proj
+        return 3 * h * layer.conv_channels + conv + layer.conv_channels * h
+    if layer.mixer in ("linear", "kda"):  # q, k, v, gate and out projections
+        return 5 * h * inner
+    return 4 * h * h  # a stated state size only: count it like a dense attention block
+
+
 def is_moe_layer(spec: ModelSpec, index: int) -> bool:
-    moe = spec.moe
-    if moe is None or index < moe.first_dense_layers:
-        return False
-    return (index + 1) % moe.layer_step == 0 if moe.layer_step > 1 else True
+    return spec.moe is not None and spec.mlp_kind(index) == "moe"
 
 
 def architecture_params(spec: ModelSpec) -> tuple[int, int, int, int]:
@@ -69,11 +95,12 @@ def architecture_params(spec: ModelSpec) -> tuple[int, int, int, int]:
     for i, layer in enumerate(spec.layers):
         body += _attention_params(spec, layer) + 2 * h
         moe = spec.moe
-        if moe is not None and is_moe_layer(spec, i):
+        kind = spec.mlp_kind(i)
+        if moe is not None and kind == "moe":
             routed += moe.num_experts * mlp_mats * h * moe.expert_intermediate_size
             shared_size = moe.shared_expert_intermediate_size or moe.expert_intermediate_size
             body += moe.shared_experts * mlp_mats * h * shared_size + h * moe.num_experts
-        elif spec.intermediate_size:
+        elif spec.intermediate_size and kind == "dense":
             body += mlp_mats * h * spec.intermediate_size
     return embedding, lm_head, routed, body
 

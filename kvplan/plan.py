@@ -184,7 +184,9 @@ class KvTotals:
     request_bytes: int  # one request at max_model_len, exact
 
 
-def _engine_view(req: PlanRequest, engine: Engine, notes: list[str]) -> tuple[ModelSpec, int]:
+def _engine_view(
+    req: PlanRequest, engine: Engine, fmt: Format, tp: int, notes: list[str]
+) -> tuple[ModelSpec, int]:
     """The model as the engine stores it (windows kept or dropped) and the block size it uses."""
     spec = req.model
     if req.block_size is not None:
@@ -193,6 +195,7 @@ def _engine_view(req: PlanRequest, engine: Engine, notes: list[str]) -> tuple[Mo
         bs, why = engine.block_size(spec, req.gpu)
         if why:
             notes.append(why)
+    spec = engines.with_state_dtypes(spec, engine, notes)
     windowed = any(isinstance(layer, (SlidingWindow, ChunkedAttention)) for layer in spec.layers)
     kept = engine.windows_kept(spec) if windowed else None
     if kept:
@@ -201,6 +204,9 @@ def _engine_view(req: PlanRequest, engine: Engine, notes: list[str]) -> tuple[Mo
             "they cost as much as full-attention layers here"
         )
         spec = engines.windows_as_full(spec)
+    bs, why = engine.hybrid_block_size(spec, fmt, tp, bs)
+    if why:
+        notes.append(why)
     return spec, bs
 
 
@@ -489,7 +495,7 @@ def estimate(req: PlanRequest) -> Plan:
     tp, pp, dp = layout.tp, layout.pp, layout.dp
     ex: list[Explain] = []
     notes: list[str] = []
-    spec, bs = _engine_view(req, engine, notes)
+    spec, bs = _engine_view(req, engine, fmt, tp, notes)
     totals = _kv_totals(spec, fmt, max_len, ex)
     weights = _weights(req, spec, tp, pp, notes, ex)
     budget = engine.budget(spec, gpu, tp, pp)

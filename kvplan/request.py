@@ -39,6 +39,7 @@ class PlanRequest:
     mem_fraction_static: float | None = None  # SGLang
     swa_full_tokens_ratio: float | None = None  # SGLang; None: its default
     disable_hybrid_swa_memory: bool = False  # SGLang
+    mamba_ssm_dtype: str | None = None  # vLLM --mamba-ssm-cache-dtype, SGLang --mamba-ssm-dtype
     decode_bandwidth_bytes_per_s: float | None = (
         None  # measured peak (a calibration profile); None: datasheet
     )
@@ -70,6 +71,10 @@ class PlanRequest:
         self._check_workload(max_len)
         if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes <= 0:
             raise UsageError("--kv-cache-memory must be positive")
+        if self.mamba_ssm_dtype is not None and self.mamba_ssm_dtype not in ("fp32", "fp16", "bf16"):
+            raise UsageError(
+                f"--mamba-ssm-cache-dtype must be float32, float16 or bfloat16, got {self.mamba_ssm_dtype!r}"
+            )
         if self.reserve_bytes is not None and self.reserve_bytes < 0:
             raise UsageError("--reserve-memory must be >= 0")
         fmt = kv_format(

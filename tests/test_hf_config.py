@@ -125,8 +125,14 @@ def test_malformed_json(tmp_path: Path):
 
 def test_unsupported_layer_type_says_what_to_do(tmp_path: Path):
     cfg = json.loads((FIXTURES / "llama3-70b.json").read_text())
-    cfg["layer_types"] = ["linear_attention", "full_attention"] * 40
+    cfg["layer_types"] = ["retention", "full_attention"] * 40  # a mixer kvplan does not know
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     r = run_cli("estimate", "--model", str(path))
     assert r.exit_code == 2 and "layer_types[0]" in r.stderr and "YAML spec" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    # a known state mixer without its fields is refused field by field, never planned as attention
+    cfg["layer_types"] = ["linear_attention", "full_attention"] * 40
+    path.write_text(json.dumps(cfg))
+    r = run_cli("estimate", "--model", str(path))
+    assert r.exit_code == 2 and "linear_num_key_heads: required field is missing" in r.stderr

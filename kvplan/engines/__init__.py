@@ -23,7 +23,7 @@ from kvplan.engines.base import (
 from kvplan.engines.sglang import Sglang
 from kvplan.engines.vllm import Vllm
 from kvplan.errors import UsageError
-from kvplan.specs.models import ChunkedAttention, FullAttention, ModelSpec, SlidingWindow
+from kvplan.specs.models import ChunkedAttention, FullAttention, ModelSpec, RecurrentState, SlidingWindow
 
 if TYPE_CHECKING:
     from kvplan.request import PlanRequest
@@ -47,6 +47,7 @@ __all__ = [
     "for_request",
     "parse_version",
     "windows_as_full",
+    "with_state_dtypes",
 ]
 
 
@@ -89,3 +90,19 @@ def windows_as_full(spec: ModelSpec) -> ModelSpec:
     return ModelSpec.model_validate(
         {**spec.model_dump(), "layer_types": {k: v.model_dump() for k, v in types.items()}}
     )
+
+
+def with_state_dtypes(spec: ModelSpec, engine: Engine, notes: list[str]) -> ModelSpec:
+    """The model with every recurrent state's "auto" dtypes resolved as this engine resolves them."""
+    types = dict(spec.layer_types)
+    changed = False
+    for name, layer in spec.layer_types.items():
+        if not isinstance(layer, RecurrentState) or layer.mixer == "fixed":
+            continue
+        conv, ssm, why = engine.state_dtypes(spec, layer)
+        if why and why not in notes:
+            notes.append(f"{why}; pass --mamba-ssm-cache-dtype to change it")
+        if (conv, ssm) != (layer.conv_dtype, layer.ssm_dtype):
+            types[name] = layer.model_copy(update={"conv_dtype": conv, "ssm_dtype": ssm})
+            changed = True
+    return spec.model_copy(update={"layer_types": types}) if changed else spec

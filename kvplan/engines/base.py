@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kvplan.errors import UsageError
 from kvplan.formats import Format
-from kvplan.specs.models import GpuSpec, Layer, ModelSpec
+from kvplan.specs.models import GpuSpec, Layer, ModelSpec, RecurrentState
 
 if TYPE_CHECKING:
     from kvplan.budget import Reserve
@@ -78,6 +78,8 @@ class SglangDetails:
     swa_kv_cache_tokens: int | None
     k_buffer_bytes: int  # the (full-attention) pool's K buffer; MLA: the whole latent
     v_buffer_bytes: int
+    mamba_cache_slots: int | None = None  # recurrent-state pool: sequences it holds
+    mamba_state_bytes_per_request: int | None = None  # conv + SSM state of one sequence, all layers
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,17 @@ class Engine(ABC):
     @abstractmethod
     def block_size(self, spec: ModelSpec, gpu: GpuSpec) -> tuple[int, str | None]:
         """(block or page size, an assumption to state or None)."""
+
+    @abstractmethod
+    def state_dtypes(self, spec: ModelSpec, layer: RecurrentState) -> tuple[str, str, str | None]:
+        """(conv dtype, SSM dtype, why, when it is the engine's default rather than stated) of a
+        recurrent state whose config leaves them "auto"."""
+
+    def hybrid_block_size(
+        self, spec: ModelSpec, fmt: Format, tp: int, block_size: int
+    ) -> tuple[int, str | None]:
+        """The block size once the engine fits a recurrent state into a page, and why it changed."""
+        return block_size, None
 
     @abstractmethod
     def windows_kept(self, spec: ModelSpec) -> str | None:

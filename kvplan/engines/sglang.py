@@ -39,6 +39,11 @@ from kvplan.units import GiB, MiB, ceil_div, fmt_gib
 
 # SGLang server_args: --swa-full-tokens-ratio default
 SWA_FULL_TOKENS_RATIO = 0.8
+# server_args.py --mamba-full-memory-ratio default: state pool / full-attention KV pool
+MAMBA_FULL_MEMORY_RATIO = 0.9
+# model_runner.py MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO: state slots a request may need
+# with the radix cache on (the running one and its cached prefixes)
+MAMBA_SLOTS_PER_REQUEST = 3
 
 # SGLang disables its hybrid SWA pool for these architectures (server_args, 0.5.x).
 NO_HYBRID_SWA = {
@@ -113,13 +118,50 @@ def _cells(layers: Sequence[Layer], fmt: Format, tp: int) -> tuple[int, int, int
             k_bits += heads * fmt.vector_bits(layer.head_dim)
             v_bits += heads * fmt.vector_bits(layer.v_dim)
             n += 1
-        elif isinstance(layer, (RecurrentState, CompressedAttention)):
-            raise EngineUnsupported("recurrent-state and compressed-KV layers are not modelled for SGLang")
+        elif isinstance(layer, CompressedAttention):
+            raise EngineUnsupported("compressed-KV layers are not modelled for SGLang")
     return ceil_div(k_bits, 8), ceil_div(v_bits, 8), n, mla
 
 
+@dataclass(frozen=True)
+class MambaPool:
+    """SGLang's recurrent-state pool (mem_cache/memory_pool.py MambaPool) on one GPU."""
+
+    slots: int  # max_mamba_cache_size: sequences whose state it holds
+    conv_bytes_per_request: int  # all state layers of the stage
+    ssm_bytes_per_request: int
+
+    @property
+    def bytes_per_request(self) -> int:
+        return self.conv_bytes_per_request + self.ssm_bytes_per_request
+
+    @property
+    def max_running_requests(self) -> int:
+        # model_runner.py: max_num_reqs <= max_mamba_cache_size // 3 with the radix cache on
+        return self.slots // MAMBA_SLOTS_PER_REQUEST
+
+
+def _mamba_pool(layers: list[Layer], budget: int, tp: int) -> MambaPool | None:
+    """model_runner_kv_cache_mixin.py handle_max_mamba_cache: the rest memory R is split so that
+    state memory / full-attention KV memory = --mamba-full-memory-ratio (0.9): R x r / (1 + r)."""
+    states = [la for la in layers if isinstance(la, RecurrentState)]
+    if not states:
+        return None
+    parts = [
+        kv.state_parts_per_rank(la, tp) if la.mixer != "fixed" else (0, kv.layer_state_bytes(la, tp))
+        for la in states
+    ]
+    conv, ssm = sum(p[0] for p in parts), sum(p[1] for p in parts)
+    ratio = MAMBA_FULL_MEMORY_RATIO
+    slots = int(budget * ratio / (1 + ratio) // (conv + ssm)) if conv + ssm else 0
+    return MambaPool(slots, conv, ssm)
+
+
 def _pool_tokens(layers: list[Layer], budget: int, fmt: Format, tp: int, page: int, swa: bool, ratio: float):
-    """(full-attention pool tokens, SWA pool tokens or None) of one stage."""
+    """(full-attention pool tokens, SWA pool tokens or None, state pool or None) of one stage."""
+    mamba = _mamba_pool(layers, budget, tp)
+    if mamba is not None:
+        budget -= mamba.slots * mamba.bytes_per_request  # the KV pool gets the rest
     k, v, n, _ = _cells(layers, fmt, tp)
     cell = k + v
     # engines.md: max_total_num_tokens = available // cell_size, floored to the page size
@@ -133,7 +175,7 @@ def _pool_tokens(layers: list[Layer], budget: int, fmt: Format, tp: int, page: i
         full = int(total / (ratio * n_swa + n_full))
         swa_tokens = int(full * ratio) // page * page
         tokens = full
-    return tokens // page * page, swa_tokens
+    return tokens // page * page, swa_tokens, mamba
 
 
 def _torch_dtype(fmt: Format) -> str:
@@ -171,9 +213,15 @@ def sglang_report(
         for layers, budget in zip(stage_layer_lists, stage_budgets, strict=True)
     ]
     best_stage = min(range(len(pools)), key=lambda s: pools[s][0])  # the first stage with the fewest
-    tokens, swa_tokens = pools[best_stage]
+    tokens, swa_tokens, mamba = pools[best_stage]
     layers = stage_layer_lists[best_stage]
     lines = []
+    if mamba is not None:
+        n = mamba.slots + 1  # memory_pool.py: one more (padding) slot
+        lines.append(
+            f"Mamba Cache is allocated. max_mamba_cache_size: {mamba.slots}, conv_state size: "
+            f"{n * mamba.conv_bytes_per_request / GiB:.2f}GB, ssm_state size: {n * mamba.ssm_bytes_per_request / GiB:.2f}GB"
+        )
     if swa and swa_tokens is not None:
         full_layers = [la for la in layers if not isinstance(la, SlidingWindow)]
         swa_layers = [la for la in layers if isinstance(la, SlidingWindow)]
@@ -197,15 +245,21 @@ def sglang_report(
         swa_kv_cache_tokens=swa_tokens,
         k_buffer_bytes=k_bytes,
         v_buffer_bytes=v_bytes,
+        mamba_cache_slots=mamba.slots if mamba else None,
+        mamba_state_bytes_per_request=mamba.bytes_per_request if mamba else None,
     )
+    per_request_tokens = ceil_div(max_model_len, page_size) * page_size
+    concurrency = tokens / per_request_tokens
+    if mamba is not None:  # requests also need state slots
+        concurrency = min(concurrency, mamba.max_running_requests)
     return EngineReport(
         engine="sglang",
         version=fmt_version(version),
         supported=True,
         num_blocks=tokens // page_size,
         kv_cache_tokens=tokens,
-        # SGLang prints no concurrency; requests of max_model_len tokens that fit its pool
-        max_concurrency=tokens / (ceil_div(max_model_len, page_size) * page_size),
+        # SGLang prints no concurrency; requests of max_model_len tokens that fit its pools
+        max_concurrency=concurrency,
         available_kv_bytes=min(stage_budgets),
         log_lines=lines,
         details=details,
@@ -278,6 +332,16 @@ class Sglang(Engine):
 
     def block_size(self, spec: ModelSpec, gpu: GpuSpec) -> tuple[int, str | None]:
         return 1, "SGLang page size 1 (its default; FlashMLA forces 64: pass --block-size 64)"
+
+    def state_dtypes(self, spec: ModelSpec, layer: RecurrentState) -> tuple[str, str, str | None]:
+        # configs/mamba_utils.py mamba2_state_dtype: conv bf16 (SGLANG_MAMBA_CONV_DTYPE), SSM
+        # --mamba-ssm-dtype, default float32, overridden by the config's mamba_ssm_dtype
+        conv = layer.conv_dtype if layer.conv_dtype != "auto" else "bf16"
+        if self.req.mamba_ssm_dtype:
+            return conv, self.req.mamba_ssm_dtype, None
+        if layer.ssm_dtype != "auto":
+            return conv, layer.ssm_dtype, None
+        return conv, "fp32", "SGLang's default --mamba-ssm-dtype is float32"
 
     def windows_kept(self, spec: ModelSpec) -> str | None:
         if hybrid_swa(spec, self.req.disable_hybrid_swa_memory):
@@ -352,6 +416,12 @@ class Sglang(Engine):
             notes.append(
                 f"SGLang splits its pool into full-attention and sliding-window pools "
                 f"(--swa-full-tokens-ratio {d.swa_full_tokens_ratio:g}); kvplan pools all layers together"
+            )
+        if isinstance(d, SglangDetails) and d.mamba_cache_slots is not None:
+            notes.append(
+                f"SGLang keeps recurrent states in a pool of their own ({d.mamba_cache_slots:,} sequences, "
+                f"--mamba-full-memory-ratio {MAMBA_FULL_MEMORY_RATIO:g}; {MAMBA_SLOTS_PER_REQUEST} per running "
+                "request with the radix cache); kvplan pools states with the KV"
             )
         notes.append("SGLang prints no concurrency; kvplan's figure is its pool tokens / max-model-len")
         return notes

@@ -110,6 +110,8 @@ class VllmLayout:
 
 
 def _spec_key(layer: Layer, hybrid: bool) -> tuple[str, int]:
+    if isinstance(layer, RecurrentState):
+        return "state", 0
     if isinstance(layer, SlidingWindow) and hybrid:
         return "sliding", layer.window
     if isinstance(layer, ChunkedAttention) and hybrid:
@@ -121,6 +123,10 @@ def _charge(kind: str, size: int, max_model_len: int, block_size: int, max_num_b
     if kind == "sliding":
         # engines.md: ceil(min(window - 1 + max_num_batched_tokens, max_model_len) / block_size) + 1
         return ceil_div(min(size - 1 + max_num_batched_tokens, max_model_len), block_size) + 1
+    if kind == "state":
+        # kv_cache_interface.py MambaSpec.max_memory_usage_bytes: one page per request
+        # (mamba_cache_mode "none": hybrid models run without prefix caching by default)
+        return 1
     if kind == "chunked":
         # vLLM ChunkedLocalAttentionSpec: ceil(min(chunk + max_num_batched_tokens, max_model_len) / block_size)
         return ceil_div(min(size + max_num_batched_tokens, max_model_len), block_size)
@@ -133,14 +139,47 @@ def _cached_layers(layers: list[Layer] | tuple[Layer, ...]) -> list[int]:
     for i, layer in enumerate(layers):
         if isinstance(layer, (SharedKV, NoCache)):
             continue  # no cache of its own (cross-layer sharing reads another layer's)
-        if isinstance(layer, RecurrentState):
-            raise EngineUnsupported(
-                "recurrent-state (Mamba/linear attention) layers are not modelled for vLLM"
-            )
         if isinstance(layer, CompressedAttention):
             raise EngineUnsupported("compressed-KV layers have no vLLM block accounting")
         cached.append(i)
     return cached
+
+
+def _state_page(
+    layers: list[Layer] | tuple[Layer, ...], cached: list[int], pages: dict[int, int], tp: int
+) -> int:
+    """Set every state layer's page (in `pages`) to the attention page it is padded to; the state page."""
+    states = [i for i in cached if isinstance(layers[i], RecurrentState)]
+    if not states:
+        return 0
+    state_page = max(kv.layer_state_bytes(layers[i], tp) for i in states)
+    attention = [pages[i] for i in cached if i not in states]
+    # models/config.py HybridAttentionMambaModelConfig: the mamba page is padded to the attention
+    # page (attention-free models keep the state page as it is)
+    padded = max(attention) if attention else state_page
+    if padded < state_page:
+        raise EngineUnsupported("a state layer's page exceeds the attention page; raise --block-size")
+    for i in states:
+        pages[i] = padded
+    return state_page
+
+
+def state_block_size(
+    layers: list[Layer] | tuple[Layer, ...], fmt: Format, block_size: int, tp: int
+) -> tuple[int, int, int]:
+    """(attention block size, state page, attention page) for a model with recurrent-state layers.
+
+    models/config.py HybridAttentionMambaModelConfig (vLLM 0.10-0.18; platforms/interface.py
+    _align_hybrid_block_size since PR #37467): block = A x cdiv(mamba_page, A x attention bytes per
+    token), A = the kernel's block alignment, never below the configured block size."""
+    states = [la for la in layers if isinstance(la, RecurrentState)]
+    per_token = [kv.page_bytes(la, fmt, 1, tp) for la in layers if kv.layer_bits_per_token(la, fmt, tp)]
+    if not states or not per_token:
+        return block_size, 0, 0
+    state_page = max(kv.layer_state_bytes(la, tp) for la in states)
+    attn_1tok = max(per_token)
+    raised = block_size * ceil_div(state_page, block_size * attn_1tok)
+    return max(raised, block_size), state_page, attn_1tok
 
 
 def vllm_layout(
@@ -156,6 +195,8 @@ def vllm_layout(
     cached = _cached_layers(layers)
 
     def held(layer: Layer, bs: int) -> int:
+        if isinstance(layer, RecurrentState):
+            return 1
         if not hybrid and isinstance(layer, (SlidingWindow, ChunkedAttention)):
             return ceil_div(max_model_len, bs)  # treated as full attention
         return kv.layer_blocks(layer, max_model_len, bs)
@@ -170,6 +211,7 @@ def vllm_layout(
         id(la): kv.page_bytes(la, fmt, block_size, tp) for la, _ in kv.grouped(layers[i] for i in cached)
     }
     pages = {i: page_of[id(layers[i])] for i in cached}
+    _state_page(layers, cached, pages, tp)
     kinds = set(keys.values())
     if len(kinds) == 1:  # uniform type (page sizes may differ: one group, per-layer tensors)
         kind, size = next(iter(kinds))
@@ -180,6 +222,9 @@ def vllm_layout(
     max_page = max(pages.values())
     by_type: dict[tuple[str, int, int], list[int]] = {}
     for i in cached:
+        if keys[i][0] == "state":  # a state page holds one sequence, whatever its length
+            by_type.setdefault((*keys[i], max_model_len), []).append(i)
+            continue
         if max_page % pages[i]:
             raise EngineUnsupported(
                 "layers' page sizes do not divide each other; vLLM cannot unify them by block size"
@@ -285,6 +330,7 @@ class Vllm(Engine):
 
     layout: VllmLayout | None = None
     layers: list[Layer] | None = None  # the model's layers as the layout was made from them
+    state_lines: tuple[str, ...] = ()  # what vLLM logs when it raises the block size for a state
 
     def check_flags(self) -> None:
         req = self.req
@@ -334,6 +380,46 @@ class Vllm(Engine):
 
     def windows_kept(self, spec: ModelSpec) -> str | None:
         return "--disable-hybrid-kv-cache-manager" if self.req.disable_hybrid_kv_cache_manager else None
+
+    def state_dtypes(self, spec: ModelSpec, layer: RecurrentState) -> tuple[str, str, str | None]:
+        # vllm/config/cache.py: mamba_cache_dtype / mamba_ssm_cache_dtype "auto" = the model dtype
+        conv = layer.conv_dtype if layer.conv_dtype != "auto" else spec.activation_dtype
+        if self.req.mamba_ssm_dtype:
+            return conv, self.req.mamba_ssm_dtype, None
+        if layer.ssm_dtype != "auto":
+            return conv, layer.ssm_dtype, None
+        if layer.mixer == "kda":  # mamba_utils.py kda_state_dtype: the recurrent state is always fp32
+            return conv, "fp32", "vLLM keeps KDA recurrent state in fp32"
+        if (spec.architecture or "").startswith("NemotronH"):
+            # models/config.py NemotronHForCausalLMConfig: fp32 when the config states none (PR #39032)
+            return conv, "fp32", "vLLM's NemotronH default SSM state dtype is fp32 (since PR #39032, 2026-04)"
+        return conv, spec.activation_dtype, None
+
+    def hybrid_block_size(
+        self, spec: ModelSpec, fmt: Format, tp: int, block_size: int
+    ) -> tuple[int, str | None]:
+        raised, state_page, attn_1tok = state_block_size(spec.layers, fmt, block_size, tp)
+        if not state_page:
+            return block_size, None
+        lines = []
+        if raised != block_size:
+            lines.append(
+                f"Setting attention block size to {raised} tokens to ensure that attention page size is "
+                ">= mamba page size."
+            )
+        padded = raised * attn_1tok
+        if padded > state_page:
+            lines.append(
+                f"Padding mamba page size by {100 * (padded - state_page) / state_page:.2f}% to ensure that "
+                "mamba page size and attention page size are exactly equal."
+            )
+        self.state_lines = tuple(lines)
+        why = (
+            f"block size {raised}: vLLM raises the attention block until one attention page ({attn_1tok:,} B "
+            f"a token per layer per GPU) holds a layer's recurrent state ({state_page:,} B a sequence), "
+            "and pads the state page to it"
+        )
+        return raised, why if raised != block_size else None
 
     def budget(self, spec: ModelSpec, gpu: GpuSpec, tp: int, pp: int) -> Budget:
         req, util = self.req, self.utilization()
@@ -410,6 +496,11 @@ class Vllm(Engine):
             )
         if layout.padding_layers:
             notes.append(f"vLLM adds {layout.padding_layers} padding layers to equalise its KV-cache groups")
+        if any(g.kind == "state" for g in layout.groups):
+            notes.append(
+                "vLLM holds each layer's recurrent state in one attention-sized page (padded) and charges a "
+                "request one page per state group; kvplan counts the state's own bytes"
+            )
         same_charge = layout.blocks_per_request == layout.held_blocks_per_request
         if same_charge and math.floor(report.max_concurrency) != kvplan_concurrency and self.null_blocks:
             notes.append("vLLM's printed concurrency does not subtract the null block; kvplan's does")

@@ -92,10 +92,37 @@ class SharedKV(_Strict):
 
 
 class RecurrentState(_Strict):
-    """Linear attention / Mamba: a fixed state per sequence, whatever the context."""
+    """A fixed state per sequence, whatever the context: Mamba-1/2, Gated DeltaNet, short
+    convolutions, linear attention. Either `state_bytes` (a stated size) or the state's tensors:
+    a convolution window of `conv_kernel - 1` steps over `conv_channels` (+ `conv_groups` x
+    `conv_group_channels`, Mamba-2's B/C groups), and a recurrent (SSM) state of
+    `ssm_heads x ssm_head_dim x ssm_state_dim` values. Shapes follow vLLM's
+    vllm/model_executor/layers/mamba/mamba_utils.py (MambaStateShapeCalculator)."""
 
     kind: Literal["state"] = "state"
-    state_bytes: Annotated[int, Field(ge=0)]
+    mixer: Literal["fixed", "mamba1", "mamba2", "gdn", "short_conv", "linear", "kda"] = "fixed"
+    state_bytes: Annotated[int, Field(ge=0)] | None = None  # mixer "fixed": bytes per sequence
+    conv_channels: Annotated[int, Field(ge=0)] = 0
+    conv_groups: Annotated[int, Field(ge=0)] = 0  # Mamba-2 n_groups (replicated when TP does not divide)
+    conv_group_channels: Annotated[int, Field(ge=0)] = 0  # per group: 2 x ssm_state_dim (B and C)
+    conv_kernel: Annotated[int, Field(ge=0)] = 0
+    ssm_heads: Annotated[int, Field(ge=0)] = 0
+    ssm_head_dim: Annotated[int, Field(ge=0)] = 0
+    ssm_state_dim: Annotated[int, Field(ge=0)] = 0
+    # "auto": the engine decides (vLLM: the model dtype; SGLang: fp32 SSM, bf16 conv)
+    conv_dtype: str = "auto"
+    ssm_dtype: str = "auto"
+
+    def _check(self) -> RecurrentState:  # run after field validation (schema.py)
+        if self.mixer == "fixed" and self.state_bytes is None:
+            raise ValueError("a state layer needs state_bytes, or a mixer with its tensor sizes")
+        if self.mixer != "fixed" and not (self.conv_channels or self.ssm_heads):
+            raise ValueError(f"mixer {self.mixer}: give conv_channels/conv_kernel and/or ssm_heads/dims")
+        for what in ("conv_dtype", "ssm_dtype"):
+            value = getattr(self, what)
+            if value != "auto" and normalize_dtype_name(value) not in ("fp32", "fp16", "bf16"):
+                raise ValueError(f"{what} must be auto, fp32, fp16 or bf16, not {value!r}")
+        return self
 
 
 class NoCache(_Strict):
@@ -171,6 +198,9 @@ class ModelSpec(_Strict):
 
     layer_types: dict[str, Layer]
     layer_pattern: Annotated[list[str], Field(min_length=1)]
+    # which layers have an MLP, tiled like layer_pattern: "dense", "moe" or "none" (hybrid models
+    # whose mixer and MLP are separate layers, e.g. Nemotron-H); unset: every layer has one
+    mlp_pattern: list[Literal["dense", "moe", "none"]] | None = None
 
     def _check(self) -> ModelSpec:  # run after field validation (schema.py)
         for name in self.layer_pattern:
@@ -179,6 +209,8 @@ class ModelSpec(_Strict):
                     f"layer_pattern names {name!r}, which is not in layer_types "
                     f"({', '.join(self.layer_types)})"
                 )
+        if self.mlp_pattern is not None and not self.mlp_pattern:
+            raise ValueError("mlp_pattern, when given, needs at least one entry")
         if len(self.layer_pattern) > self.num_layers:
             raise ValueError(
                 f"layer_pattern has {len(self.layer_pattern)} entries but num_layers is {self.num_layers}"
@@ -203,6 +235,17 @@ class ModelSpec(_Strict):
                     raise ValueError(
                         f"layer {i} shares KV with layer {src}, which does not hold its own KV cache"
                     )
+
+    def mlp_kind(self, index: int) -> str:
+        """ "dense", "moe" or "none": the MLP of decoder layer `index`."""
+        if self.mlp_pattern is not None:
+            return self.mlp_pattern[index % len(self.mlp_pattern)]
+        moe = self.moe
+        if moe is None or index < moe.first_dense_layers:
+            return "dense"
+        if moe.layer_step > 1 and (index + 1) % moe.layer_step:
+            return "dense"
+        return "moe"
 
     @cached_property
     def layers(self) -> tuple[Layer, ...]:
@@ -240,7 +283,12 @@ def _layer_label(layer: Layer) -> str:
     if isinstance(layer, SharedKV):
         return f"shared(KV of layer {layer.source:+d})"
     if isinstance(layer, RecurrentState):
-        return f"state({layer.state_bytes} B/seq)"
+        if layer.mixer == "fixed":
+            return f"state({layer.state_bytes} B/seq)"
+        ssm = f" ssm {layer.ssm_heads}x{layer.ssm_head_dim}x{layer.ssm_state_dim}" if layer.ssm_heads else ""
+        channels = layer.conv_channels + layer.conv_groups * layer.conv_group_channels
+        conv = f" conv {layer.conv_kernel - 1}x{channels}" if layer.conv_kernel > 1 else ""
+        return f"{layer.mixer}({conv.strip()}{ssm})" if conv else f"{layer.mixer}({ssm.strip()})"
     return "no cache"
 
 

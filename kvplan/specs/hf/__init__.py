@@ -20,6 +20,12 @@ from kvplan.specs.models import ModelSpec
 _DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "half": "fp16"}
 
 
+def _listed_layers(cfg: dict) -> Any:
+    """A config that lists its layers instead of counting them (Nemotron-3 `layers_block_type`)."""
+    blocks = cfg.get("layers_block_type")
+    return len(blocks) if isinstance(blocks, list) and blocks else ...
+
+
 def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise SpecError(f"{path}: expected a JSON object (a Hugging Face config.json)")
@@ -31,7 +37,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     r = Reader(cfg, path, prefix)
     notes: list[str] = [f"read from {path}; parameter count estimated from the architecture"]
 
-    num_layers = r.int("num_hidden_layers", "n_layer", "num_layers")
+    num_layers = r.int("num_hidden_layers", "n_layer", "num_layers", default=_listed_layers(cfg))
     hidden = r.int("hidden_size", "n_embd", "d_model")
     heads = r.int("num_attention_heads", "n_head", "num_heads")
     vocab = r.int("vocab_size", "padded_vocab_size")
@@ -81,7 +87,9 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "hidden_size": hidden,
         "num_attention_heads": heads,
         "intermediate_size": r.int("intermediate_size", "ffn_hidden_size", "n_inner", default=None),
-        "mlp_gated": str(cfg.get("hidden_act", "silu")) not in ("gelu", "gelu_new", "relu")
+        # a gated MLP has three matrices (gate, up, down); GELU/ReLU/ReLU^2 MLPs two
+        "mlp_gated": str(cfg.get("mlp_hidden_act") or cfg.get("hidden_act", "silu"))
+        not in ("gelu", "gelu_new", "relu", "relu2")
         or cfg.get("model_type") in ("gemma", "gemma2", "gemma3_text"),
         "vocab_size": vocab,
         "tie_word_embeddings": bool(top.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))),
@@ -92,6 +100,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "activation_dtype": act,
         "layer_types": layer_types,
         "layer_pattern": pattern,
+        "mlp_pattern": layers.mlp_pattern,
     }
     if r.problems:
         raise SpecError("\n".join(r.problems))
