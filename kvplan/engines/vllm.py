@@ -6,6 +6,7 @@ vllm/v1/worker/gpu_worker.py and vllm/v1/kv_cache_interface.py.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -202,7 +203,7 @@ def vllm_layout(
         return kv.layer_blocks(layer, max_model_len, bs)
 
     def group(kind: str, size: int, ids: tuple[int, ...], slots: int, bs: int, page: int) -> KvGroup:
-        label = kind if kind == "full" else f"{kind}({size})"
+        label = kind if kind in ("full", "state") else f"{kind}({size})"
         charge = _charge(kind, size, max_model_len, bs, max_num_batched_tokens)
         return KvGroup(label, ids, slots, bs, page, charge, held(layers[ids[0]], bs))
 
@@ -479,9 +480,12 @@ class Vllm(Engine):
             raise EngineUnsupported("no vLLM block layout")
         block_bytes = [self.layout.block_bytes(set(s.layer_ids), self.layers, fmt, tp) for s in stages]
         budgets = [s.kv_budget_bytes for s in stages]
-        return vllm_report(
+        report = vllm_report(
             self.layout, budgets, block_bytes, max_len, self.version, self.req.num_gpu_blocks_override
         )
+        if not self.state_lines:
+            return report
+        return dataclasses.replace(report, log_lines=[*self.state_lines, *report.log_lines])
 
     def differences(self, report: EngineReport, kvplan_concurrency: int) -> list[str]:
         layout = self.layout
