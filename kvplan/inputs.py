@@ -18,7 +18,7 @@ from kvplan.errors import KvplanError, UsageError
 if TYPE_CHECKING:
     from kvplan.checklog import CheckResult
     from kvplan.logparse import ParsedLog
-    from kvplan.plan import Plan, PlanRequest
+    from kvplan.plan import PlanRequest
     from kvplan.solve import Answer, Query
     from kvplan.specs.models import GpuSpec, ModelSpec
 
@@ -89,13 +89,6 @@ class EstimateFlags:
     disable_hybrid_swa_memory: bool = False
     calibration: bool = True
     calibration_file: str | None = None
-
-
-def estimate(flags: EstimateFlags) -> Plan:
-    """The plan for these flags, with what this machine measured unless --no-calibration."""
-    from kvplan.plan import estimate as run_estimate
-
-    return run_estimate(plan_request(flags))
 
 
 def plan_request(f: EstimateFlags) -> PlanRequest:

@@ -45,6 +45,7 @@ class ModelSummary:
     attention: str
     num_layers: int
     max_context: int
+    warnings: list[str]  # config fields kvplan could not model (printed on stderr too)
 
 
 @dataclass(frozen=True)
@@ -535,7 +536,14 @@ def estimate(req: PlanRequest) -> Plan:
     pool_tokens = num_blocks * bs if num_blocks is not None else 0
     return Plan(
         schema=SCHEMA,
-        model=ModelSummary(spec.name, spec.hf_id, spec.attention_summary, spec.num_layers, spec.max_context),
+        model=ModelSummary(
+            spec.name,
+            spec.hf_id,
+            spec.attention_summary,
+            spec.num_layers,
+            spec.max_context,
+            list(spec.warnings),
+        ),
         gpu=GpuSummary(gpu.name, gpu.memory_bytes, gpu.hbm_bytes_per_s),
         cluster=Cluster(layout.num_gpus, tp, pp, dp),
         settings=Settings(

@@ -120,8 +120,12 @@ def estimate(
     """How a model fits on GPUs: weights, KV budget, KV per token, pool tokens, concurrent requests."""
     flags = {k: v for k, v in locals().items() if k not in ("json_out", "explain")}  # the plan's inputs
     from kvplan import inputs
+    from kvplan.plan import estimate as run_estimate
 
-    plan = inputs.estimate(inputs.EstimateFlags(**flags))
+    req = inputs.plan_request(inputs.EstimateFlags(**flags))
+    for warning in req.model.warnings:  # before planning: an infeasible verdict may rest on them too
+        typer.echo(f"warning: {warning}", err=True)
+    plan = run_estimate(req)
     if json_out:
         from kvplan.render.jsonout import to_json
 

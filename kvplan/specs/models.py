@@ -178,6 +178,7 @@ class ModelSpec(_Strict):
     aliases: list[str] = []
     sources: Annotated[list[str], Field(min_length=1)]
     notes: list[str] = []
+    warnings: list[str] = []  # fields read from a config.json that kvplan could not model
 
     num_layers: PositiveInt
     hidden_size: PositiveInt

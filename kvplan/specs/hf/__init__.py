@@ -14,6 +14,7 @@ from kvplan.specs.hf.layers import Basics, read_layers
 from kvplan.specs.hf.moe import read_moe
 from kvplan.specs.hf.quant import weight_dtypes
 from kvplan.specs.hf.reader import Reader
+from kvplan.specs.hf.unread import unread_fields
 from kvplan.specs.io import validate
 from kvplan.specs.models import ModelSpec
 
@@ -72,6 +73,11 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
 
     if r.problems:
         raise SpecError("\n".join(r.problems))
+    warnings = [
+        f"{path}: config field {r.prefix}{key} is not read by kvplan and may change memory; "
+        "its figures may be off for this model"
+        for key in unread_fields(cfg)
+    ]
 
     # a model folder's config.json is named by its folder; any other file by its own name
     folder_name = path.resolve().parent.name if path.name == "config.json" else path.stem
@@ -101,6 +107,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "layer_types": layer_types,
         "layer_pattern": pattern,
         "mlp_pattern": layers.mlp_pattern,
+        "warnings": warnings,
     }
     if r.problems:
         raise SpecError("\n".join(r.problems))
