@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from kvplan.specs.hf.layers import Basics, Layers
 
 CSA_RATIO = 4  # the engines key the indexer on ratio 4 (SGLang num_layers_ca4, vLLM "c4a")
+HCA_RATIO = 128
 
 
 def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
@@ -47,7 +48,7 @@ def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
             r.bad(f"compress_ratios[{i}]", f"expected an integer >= 0, got {ratio!r}")
             return out
         ratio = 0 if ratio == 1 else ratio  # vLLM sparse_swa: ratio <= 1 is window only
-        name = "swa" if ratio == 0 else "csa" if ratio == CSA_RATIO else f"hca{ratio}"
+        name = {0: "swa", CSA_RATIO: "csa", HCA_RATIO: "hca"}.get(ratio, f"c{ratio}")
         if name not in out.layer_types:
             layer = {**base, "ratio": ratio}
             if ratio == CSA_RATIO:
