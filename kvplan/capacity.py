@@ -14,12 +14,7 @@ from kvplan.specs.models import Layer
 def request_bytes(layers: list[Layer], fmt: Format, context: int, block_size: int, tp: int) -> int:
     """Block-rounded bytes one request of `context` tokens holds on one GPU."""
     return sum(
-        n
-        * (
-            kv.page_bytes(layer, fmt, block_size, tp) * kv.layer_blocks(layer, context, block_size)
-            + kv.layer_state_bytes(layer, tp)
-        )
-        for layer, n in kv.grouped(layers)
+        n * kv.layer_request_bytes(layer, fmt, context, block_size, tp) for layer, n in kv.grouped(layers)
     )
 
 

@@ -19,6 +19,7 @@ from kvplan.errors import InfeasibleError, KvplanError, UsageError
 from kvplan.formats import KV_DTYPES
 from kvplan.plan import Plan, PlanRequest, estimate
 from kvplan.specs.models import (
+    CompressedLatent,
     FullAttention,
     HeadLayer,
     LatentAttention,
@@ -80,6 +81,8 @@ def _with_layers(spec: ModelSpec, layers: Sequence[Layer], suffix: str) -> Model
 
 
 def _mha_dims(spec: ModelSpec, layer: Layer) -> tuple[int, int]:
+    if isinstance(layer, CompressedLatent):  # DeepSeek-V4: per-head K and V of head_dim
+        return layer.head_dim, layer.head_dim
     if isinstance(layer, LatentAttention):  # the MHA it replaces: per-head K (nope + rope) and V
         return layer.nope_dim + layer.qk_rope_head_dim, layer.value_dim
     assert isinstance(layer, HeadLayer)
@@ -205,7 +208,7 @@ def mha_bytes_per_token(spec: ModelSpec) -> int:
     fmt = KV_DTYPES[spec.activation_dtype]
     bits = 0
     for layer in spec.layers:
-        if isinstance(layer, (HeadLayer, LatentAttention)):
+        if isinstance(layer, (HeadLayer, LatentAttention, CompressedLatent)):
             k, v = _mha_dims(spec, layer)
             bits += spec.num_attention_heads * (fmt.vector_bits(k) + fmt.vector_bits(v))
     return bits // 8

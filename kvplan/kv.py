@@ -6,10 +6,14 @@ when whole blocks are charged.
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 from kvplan.formats import Format, normalize_dtype_name
 from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,
+    CompressedLatent,
     HeadLayer,
     LatentAttention,
     Layer,
@@ -24,16 +28,87 @@ def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
     return max(1, num_kv_heads // tp)
 
 
+def indexer_bytes(index_head_dim: int) -> int:
+    """Bytes of one DSA indexer key: fp8 values + one fp32 scale per 128 (128 + 4 = 132).
+    vLLM vllm/model_executor/models/deepseek_v2.py (DeepseekV32IndexerCache); SGLang
+    model_executor/pool_configurator.py: index_head_dim + index_head_dim // 128 * 4."""
+    return index_head_dim + index_head_dim // 128 * 4
+
+
+def fp8_ds_mla_bytes(kv_lora_rank: int, qk_rope_head_dim: int) -> int:
+    """fp8_ds_mla: 512 fp8 NoPE + 4 fp32 scales (one per 128) + 64 bf16 RoPE = 656 B per token.
+    vLLM vllm/v1/attention/backends/mla/flashmla_sparse.py; SGLang calculate_mla_kv_cache_dim."""
+    return kv_lora_rank + kv_lora_rank // 128 * 4 + qk_rope_head_dim * 2
+
+
+V4_FP8_SCALE_BYTES = 8  # 448 / 64 = 7 UE8M0 scale bytes, padded to 8
+
+
+def v4_fp8_entry_bytes(head_dim: int, qk_rope_head_dim: int) -> int:
+    """DeepSeek-V4 fp8 entry: (512 - 64) fp8 NoPE + 64 bf16 RoPE + 8 B UE8M0 scales = 584 B.
+    vLLM vllm/v1/attention/backends/mla/sparse_swa.py (get_kv_cache_shape); SGLang
+    pool_configurator.py DSV4PoolConfigurator: qk_nope_head_dim + 2 x qk_rope_head_dim + 8."""
+    return head_dim - qk_rope_head_dim + qk_rope_head_dim * 2 + V4_FP8_SCALE_BYTES
+
+
+def _is_fp8(fmt: Format) -> bool:
+    return fmt.name.startswith("fp8") and fmt.value_bits == 8
+
+
+def latent_bits(layer: LatentAttention | CompressedLatent, fmt: Format) -> int:
+    """Bits of one latent entry. Sparse MLA (DSA, V4) stores fp8 in its own layout, scales and a
+    bf16 RoPE part included (the engines map --kv-cache-dtype fp8 to it); other formats store
+    every value alike."""
+    if isinstance(layer, CompressedLatent):
+        if _is_fp8(fmt):
+            return 8 * v4_fp8_entry_bytes(layer.head_dim, layer.qk_rope_head_dim)
+        return fmt.vector_bits(layer.head_dim)
+    if layer.index_head_dim and _is_fp8(fmt):
+        return 8 * fp8_ds_mla_bytes(layer.kv_lora_rank, layer.qk_rope_head_dim)
+    # seed 001 10.2.7: one latent of kv_lora_rank + qk_rope_head_dim (512 + 64)
+    return fmt.vector_bits(layer.latent_dim)
+
+
+def indexer_bits(layer: Layer) -> int:
+    """Bits of the DSA indexer's key per token (latent) or per compressed entry (V4 CSA)."""
+    index_head_dim = getattr(layer, "index_head_dim", None)
+    return 8 * indexer_bytes(index_head_dim) if index_head_dim else 0
+
+
+def mixed_indexers(layers) -> bool:
+    """True when some latent layers keep a DSA indexer key and others share one (GLM-5.2)."""
+    return len({bool(la.index_head_dim) for la in layers if isinstance(la, LatentAttention)}) > 1
+
+
 def layer_bits_per_token(layer: Layer, fmt: Format, tp: int = 1) -> int:
-    """Bits one token adds to this layer's cache on one TP rank (0: no per-token cache)."""
+    """Bits one token (compressed layers: one compressed entry) adds to this layer's cache on one
+    TP rank (0: no per-token cache)."""
     if isinstance(layer, HeadLayer):
         # seed 000 15.2: per token per layer = 2 (K and V) x h_kv x d_h x bytes
         heads = kv_heads_per_rank(layer.num_kv_heads, tp)
         return heads * (fmt.vector_bits(layer.head_dim) + fmt.vector_bits(layer.v_dim))
     if isinstance(layer, LatentAttention):
-        # seed 001 10.2.7: one latent of kv_lora_rank + qk_rope_head_dim (512 + 64); replicated on TP
-        return fmt.vector_bits(layer.latent_dim)
-    return 0  # shared, state, none
+        # the latent (and the DSA indexer key) is replicated on every TP rank (engines.md)
+        return latent_bits(layer, fmt) + indexer_bits(layer)
+    if isinstance(layer, CompressedLatent) and layer.ratio:
+        return latent_bits(layer, fmt) + indexer_bits(layer)
+    return 0  # shared, state, none, a window-only V4 layer (its window: layer_window_bytes)
+
+
+def layer_window_bytes(layer: Layer, fmt: Format, context_tokens: int) -> int:
+    """DeepSeek-V4: the last `window` tokens of every layer, uncompressed (seed 001 10.2.8)."""
+    if not isinstance(layer, CompressedLatent):
+        return 0
+    return ceil_div(min(context_tokens, layer.window) * latent_bits(layer, fmt), 8)
+
+
+def layer_growth_bits(layer: Layer, fmt: Format, tp: int = 1) -> Fraction:
+    """Bits the layer's cache grows by per context token: a compressed layer adds one entry per
+    `ratio` tokens (seed 001 10.2.8)."""
+    bits = layer_bits_per_token(layer, fmt, tp)
+    if isinstance(layer, (CompressedAttention, CompressedLatent)) and layer.ratio:
+        return Fraction(bits, layer.ratio)
+    return Fraction(bits)
 
 
 # bytes per value of a recurrent state's dtype; "auto" (unresolved) is the model's 16-bit dtype
@@ -71,9 +146,9 @@ def layer_entries(layer: Layer, context_tokens: int) -> int:
         return min(context_tokens, layer.window)
     if isinstance(layer, ChunkedAttention):
         return min(context_tokens, layer.chunk)
-    if isinstance(layer, CompressedAttention):
-        # seed 001 10.2.8: one entry per m tokens
-        return ceil_div(context_tokens, layer.ratio)
+    if isinstance(layer, (CompressedAttention, CompressedLatent)):
+        # seed 001 10.2.8: one entry per m tokens (a V4 window-only layer: none)
+        return ceil_div(context_tokens, layer.ratio) if layer.ratio else 0
     if isinstance(layer, (HeadLayer, LatentAttention)):
         return context_tokens
     return 0
@@ -81,6 +156,8 @@ def layer_entries(layer: Layer, context_tokens: int) -> int:
 
 def layer_blocks(layer: Layer, context_tokens: int, block_size: int) -> int:
     """Whole blocks one sequence holds in this layer: a request is charged whole blocks."""
+    if isinstance(layer, CompressedLatent):
+        return ceil_div(layer_entries(layer, context_tokens), block_size)
     if context_tokens <= 0 or not isinstance(layer, (HeadLayer, LatentAttention)):
         return 0
     growing = ceil_div(context_tokens, block_size)
@@ -95,8 +172,29 @@ def layer_blocks(layer: Layer, context_tokens: int, block_size: int) -> int:
     return growing
 
 
+def window_blocks(layer: Layer, context_tokens: int, block_size: int) -> int:
+    """Whole blocks of a V4 layer's window: the last `window` tokens can straddle one more block."""
+    if not isinstance(layer, CompressedLatent) or context_tokens <= 0:
+        return 0
+    return min(ceil_div(context_tokens, block_size), ceil_div(layer.window - 1, block_size) + 1)
+
+
+def layer_request_bytes(layer: Layer, fmt: Format, context_tokens: int, block_size: int, tp: int = 1) -> int:
+    """Block-rounded bytes one request of `context_tokens` holds in this layer on one GPU."""
+    window_page = (
+        ceil_div(block_size * latent_bits(layer, fmt), 8) if isinstance(layer, CompressedLatent) else 0
+    )
+    return (
+        page_bytes(layer, fmt, block_size, tp) * layer_blocks(layer, context_tokens, block_size)
+        + window_page * window_blocks(layer, context_tokens, block_size)
+        + layer_state_bytes(layer, tp)
+    )
+
+
 def is_growing(layer: Layer) -> bool:
     """True when the layer's cache grows with the whole context (no window)."""
+    if isinstance(layer, CompressedLatent):
+        return layer.ratio > 0
     return isinstance(layer, (HeadLayer, LatentAttention)) and not isinstance(
         layer, (SlidingWindow, ChunkedAttention)
     )
@@ -121,22 +219,31 @@ def grouped(layers) -> list[tuple[Layer, int]]:
 
 
 def model_bits_per_token(layers, fmt: Format, tp: int = 1, growing_only: bool = False) -> int:
-    """Sum over layers of the bits one token adds (seed 000 15.2: L x 2 x h_kv x d_h x bytes)."""
-    return sum(
-        n * layer_bits_per_token(layer, fmt, tp)
-        for layer, n in grouped(layers)
-        if not growing_only or is_growing(layer)
+    """Sum over layers of the bits one token adds (seed 000 15.2: L x 2 x h_kv x d_h x bytes);
+    compressed layers add their entry / ratio, V4 layers their window's entry unless growing_only."""
+    total: Fraction = sum(
+        (
+            n * layer_growth_bits(layer, fmt, tp)
+            for layer, n in grouped(layers)
+            if not growing_only or is_growing(layer)
+        ),
+        Fraction(0),
     )
+    if not growing_only:
+        total += sum(n * layer_window_bytes(layer, fmt, 1) * 8 for layer, n in grouped(layers))
+    return math.ceil(total)
 
 
 def windowed_cap_bytes(layers, fmt: Format) -> int:
-    """The most the windowed (sliding/chunked) layers hold for one sequence, whole model."""
+    """The most the windowed (sliding/chunked, V4 window) layers hold for one sequence, whole model."""
     bits = sum(
         n * layer_bits_per_token(layer, fmt) * layer_entries(layer, 1 << 62)
         for layer, n in grouped(layers)
         if not is_growing(layer)
     )
-    return ceil_div(bits, 8)
+    return ceil_div(bits, 8) + sum(
+        n * layer_window_bytes(layer, fmt, 1 << 62) for layer, n in grouped(layers)
+    )
 
 
 def sequence_bytes(
@@ -147,4 +254,7 @@ def sequence_bytes(
     bits = sum(
         n * layer_bits_per_token(layer, fmt, tp) * layer_entries(layer, context_tokens) for layer, n in groups
     )
-    return ceil_div(bits, 8) + sum(n * layer_state_bytes(layer, tp) for layer, n in groups)
+    return ceil_div(bits, 8) + sum(
+        n * (layer_state_bytes(layer, tp) + layer_window_bytes(layer, fmt, context_tokens))
+        for layer, n in groups
+    )

@@ -27,6 +27,7 @@ from kvplan.errors import UsageError
 from kvplan.formats import Format
 from kvplan.specs.models import (
     CompressedAttention,
+    CompressedLatent,
     FullAttention,
     GpuSpec,
     LatentAttention,
@@ -36,6 +37,18 @@ from kvplan.specs.models import (
     SlidingWindow,
 )
 from kvplan.units import GiB, MiB, ceil_div, fmt_gib
+
+# DeepSeek-V4's pools (window, C4, C128, compress-state rings) are sized by DSV4PoolConfigurator
+# from --swa-full-tokens-ratio and max_running_requests (model_executor/pool_configurator.py)
+V4_UNSUPPORTED = (
+    "SGLang sizes DeepSeek-V4's window, C4/C128 and compress-state pools with DSV4PoolConfigurator "
+    "(python/sglang/srt/model_executor/pool_configurator.py); not modelled, kvplan's own figure stands"
+)
+
+SHARED_INDEXER_UNSUPPORTED = (
+    "layers that share another layer's DSA indexer (GLM-5.2 indexer_types 'shared'): SGLang's "
+    "indexer pool for them is not established here; kvplan's own figure stands"
+)
 
 # SGLang server_args: --swa-full-tokens-ratio default
 SWA_FULL_TOKENS_RATIO = 0.8
@@ -108,9 +121,14 @@ def _cells(layers: Sequence[Layer], fmt: Format, tp: int) -> tuple[int, int, int
     k_bits = v_bits = 0
     n = 0
     mla = False
+    if kv.mixed_indexers(layers):
+        raise EngineUnsupported(SHARED_INDEXER_UNSUPPORTED)
     for layer in layers:
+        if isinstance(layer, CompressedLatent):
+            raise EngineUnsupported(V4_UNSUPPORTED)
         if isinstance(layer, LatentAttention):
-            k_bits += fmt.vector_bits(layer.latent_dim)
+            # DSA: fp8 is the 656-B scaled layout (calculate_mla_kv_cache_dim)
+            k_bits += kv.latent_bits(layer, fmt)
             mla = True
             n += 1
         elif isinstance(layer, FullAttention):
@@ -163,7 +181,8 @@ def _pool_tokens(layers: list[Layer], budget: int, fmt: Format, tp: int, page: i
     if mamba is not None:
         budget -= mamba.slots * mamba.bytes_per_request  # the KV pool gets the rest
     k, v, n, _ = _cells(layers, fmt, tp)
-    cell = k + v
+    # DSA models add the indexer key per layer (get_cell_size_per_token: index_head_dim + index_head_dim // 128 * 4)
+    cell = k + v + ceil_div(sum(kv.indexer_bits(layer) for layer in layers), 8)
     # engines.md: max_total_num_tokens = available // cell_size, floored to the page size
     tokens = budget // cell if cell else 0
     swa_tokens = None

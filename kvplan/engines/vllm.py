@@ -29,6 +29,7 @@ from kvplan.formats import Format
 from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,
+    CompressedLatent,
     GpuSpec,
     LatentAttention,
     Layer,
@@ -60,6 +61,9 @@ def tokens_from_concurrency(version: Version) -> bool:
 
 def default_block_size(spec: ModelSpec, gpu: GpuSpec) -> tuple[int, str]:
     """(block size, why). engines.md: 16; MLA backends: FlashMLA 64, CUTLASS MLA 128."""
+    if any(isinstance(layer, LatentAttention) and layer.index_head_dim for layer in spec.layers):
+        # vllm/v1/attention/backends/mla/flashmla_sparse.py: kernel block size 64 only
+        return 64, "FlashMLA sparse (the DSA backend) supports block size 64 only"
     if any(isinstance(layer, LatentAttention) for layer in spec.layers):
         if gpu.arch == "hopper":
             return 64, "FlashMLA (the MLA backend on Hopper) needs block size 64"
@@ -142,7 +146,11 @@ def _cached_layers(layers: list[Layer] | tuple[Layer, ...]) -> list[int]:
             continue  # no cache of its own (cross-layer sharing reads another layer's)
         if isinstance(layer, CompressedAttention):
             raise EngineUnsupported("compressed-KV layers have no vLLM block accounting")
+        if isinstance(layer, CompressedLatent):
+            raise EngineUnsupported(V4_UNSUPPORTED)
         cached.append(i)
+    if kv.mixed_indexers(layers):
+        raise EngineUnsupported(SHARED_INDEXER_UNSUPPORTED)
     return cached
 
 
@@ -181,6 +189,18 @@ def state_block_size(
     attn_1tok = max(per_token)
     raised = block_size * ceil_div(state_page, block_size * attn_1tok)
     return max(raised, block_size), state_page, attn_1tok
+
+
+# DeepSeek-V4 in vLLM: SWA pages of 64 tokens and C4/C128 pages of 256 tokens share one tensor,
+# fp8 entries padded to 576-B alignment (vllm/v1/attention/backends/mla/sparse_swa.py)
+V4_UNSUPPORTED = (
+    "DeepSeek-V4's window + compressed caches share 576-B-aligned pages across KV-cache groups "
+    "(vllm/v1/attention/backends/mla/sparse_swa.py); that layout is not modelled, kvplan's own figure stands"
+)
+SHARED_INDEXER_UNSUPPORTED = (
+    "layers that share another layer's DSA indexer (GLM-5.2 indexer_types 'shared'): the engine's "
+    "indexer allocation for them is not established; kvplan's own figure stands"
+)
 
 
 def vllm_layout(

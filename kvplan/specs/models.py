@@ -66,6 +66,8 @@ class LatentAttention(_Strict):
     qk_nope_head_dim: PositiveInt | None = None
     v_head_dim: PositiveInt | None = None
     q_lora_rank: PositiveInt | None = None
+    # DSA (DeepSeek-V3.2, GLM-5): the sparse-attention indexer keeps one key of this width per token
+    index_head_dim: PositiveInt | None = None
 
     @property
     def latent_dim(self) -> int:
@@ -80,6 +82,29 @@ class LatentAttention(_Strict):
     def value_dim(self) -> int:
         """Per-head value width; the nope width when unstated (DeepSeek-V2/V3: both 128)."""
         return self.v_head_dim or self.nope_dim
+
+
+class CompressedLatent(_Strict):
+    """DeepSeek-V4 attention (seed 001 10.2.8): one latent of `head_dim` values (K = V) per entry;
+    the last `window` tokens uncompressed, plus one entry per `ratio` tokens (0: window only).
+    CSA layers (`index_head_dim` set) add the sparse indexer's key per compressed entry; HCA layers
+    attend densely over their entries."""
+
+    kind: Literal["compressed_mla"] = "compressed_mla"
+    head_dim: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    window: PositiveInt
+    ratio: Annotated[int, Field(ge=0)]
+    index_head_dim: PositiveInt | None = None
+
+    def _check(self) -> CompressedLatent:  # run after field validation (schema.py)
+        if self.ratio == 1:
+            raise ValueError("ratio 1 compresses nothing: write 0 for a window-only layer")
+        if self.qk_rope_head_dim >= self.head_dim:
+            raise ValueError(
+                f"qk_rope_head_dim {self.qk_rope_head_dim} must be below head_dim {self.head_dim}"
+            )
+        return self
 
 
 class SharedKV(_Strict):
@@ -136,6 +161,7 @@ Layer = Union[  # noqa: UP007 - a runtime alias others import; `|` of classes is
     CompressedAttention,
     FullAttention,
     LatentAttention,
+    CompressedLatent,
     SharedKV,
     RecurrentState,
     NoCache,
@@ -280,7 +306,12 @@ def _layer_label(layer: Layer) -> str:
         dims = f"{layer.head_dim}" if layer.v_dim == layer.head_dim else f"{layer.head_dim}/{layer.v_dim}"
         return f"full kv{layer.num_kv_heads}x{dims}"
     if isinstance(layer, LatentAttention):
-        return f"MLA latent {layer.kv_lora_rank}+{layer.qk_rope_head_dim}"
+        indexer = f" + indexer {layer.index_head_dim}" if layer.index_head_dim else ""
+        return f"MLA latent {layer.kv_lora_rank}+{layer.qk_rope_head_dim}{indexer}"
+    if isinstance(layer, CompressedLatent):
+        kept = f" + 1/{layer.ratio}" if layer.ratio else ""
+        indexer = f" + indexer {layer.index_head_dim}" if layer.index_head_dim else ""
+        return f"latent {layer.head_dim}, window {layer.window}{kept}{indexer}"
     if isinstance(layer, SharedKV):
         return f"shared(KV of layer {layer.source:+d})"
     if isinstance(layer, RecurrentState):

@@ -14,6 +14,7 @@ from kvplan.specs.io import read_text, read_yaml, validate
 from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,
+    CompressedLatent,
     FullAttention,
     GpuSpec,
     Interconnect,
@@ -38,6 +39,7 @@ _LAYER_CLASSES = {
         ChunkedAttention,
         CompressedAttention,
         LatentAttention,
+        CompressedLatent,
         SharedKV,
         RecurrentState,
         NoCache,

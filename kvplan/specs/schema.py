@@ -22,6 +22,7 @@ _LAYERS: tuple[type[Record], ...] = (
     m.CompressedAttention,
     m.FullAttention,
     m.LatentAttention,
+    m.CompressedLatent,
     m.SharedKV,
     m.RecurrentState,
     m.NoCache,

@@ -1,4 +1,9 @@
-"""Multi-head latent attention from a config.json (DeepSeek-V2/V3, Kimi K2): `kv_lora_rank`."""
+"""Multi-head latent attention from a config.json (DeepSeek-V2/V3, Kimi K2): `kv_lora_rank`.
+
+DSA (DeepSeek-V3.2, GLM-5): `index_head_dim` adds the sparse-attention indexer's key per token.
+GLM-5.2's `indexer_types` marks layers `shared`, which reuse an earlier layer's top-k and keep no
+indexer key of their own.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
     from kvplan.specs.hf.layers import Layers
 
     out = Layers()
-    out.layer_types["mla"] = {
+    mla = {
         "kind": "mla",
         "kv_lora_rank": r.int("kv_lora_rank"),
         "qk_rope_head_dim": r.int("qk_rope_head_dim"),
@@ -24,5 +29,35 @@ def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
         "v_head_dim": r.int("v_head_dim", default=None),
         "q_lora_rank": r.int("q_lora_rank", default=None),
     }
-    out.pattern = ["mla"] * (basics.num_layers or 1)
+    num_layers = basics.num_layers or 1
+    index_head_dim = r.int("index_head_dim", default=None)
+    if index_head_dim is None:
+        out.layer_types["mla"] = mla
+        out.pattern = ["mla"] * num_layers
+        return out
+    out.pattern = _dsa_pattern(r, num_layers, notes)
+    out.layer_types["dsa"] = {**mla, "index_head_dim": index_head_dim}
+    if "mla" in out.pattern:
+        out.layer_types["mla"] = mla
     return out
+
+
+def _dsa_pattern(r: Reader, num_layers: int, notes: list[str]) -> list[str]:
+    """`dsa` for layers with an indexer key of their own, `mla` for those sharing another's."""
+    types = r.list("indexer_types")
+    if types is None:
+        return ["dsa"] * num_layers
+    if len(types) != num_layers:
+        r.bad("indexer_types", f"has {len(types)} entries but num_hidden_layers is {num_layers}")
+        return ["dsa"] * num_layers
+    pattern = []
+    for i, t in enumerate(types):
+        if t not in ("full", "shared"):
+            r.bad(f"indexer_types[{i}]", f"expected 'full' or 'shared', got {t!r}")
+            return ["dsa"] * num_layers
+        pattern.append("dsa" if t == "full" else "mla")
+    notes.append(
+        f"indexer_types: {pattern.count('dsa')} of {num_layers} layers keep an indexer key; "
+        "the shared ones reuse an earlier layer's top-k"
+    )
+    return pattern
