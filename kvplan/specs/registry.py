@@ -14,6 +14,7 @@ from kvplan.specs.io import read_text, read_yaml, validate
 from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,
+    CrossAttention,
     FullAttention,
     GpuSpec,
     Interconnect,
@@ -41,6 +42,7 @@ _LAYER_CLASSES = {
         SharedKV,
         RecurrentState,
         NoCache,
+        CrossAttention,
     )
 }
 

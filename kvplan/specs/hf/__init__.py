@@ -20,6 +20,12 @@ from kvplan.specs.models import ModelSpec
 _DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "half": "fp16"}
 
 
+def _scalar_intermediate(r: Reader, per_layer: list[int]) -> int | None:
+    if per_layer:
+        return max(per_layer) or None
+    return r.int("dense_intermediate_size", "intermediate_size", "ffn_hidden_size", "n_inner", default=None)
+
+
 def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise SpecError(f"{path}: expected a JSON object (a Hugging Face config.json)")
@@ -80,7 +86,8 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "num_layers": num_layers,
         "hidden_size": hidden,
         "num_attention_heads": heads,
-        "intermediate_size": r.int("intermediate_size", "ffn_hidden_size", "n_inner", default=None),
+        "intermediate_size": _scalar_intermediate(r, layers.intermediate_sizes),
+        "intermediate_sizes": layers.intermediate_sizes,
         "mlp_gated": str(cfg.get("hidden_act", "silu")) not in ("gelu", "gelu_new", "relu")
         or cfg.get("model_type") in ("gemma", "gemma2", "gemma3_text"),
         "vocab_size": vocab,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kvplan.specs.hf import mla
+from kvplan.specs.hf import decilm, mla
 from kvplan.specs.hf.attention import attention_pattern
 from kvplan.specs.hf.reader import Reader
 
@@ -37,12 +37,13 @@ class Basics:
 class Layers:
     layer_types: dict[str, dict] = field(default_factory=dict)
     pattern: list[str] = field(default_factory=list)
+    intermediate_sizes: list[int] = field(default_factory=list)  # per layer, when the family states them
 
 
 FamilyReader = Callable[[Reader, Basics, list[str]], "Layers | None"]
 
 # most specific first; the generic attention patterns come last
-FAMILIES: list[FamilyReader] = [mla.read]
+FAMILIES: list[FamilyReader] = [mla.read, decilm.read]
 
 
 def read_layers(r: Reader, basics: Basics, notes: list[str]) -> Layers:
