@@ -17,6 +17,8 @@ from kvplan.specs.hf.reader import Reader
 from kvplan.specs.io import validate
 from kvplan.specs.models import ModelSpec
 
+# Llama 4 / Gemma / Mllama: text_config; DeepSeek-VL2: language_config; InternVL: llm_config
+_NESTED = ("text_config", "language_config", "llm_config")
 _DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "half": "fp16"}
 
 
@@ -31,9 +33,11 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         raise SpecError(f"{path}: expected a JSON object (a Hugging Face config.json)")
     top = cfg
     prefix = ""
-    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Llama 4, Gemma 3)
-        cfg = {**{k: v for k, v in top.items() if k != "text_config"}, **cfg["text_config"]}
-        prefix = "text_config."
+    for key in _NESTED:  # multimodal wrappers: the language model's fields one level down
+        if isinstance(cfg.get(key), dict):
+            cfg = {**{k: v for k, v in top.items() if k != key}, **cfg[key]}
+            prefix = f"{key}."
+            break
     r = Reader(cfg, path, prefix)
     notes: list[str] = [f"read from {path}; parameter count estimated from the architecture"]
 
