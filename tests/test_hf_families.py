@@ -138,3 +138,19 @@ def test_language_model_nested_under_other_keys(tmp_path: Path, key: str):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     assert growing_and_window_bytes(load_model(str(path))) == (81_920, 819_200)
+
+
+@pytest.mark.parametrize(
+    ("shipped", "config"),
+    [("gemma-4", "gemma-4-26b-a4b"), ("llama-3.3-nemotron-super-49b", "llama-3.3-nemotron-super-49b-v1")],
+)
+def test_shipped_spec_equals_its_config_json(shipped, config):
+    ship, read = load_model(shipped), corpus(config)
+    assert [kv.layer_bits_per_token(x, BF16) for x in ship.layers] == [
+        kv.layer_bits_per_token(x, BF16) for x in read.layers
+    ]
+    assert [kv.layer_entries(x, 1 << 40) for x in ship.layers] == [
+        kv.layer_entries(x, 1 << 40) for x in read.layers
+    ]
+    assert param_breakdown(ship) == param_breakdown(read)
+    assert (ship.moe, ship.max_context, ship.vocab_size) == (read.moe, read.max_context, read.vocab_size)
