@@ -154,3 +154,13 @@ def test_shipped_spec_equals_its_config_json(shipped, config):
     ]
     assert param_breakdown(ship) == param_breakdown(read)
     assert (ship.moe, ship.max_context, ship.vocab_size) == (read.moe, read.max_context, read.vocab_size)
+
+
+@pytest.mark.parametrize("name", ["llama-3.2-11b-vision", "llama-3.2-90b-vision-instruct"])
+def test_llama_vision_cross_attention_refused_in_one_line(name):
+    # Was counted as self-attention over the context. 90B: 20 cross layers x 8 KV heads x 128 x 2 x 2 B
+    # x 6,404 image tokens (4 tiles x (560 / 14)^2 + 1) = 524,615,680 B per image, whatever the context.
+    result = run_cli("estimate", "-m", str(CORPUS / f"{name}.json"), "--json")
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)["error"]
+    assert "text_config.cross_attention_layers" in error and "\n" not in error

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kvplan.specs.hf import decilm, gemma, mimo, minimax, mla
+from kvplan.specs.hf import decilm, gemma, mimo, minimax, mla, vision
 from kvplan.specs.hf.attention import attention_pattern
 from kvplan.specs.hf.reader import Reader
 
@@ -43,7 +43,7 @@ class Layers:
 FamilyReader = Callable[[Reader, Basics, list[str]], "Layers | None"]
 
 # most specific first; the generic attention patterns come last
-FAMILIES: list[FamilyReader] = [mla.read, decilm.read, gemma.read, mimo.read, minimax.read]
+FAMILIES: list[FamilyReader] = [mla.read, decilm.read, gemma.read, mimo.read, minimax.read, vision.read]
 
 
 def read_layers(r: Reader, basics: Basics, notes: list[str]) -> Layers:
