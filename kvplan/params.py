@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.specs.models import (
+    CrossAttention,
     HeadLayer,
     LatentAttention,
     ModelSpec,
@@ -34,7 +35,7 @@ class ParamBreakdown:
 
 def _attention_params(spec: ModelSpec, layer) -> int:
     h, heads = spec.hidden_size, spec.num_attention_heads
-    if isinstance(layer, HeadLayer):
+    if isinstance(layer, (*HeadLayer, CrossAttention)):
         q_dim = heads * layer.head_dim
         return h * q_dim + h * layer.num_kv_heads * (layer.head_dim + layer.v_dim) + heads * layer.v_dim * h
     if isinstance(layer, LatentAttention):
@@ -100,7 +101,9 @@ def architecture_params(spec: ModelSpec) -> tuple[int, int, int, int]:
             routed += moe.num_experts * mlp_mats * h * moe.expert_intermediate_size
             shared_size = moe.shared_expert_intermediate_size or moe.expert_intermediate_size
             body += moe.shared_experts * mlp_mats * h * shared_size + h * moe.num_experts
-        elif spec.intermediate_size and kind == "dense":
+        elif kind == "dense" and spec.intermediate_sizes:  # per-layer widths (DeciLM ffn_mult, Gemma-3n)
+            body += mlp_mats * h * spec.intermediate_sizes[i]
+        elif kind == "dense" and spec.intermediate_size:
             body += mlp_mats * h * spec.intermediate_size
     return embedding, lm_head, routed, body
 

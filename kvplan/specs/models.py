@@ -154,6 +154,21 @@ class NoCache(_Strict):
     kind: Literal["none"] = "none"
 
 
+class CrossAttention(_Strict):
+    """Cross-attention to image tokens (Llama 3.2 Vision): K/V of `image_tokens` per image, held once
+    per request whatever the text context (vLLM CrossAttentionSpec: sized by encoder tokens)."""
+
+    kind: Literal["cross"] = "cross"
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    image_tokens: PositiveInt  # per image: max_num_tiles x ((image_size // patch_size)^2 + 1)
+    images_per_request: Annotated[int, Field(ge=0)] = 1  # an assumption, stated in the plan's notes
+
+    @property
+    def v_dim(self) -> int:
+        return self.head_dim
+
+
 # Any layer; validation tells them apart by `kind` (schema.py makes it a discriminated union).
 Layer = Union[  # noqa: UP007 - a runtime alias others import; `|` of classes is the same thing
     SlidingWindow,
@@ -165,6 +180,7 @@ Layer = Union[  # noqa: UP007 - a runtime alias others import; `|` of classes is
     SharedKV,
     RecurrentState,
     NoCache,
+    CrossAttention,
 ]
 HeadLayer = (FullAttention, SlidingWindow, ChunkedAttention, CompressedAttention)
 
@@ -210,6 +226,8 @@ class ModelSpec(_Strict):
     hidden_size: PositiveInt
     num_attention_heads: PositiveInt
     intermediate_size: PositiveInt | None = None
+    # per decoder layer (DeciLM ffn_mult, Gemma-3n lists); 0 = no MLP in that layer; overrides the above
+    intermediate_sizes: list[Annotated[int, Field(ge=0)]] = []
     mlp_gated: bool = True
     vocab_size: PositiveInt
     tie_word_embeddings: bool = False
@@ -249,6 +267,11 @@ class ModelSpec(_Strict):
             raise ValueError(f"activation_dtype must be fp32, fp16 or bf16, not {self.activation_dtype!r}")
         if self.expert_weight_dtype and not self.moe:
             raise ValueError("expert_weight_dtype is set but the model has no moe section")
+        if self.intermediate_sizes and len(self.intermediate_sizes) != self.num_layers:
+            raise ValueError(
+                f"intermediate_sizes has {len(self.intermediate_sizes)} entries but num_layers is "
+                f"{self.num_layers}"
+            )
         self._check_layers()
         return self
 
@@ -321,6 +344,8 @@ def _layer_label(layer: Layer) -> str:
         channels = layer.conv_channels + layer.conv_groups * layer.conv_group_channels
         conv = f" conv {layer.conv_kernel - 1}x{channels}" if layer.conv_kernel > 1 else ""
         return f"{layer.mixer}({conv.strip()}{ssm})" if conv else f"{layer.mixer}({ssm.strip()})"
+    if isinstance(layer, CrossAttention):
+        return f"cross({layer.image_tokens} image tokens) kv{layer.num_kv_heads}x{layer.head_dim}"
     return "no cache"
 
 

@@ -15,6 +15,7 @@ from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,
     CompressedLatent,
+    CrossAttention,
     FullAttention,
     GpuSpec,
     Interconnect,
@@ -43,6 +44,7 @@ _LAYER_CLASSES = {
         SharedKV,
         RecurrentState,
         NoCache,
+        CrossAttention,
     )
 }
 

@@ -26,6 +26,7 @@ _LAYERS: tuple[type[Record], ...] = (
     m.SharedKV,
     m.RecurrentState,
     m.NoCache,
+    m.CrossAttention,
 )
 _OTHERS: tuple[type[Record], ...] = (m.MoE, m.Interconnect, m.ModelSpec, m.GpuSpec)
 

@@ -18,6 +18,8 @@ from kvplan.specs.hf.unread import unread_fields
 from kvplan.specs.io import validate
 from kvplan.specs.models import ModelSpec
 
+# Llama 4 / Gemma / Mllama: text_config; DeepSeek-VL2: language_config; InternVL: llm_config
+_NESTED = ("text_config", "language_config", "llm_config")
 _DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "half": "fp16"}
 
 
@@ -27,14 +29,22 @@ def _listed_layers(cfg: dict) -> Any:
     return len(blocks) if isinstance(blocks, list) and blocks else ...
 
 
+def _scalar_intermediate(r: Reader, per_layer: list[int]) -> int | None:
+    if per_layer:
+        return max(per_layer) or None
+    return r.int("dense_intermediate_size", "intermediate_size", "ffn_hidden_size", "n_inner", default=None)
+
+
 def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise SpecError(f"{path}: expected a JSON object (a Hugging Face config.json)")
     top = cfg
     prefix = ""
-    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Llama 4, Gemma 3)
-        cfg = {**{k: v for k, v in top.items() if k != "text_config"}, **cfg["text_config"]}
-        prefix = "text_config."
+    for key in _NESTED:  # multimodal wrappers: the language model's fields one level down
+        if isinstance(cfg.get(key), dict):
+            cfg = {**{k: v for k, v in top.items() if k != key}, **cfg[key]}
+            prefix = f"{key}."
+            break
     r = Reader(cfg, path, prefix)
     notes: list[str] = [f"read from {path}; parameter count estimated from the architecture"]
 
@@ -92,7 +102,8 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "num_layers": num_layers,
         "hidden_size": hidden,
         "num_attention_heads": heads,
-        "intermediate_size": r.int("intermediate_size", "ffn_hidden_size", "n_inner", default=None),
+        "intermediate_size": _scalar_intermediate(r, layers.intermediate_sizes),
+        "intermediate_sizes": layers.intermediate_sizes,
         # a gated MLP has three matrices (gate, up, down); GELU/ReLU/ReLU^2 MLPs two
         "mlp_gated": str(cfg.get("mlp_hidden_act") or cfg.get("hidden_act", "silu"))
         not in ("gelu", "gelu_new", "relu", "relu2")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kvplan.specs.hf import dsv4, hybrid, mla
+from kvplan.specs.hf import decilm, dsv4, gemma, hybrid, mimo, minimax, mla, vision
 from kvplan.specs.hf.attention import attention_pattern
 from kvplan.specs.hf.reader import Reader
 
@@ -38,12 +38,22 @@ class Layers:
     layer_types: dict[str, dict] = field(default_factory=dict)
     pattern: list[str] = field(default_factory=list)
     mlp_pattern: list[str] | None = None  # per layer "dense" / "moe" / "none"; None: every layer has one
+    intermediate_sizes: list[int] = field(default_factory=list)  # per layer, when the family states them
 
 
 FamilyReader = Callable[[Reader, Basics, list[str]], "Layers | None"]
 
 # most specific first; the generic attention patterns come last
-FAMILIES: list[FamilyReader] = [hybrid.read, dsv4.read, mla.read]
+FAMILIES: list[FamilyReader] = [
+    hybrid.read,
+    dsv4.read,
+    mla.read,
+    decilm.read,
+    gemma.read,
+    mimo.read,
+    minimax.read,
+    vision.read,
+]
 
 
 def read_layers(r: Reader, basics: Basics, notes: list[str]) -> Layers:

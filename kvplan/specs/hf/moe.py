@@ -1,27 +1,64 @@
-"""Mixture-of-experts fields of a config.json."""
+"""Mixture-of-experts fields of a config.json.
+
+Zero means none (`shared_expert_intermediate_size: 0`, Qwen3-Coder); per-layer 0/1 lists
+(`moe_layer_freq` in MiMo-V2-Flash and MiniMax-M3) become the leading dense layers when they are
+zeros then ones, and are refused in one line otherwise.
+"""
 
 from __future__ import annotations
 
 from kvplan.specs.hf.reader import Reader
 
 
+def _dense_prefix(r: Reader, key: str, flags: list, num_layers: int) -> int | None:
+    """Leading dense layers of a per-layer MoE flag list (0 dense, 1 MoE), or None (refused)."""
+    if len(flags) != num_layers or any(f not in (0, 1) or isinstance(f, bool) for f in flags):
+        r.bad(key, f"expected {num_layers} per-layer 0/1 flags")
+        return None
+    first = flags.index(1) if 1 in flags else num_layers
+    if any(f != 1 for f in flags[first:]):
+        r.bad(key, "dense layers after the first MoE layer are not modelled (only leading dense layers)")
+        return None
+    return first
+
+
+def _layer_placement(r: Reader) -> tuple[int, int]:
+    """(first_dense_layers, layer_step)."""
+    first = r.int("first_k_dense_replace", default=0, minimum=0) or 0
+    if r.list("mlp_only_layers"):
+        r.bad("mlp_only_layers", "dense layers listed among MoE layers are not modelled")
+    freq = r.cfg.get("moe_layer_freq")
+    if isinstance(freq, list):
+        dense = _dense_prefix(r, "moe_layer_freq", freq, r.int("num_hidden_layers", default=len(freq)))
+        if dense is not None and r.has("first_k_dense_replace") and dense != first:
+            r.bad("moe_layer_freq", f"{dense} leading dense layers but first_k_dense_replace is {first}")
+        return (dense or 0), 1
+    step = r.int("moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step", default=1)
+    return first, step
+
+
 def read_moe(r: Reader, top: dict) -> dict | None:
     experts = r.int("num_local_experts", "n_routed_experts", "num_experts", default=None)
-    if not experts or experts <= 1:
+    if not experts or experts <= 1 or r.cfg.get("enable_moe_block") is False:
         return None
     cfg = r.cfg
-    shared = r.int("n_shared_experts", default=None, minimum=0)
-    shared_size = r.int("shared_expert_intermediate_size", default=None)
+    shared = r.int("n_shared_experts", "num_shared_experts", default=None, minimum=0)
+    shared_size = r.int(
+        "shared_expert_intermediate_size", "shared_intermediate_size", default=None, minimum=0
+    )
+    if cfg.get("enable_moe_block") is True:
+        # Gemma 4: the dense MLP runs beside the routed experts in every layer (vLLM gemma4.py), a shared expert
+        shared, shared_size = 1, r.int("intermediate_size")
     if shared is None:
         shared = 1 if shared_size or str(cfg.get("model_type", "")).startswith("llama4") else 0
-    expert_size = r.int("moe_intermediate_size", "intermediate_size")
-    step = r.int("moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step", default=1)
+    expert_size = r.int("moe_intermediate_size", "expert_intermediate_size", "intermediate_size")
+    first, step = _layer_placement(r)
     return {
         "num_experts": experts,
-        "experts_per_token": r.int("num_experts_per_tok", "experts_per_token", "moe_topk"),
-        "shared_experts": shared,
+        "experts_per_token": r.int("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k_experts"),
+        "shared_experts": shared if shared_size != 0 else 0,
         "expert_intermediate_size": expert_size,
-        "shared_expert_intermediate_size": shared_size,
-        "first_dense_layers": r.int("first_k_dense_replace", default=0, minimum=0),
+        "shared_expert_intermediate_size": shared_size or None,
+        "first_dense_layers": first,
         "layer_step": step,
     }
