@@ -104,3 +104,11 @@ def test_bad_quantization_config_is_one_line(tmp_path: Path):
     path.write_text(json.dumps(cfg))
     with pytest.raises(SpecError, match=r"config_groups\.group_0\.weights\.num_bits"):
         load_model(str(path))
+
+
+def test_modelopt_hf_quant_config_beside_config_json():
+    # deepseek-v3.2-nvfp4/hf_quant_config.json excludes q_a/q_b/kv_a/kv_b of every layer, not o_proj
+    spec = load_model(str(CORPUS / "deepseek-v3.2-nvfp4"))
+    assert spec.weight_formats["attention"] == "nvfp4"  # o_proj, the largest attention matrix
+    assert spec.weight_formats["attention.kv_b_proj"] == "bf16"
+    assert spec.expert_weight_dtype == "nvfp4" and spec.weight_formats["lm_head"] == "bf16"
