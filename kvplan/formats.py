@@ -7,6 +7,7 @@ zero per group of 64 values costs 4 + 32/64 = 4.5 bits per value.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -21,6 +22,10 @@ class Format:
     group_size: int = 0  # 0: no in-block scales (per-layer/per-tensor scalar, or none)
     scale_bits: int = 0
     zero_bits: int = 0
+    block_rows: int = 1  # weights: a scale covers block_rows x group_size (2-D blocks, block fp8)
+    tensor_scale_bits: int = 0  # weights: scalars per matrix (per-tensor scale, NVFP4 global scale)
+    outer_group_size: int = 0  # weights: a second-level scale per this many values (bnb double quant)
+    outer_scale_bits: int = 0
 
     def vector_bits(self, num_values: int) -> int:
         """Bits to store one vector of `num_values` values; groups never straddle vectors."""
@@ -29,23 +34,48 @@ class Format:
             bits += ceil_div(num_values, self.group_size) * (self.scale_bits + self.zero_bits)
         return bits
 
+    def matrix_bits(self, rows: int, cols: int) -> int:
+        """Bits of one [rows, cols] weight (a Linear's [out, in]): groups run along a row and never
+        straddle rows; 2-D blocks tile the matrix; per-tensor scalars counted once."""
+        bits = rows * cols * self.value_bits + self.tensor_scale_bits
+        if self.group_size:
+            groups = ceil_div(rows, self.block_rows) * ceil_div(cols, self.group_size)
+            bits += groups * (self.scale_bits + self.zero_bits)
+        if self.outer_group_size:
+            bits += ceil_div(rows * cols, self.outer_group_size) * self.outer_scale_bits
+        return bits
+
     @property
     def bits_per_value(self) -> Fraction:
         """Average bits per value for long vectors (group overhead spread out)."""
-        if not self.group_size:
-            return Fraction(self.value_bits)
-        return Fraction(self.value_bits) + Fraction(self.scale_bits + self.zero_bits, self.group_size)
+        bits = Fraction(self.value_bits)
+        if self.group_size:
+            bits += Fraction(self.scale_bits + self.zero_bits, self.group_size * self.block_rows)
+        if self.outer_group_size:
+            bits += Fraction(self.outer_scale_bits, self.outer_group_size)
+        return bits
 
     def describe(self) -> str:
+        tensor = f" + {self.tensor_scale_bits}-bit scale per tensor" if self.tensor_scale_bits else ""
         if not self.group_size:
-            return f"{self.name} ({self.value_bits} bits/value, no in-block scales)"
+            return f"{self.name} ({self.value_bits} bits/value, no in-block scales{tensor})"
         extra = f"{self.scale_bits}-bit scale"
         if self.zero_bits:
             extra += f" + {self.zero_bits}-bit zero-point"
+        if self.group_size >= PER_ROW:
+            where = "per row"
+        else:  # a 2-D block of block_rows x group_size counts as that many values
+            where = f"per {self.group_size * self.block_rows} values"
+        if self.outer_group_size:
+            extra += f" (+ {self.outer_scale_bits}-bit per {self.outer_group_size} values)"
         return (
-            f"{self.name} ({self.value_bits} bits/value + {extra} per {self.group_size} values"
+            f"{self.name} ({self.value_bits} bits/value + {extra} {where}{tensor}"
             f" = {float(self.bits_per_value):g} bits/value)"
         )
+
+
+# group_size meaning "one scale per row" (per-channel): larger than any row, so one group per row.
+PER_ROW = 1 << 30
 
 
 # KV-cache dtypes. fp8 uses per-layer scalar scales, not stored in the blocks (vLLM, engines.md).
@@ -67,17 +97,21 @@ KV_DTYPE_CHOICES = ("auto", *KV_DTYPES)
 # Weight formats as checkpoints store them.
 # fp8: one fp32 scale per 128x128 block (DeepSeek-V3 style); int4: GPTQ/AWQ group 128 with an
 # fp16 scale and a packed 4-bit zero; mxfp4: 8-bit shared exponent per 32 values (OCP MX spec);
-# nvfp4: fp8 scale per 16 values.
+# nvfp4: fp8 (e4m3) scale per 16 values + an fp32 global scale per tensor (NVIDIA ModelOpt).
 WEIGHT_DTYPES: dict[str, Format] = {
     "fp32": Format("fp32", 32),
     "fp16": Format("fp16", 16),
     "bf16": Format("bf16", 16),
-    "fp8": Format("fp8", 8, group_size=128 * 128, scale_bits=32),
+    "fp8": Format("fp8", 8, group_size=128, block_rows=128, scale_bits=32),
     "int8": Format("int8", 8),
     "int4": Format("int4", 4, group_size=128, scale_bits=16, zero_bits=4),
     "mxfp4": Format("mxfp4", 4, group_size=32, scale_bits=8),
-    "nvfp4": Format("nvfp4", 4, group_size=16, scale_bits=8),
+    "nvfp4": Format("nvfp4", 4, group_size=16, scale_bits=8, tensor_scale_bits=32),
 }
+# Value widths a parametrised weight format name may start with (see weight_format).
+_VALUE_BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8, "int4": 4, "int3": 3,
+               "int2": 2, "nf4": 4, "fp4": 4}  # fmt: skip
+_OPTION = re.compile(r"(g|b|s|z|t|q)(\d+)$|ch$")
 
 _ALIASES = {
     "float32": "fp32",
@@ -132,7 +166,38 @@ def kv_format(
 
 
 def weight_format(name: str) -> Format:
+    """A weight format by name: one of WEIGHT_DTYPES, or `<value>-<option>...` (README, Weight formats):
+    g<N> a scale per N values of a row, ch one scale per row, b<N> per NxN block, s<bits> scale,
+    z<bits> zero-point, t<bits> per-tensor scale, q<N> a second-level fp32 scale per N values."""
     key = normalize_dtype_name(name)
-    if key not in WEIGHT_DTYPES:
-        raise UsageError(f"weight dtype: unknown {name!r}; choose one of {', '.join(WEIGHT_DTYPES)}")
-    return WEIGHT_DTYPES[key]
+    if key in WEIGHT_DTYPES:
+        return WEIGHT_DTYPES[key]
+    base, *options = key.split("-")
+    if base not in _VALUE_BITS or not options:
+        raise UsageError(
+            f"weight dtype: unknown {name!r}; choose one of {', '.join(WEIGHT_DTYPES)} "
+            "or <value>-<options> such as int4-g128-s16-z4"
+        )
+    fields = {"group_size": 0, "block_rows": 1, "scale_bits": 16, "zero_bits": 0, "tensor_scale_bits": 0}
+    outer = 0
+    for opt in options:
+        m = _OPTION.match(opt)
+        if m is None or (m.group(2) is not None and int(m.group(2)) <= 0):
+            raise UsageError(f"weight dtype {name!r}: unknown option {opt!r} (g/b/s/z/t/q + a number, or ch)")
+        if opt == "ch":
+            fields["group_size"] = PER_ROW
+            continue
+        letter, num = m.group(1), int(m.group(2))
+        if letter == "b":
+            fields["group_size"] = fields["block_rows"] = num
+        elif letter == "q":
+            outer = num
+        else:
+            fields[
+                {"g": "group_size", "s": "scale_bits", "z": "zero_bits", "t": "tensor_scale_bits"}[letter]
+            ] = num
+    if not fields["group_size"]:
+        fields["scale_bits"] = 0
+    return Format(
+        key, _VALUE_BITS[base], **fields, outer_group_size=outer, outer_scale_bits=32 if outer else 0
+    )

@@ -123,3 +123,94 @@ def param_breakdown(spec: ModelSpec) -> ParamBreakdown:
     else:
         active = total
     return ParamBreakdown(embedding, lm_head, routed, body, stated, active)
+
+
+# --- weight matrices, for per-component weight formats ------------------------------------------
+
+COMPONENTS = ("embedding", "lm_head", "attention", "dense_mlp", "shared_experts", "routed_experts")
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """One weight as a checkpoint stores it: [rows, cols] = a Linear's [out, in], `count` copies
+    (routed experts). `names` are its module names inside a layer, in the spellings checkpoints use."""
+
+    layer: int | None  # None: outside the decoder layers (embedding, LM head, final norm)
+    component: str  # one of COMPONENTS, or "router" / "norms" (always kept at the model dtype)
+    name: str  # canonical short name, e.g. "q_proj", "experts.gate_proj"
+    rows: int
+    cols: int
+    names: tuple[str, ...] = ()
+    count: int = 1
+
+    @property
+    def params(self) -> int:
+        return self.rows * self.cols * self.count
+
+
+_ATTN = ("self_attn", "mixer", "attn", "attention", "linear_attn")
+_MLP = ("mlp", "feed_forward", "block_sparse_moe", "ffn", "mixer")
+_MLP_NAMES = {
+    "gate_proj": ("gate_proj", "w1"),
+    "up_proj": ("up_proj", "w3"),
+    "down_proj": ("down_proj", "w2"),
+}
+
+
+def _attention_matrices(spec: ModelSpec, i: int, layer) -> list[Matrix]:
+    """The projections _attention_params counts, one Matrix each (same totals)."""
+    h, heads = spec.hidden_size, spec.num_attention_heads
+    shapes: list[tuple[str, int, int]] = []
+    if isinstance(layer, HeadLayer):
+        shapes = [("q_proj", heads * layer.head_dim, h), ("k_proj", layer.num_kv_heads * layer.head_dim, h),
+                  ("v_proj", layer.num_kv_heads * layer.v_dim, h), ("o_proj", h, heads * layer.v_dim)]  # fmt: skip
+    elif isinstance(layer, LatentAttention):
+        qk, v = layer.nope_dim + layer.qk_rope_head_dim, layer.value_dim
+        if layer.q_lora_rank:
+            shapes = [("q_a_proj", layer.q_lora_rank, h), ("q_b_proj", heads * qk, layer.q_lora_rank)]
+        else:
+            shapes = [("q_proj", heads * qk, h)]
+        shapes += [("kv_a_proj_with_mqa", layer.latent_dim, h),
+                   ("kv_b_proj", heads * (layer.nope_dim + v), layer.kv_lora_rank), ("o_proj", h, heads * v)]  # fmt: skip
+    elif isinstance(layer, SharedKV):
+        d = layer.head_dim or spec.hidden_size // heads
+        shapes = [("q_proj", heads * d, h), ("o_proj", h, heads * d)]
+    elif isinstance(layer, RecurrentState):  # counted like _attention_params: 4 h^2
+        shapes = [("in_proj", 3 * h, h), ("out_proj", h, h)]
+    return [Matrix(i, "attention", n, r, c, tuple(f"{a}.{n}" for a in _ATTN)) for n, r, c in shapes]
+
+
+def _mlp_matrices(spec: ModelSpec, i: int, component: str, size: int, count: int = 1) -> list[Matrix]:
+    h = spec.hidden_size
+    mats = ("gate_proj", "up_proj", "down_proj") if spec.mlp_gated else ("up_proj", "down_proj")
+    sub = {"dense_mlp": ("",), "shared_experts": ("shared_experts.", "shared_expert.", "shared_mlp."),
+           "routed_experts": ("experts.0.", "experts.")}[component]  # fmt: skip
+    out = []
+    for m in mats:
+        rows, cols = (h, size) if m == "down_proj" else (size, h)
+        names = tuple(f"{a}.{s}{n}" for a in _MLP for s in sub for n in _MLP_NAMES[m])
+        prefix = "experts." if component == "routed_experts" else ""
+        out.append(Matrix(i, component, prefix + m, rows, cols, names, count))
+    return out
+
+
+def weight_matrices(spec: ModelSpec) -> list[Matrix]:
+    """Every weight of the architecture as matrices; their params sum to architecture_params."""
+    h = spec.hidden_size
+    out = [Matrix(None, "embedding", "embed_tokens", spec.vocab_size, h, ("embed_tokens", "embeddings"))]
+    if not spec.tie_word_embeddings:
+        out.append(Matrix(None, "lm_head", "lm_head", spec.vocab_size, h, ("lm_head", "output")))
+    out.append(Matrix(None, "norms", "norm", 1, h))
+    moe = spec.moe
+    for i, layer in enumerate(spec.layers):
+        out += _attention_matrices(spec, i, layer)
+        out.append(Matrix(i, "norms", "layernorms", 2, h))
+        if moe is not None and is_moe_layer(spec, i):
+            out += _mlp_matrices(spec, i, "routed_experts", moe.expert_intermediate_size, moe.num_experts)
+            shared_size = moe.shared_expert_intermediate_size or moe.expert_intermediate_size
+            for _ in range(moe.shared_experts):
+                out += _mlp_matrices(spec, i, "shared_experts", shared_size)
+            out.append(Matrix(i, "router", "gate", moe.num_experts, h, tuple(f"{a}.gate" for a in _MLP)))
+        elif spec.intermediate_size:
+            out += _mlp_matrices(spec, i, "dense_mlp", spec.intermediate_size)
+    return out

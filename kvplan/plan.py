@@ -23,7 +23,13 @@ from kvplan.request import PlanRequest
 from kvplan.specs.models import ChunkedAttention, GpuSpec, ModelSpec, SlidingWindow
 from kvplan.speed_plan import Decode, Prefill, plan_speed
 from kvplan.units import GiB, fmt_bytes, fmt_gib
-from kvplan.weights import StageWeights, stage_weights
+from kvplan.weights import (
+    StageWeights,
+    checkpoint_stage_weights,
+    component_formats,
+    matrix_stage_weights,
+    stage_weights,
+)
 
 __all__ = ["SCHEMA", "Plan", "PlanRequest", "StagePlan", "estimate"]
 
@@ -79,6 +85,7 @@ class Settings:
     enable_prefix_caching: bool
     weight_dtype: str
     expert_weight_dtype: str | None
+    weight_formats: dict[str, str | None]  # per component (README, Weight formats)
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,8 @@ class Plan:
     memory_bytes_per_gpu: int
     requested_bytes_per_gpu: int
     weight_bytes_per_gpu: int
+    weight_bytes_total: int  # all GPUs, the whole model once (+ a tied head's copy under PP)
+    weight_bytes_checkpoint: int | None  # model.safetensors.index.json metadata.total_size
     reserve_bytes_per_gpu: int
     reserve: ReserveSummary
     kv_budget_bytes_per_gpu: int
@@ -253,7 +262,11 @@ def _weights(
     w_name = normalize_dtype_name(req.weight_dtype) if req.weight_dtype else spec.weight_dtype
     w_fmt = weight_format(w_name)
     e_fmt = weight_format(req.weight_dtype or spec.expert_weight_dtype or w_name)
-    stages = stage_weights(spec, params, w_fmt, e_fmt, tp, pp)
+    notes += [n for n in spec.notes if n.startswith(("WARNING", "weights "))]
+    if req.weight_dtype or not (spec.weight_formats or spec.checkpoint_weight_bytes):
+        stages = stage_weights(spec, params, w_fmt, e_fmt, tp, pp)
+    else:  # per-matrix formats of a quantized checkpoint; the checkpoint's own total when known
+        stages = checkpoint_stage_weights(spec, matrix_stage_weights(spec, tp, pp), tp, notes)
     if not params.total_stated:
         notes.append(
             f"parameter count {params.total / 1e9:,.2f}B estimated from the architecture (the spec states none)"
@@ -561,6 +574,11 @@ def estimate(req: PlanRequest) -> Plan:
             enable_prefix_caching=req.enable_prefix_caching,
             weight_dtype=weights.weight_fmt.name,
             expert_weight_dtype=weights.expert_fmt.name if weights.params.routed_experts else None,
+            weight_formats=component_formats(spec, weights.weight_fmt, weights.expert_fmt)
+            if not req.weight_dtype
+            else component_formats(
+                spec.model_copy(update={"weight_formats": {}}), weights.weight_fmt, weights.expert_fmt
+            ),  # fmt: skip
         ),
         kv_bytes_per_token=_num(totals.bits_per_token),
         kv_bytes_per_token_per_gpu=_num(binding.kv_bits_per_token_per_gpu),
@@ -574,6 +592,8 @@ def estimate(req: PlanRequest) -> Plan:
         memory_bytes_per_gpu=gpu.memory_bytes,
         requested_bytes_per_gpu=budget.requested_bytes,
         weight_bytes_per_gpu=max(s.weight_bytes_per_gpu for s in pool.stages),
+        weight_bytes_total=sum(w.bytes_per_gpu for w in weights.stages) * tp,
+        weight_bytes_checkpoint=spec.checkpoint_weight_bytes,
         reserve_bytes_per_gpu=reserve.total if used else 0,
         reserve=ReserveSummary(
             reserve.activation_bytes,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from kvplan.formats import Format
+from kvplan.formats import Format, weight_format
 from kvplan.parallel import stage_ranges
-from kvplan.params import ParamBreakdown, is_moe_layer
+from kvplan.params import COMPONENTS, Matrix, ParamBreakdown, is_moe_layer, weight_matrices
 from kvplan.specs.models import ModelSpec
 from kvplan.units import ceil_div
 
@@ -63,3 +63,96 @@ def stage_weights(
             StageWeights(s, stage, ceil_div(total, tp), ceil_div(expert_bytes, tp), ceil_div(embedding, tp))
         )
     return out
+
+
+# --- per-matrix formats (quantized checkpoints) -------------------------------------------------
+
+
+def matrix_format_name(spec: ModelSpec, m: Matrix) -> str:
+    """The spec's format for one matrix: the most specific `weight_formats` key, else the defaults."""
+    for key in (f"{m.component}.{m.name}@{m.layer}", f"{m.component}.{m.name}", m.component):
+        if key in spec.weight_formats:
+            return spec.weight_formats[key]
+    if m.component in ("router", "norms"):
+        return spec.activation_dtype
+    if m.component == "routed_experts" and spec.expert_weight_dtype:
+        return spec.expert_weight_dtype
+    return spec.weight_dtype
+
+
+def component_formats(spec: ModelSpec, weight_fmt: Format, expert_fmt: Format) -> dict[str, str | None]:
+    """Each component's commonest format by parameters (None: the model has no such weights)."""
+    out: dict[str, str | None] = dict.fromkeys(COMPONENTS)
+    if not spec.weight_formats:
+        for comp in COMPONENTS:
+            out[comp] = (expert_fmt if comp == "routed_experts" else weight_fmt).name
+        present = {m.component for m in weight_matrices(spec)}
+        return {c: (f if c in present else None) for c, f in out.items()}
+    params: dict[str, dict[str, int]] = {}
+    for m in weight_matrices(spec):
+        if m.component in COMPONENTS:
+            counts = params.setdefault(m.component, {})
+            name = matrix_format_name(spec, m)
+            counts[name] = counts.get(name, 0) + m.params
+    for comp, counts in params.items():
+        out[comp] = max(counts, key=lambda k: counts[k])
+    return out
+
+
+def matrix_stage_weights(spec: ModelSpec, tp: int, pp: int) -> list[StageWeights]:
+    """Weights per GPU per stage, each matrix in its own format, bits exact per matrix
+    (Format.matrix_bits); stage placement as stage_weights."""
+    ranges = stage_ranges(spec.num_layers, pp)
+    stage_of = {i: s for s, r in enumerate(ranges) for i in r}
+    total, experts, embedding = [0] * pp, [0] * pp, [0] * pp
+    for m in weight_matrices(spec):
+        bits = weight_format(matrix_format_name(spec, m)).matrix_bits(m.rows, m.cols) * m.count
+        if m.layer is not None:
+            stages = [stage_of[m.layer]]
+        elif m.component == "embedding":
+            stages = [0] + ([pp - 1] if spec.tie_word_embeddings and pp > 1 else [])
+            embedding[0] += bits
+        else:  # LM head and final norm
+            stages = [pp - 1]
+        for s in stages:
+            total[s] += bits
+        if m.component == "routed_experts":
+            experts[stages[0]] += bits
+    return [
+        StageWeights(
+            s,
+            ranges[s],
+            ceil_div(ceil_div(total[s], 8), tp),
+            ceil_div(ceil_div(experts[s], 8), tp),
+            ceil_div(ceil_div(embedding[s], 8), tp),
+        )  # fmt: skip
+        for s in range(pp)
+    ]
+
+
+def checkpoint_stage_weights(
+    spec: ModelSpec, stages: list[StageWeights], tp: int, notes: list[str]
+) -> list[StageWeights]:
+    """The checkpoint's own total (model.safetensors.index.json) spread over stages as kvplan's count."""
+    ckpt = spec.checkpoint_weight_bytes
+    counted = sum(s.bytes_per_gpu for s in stages) * tp
+    if not ckpt or not counted:
+        return stages
+    diff = ckpt / counted - 1
+    notes.append(
+        f"weight bytes = the checkpoint's model.safetensors.index.json metadata.total_size "
+        f"({ckpt / 1e9:,.1f} GB); kvplan's own count is {counted / 1e9:,.1f} GB"
+    )
+    if abs(diff) > 0.03:
+        notes.append(
+            f"the checkpoint holds {diff:+.1%} vs kvplan's count of the architecture "
+            "(extra weights such as MTP or vision layers, or a format kvplan does not model)"
+        )
+    return [
+        replace(
+            s,
+            bytes_per_gpu=ceil_div(s.bytes_per_gpu * ckpt, counted),
+            expert_bytes_per_gpu=ceil_div(s.expert_bytes_per_gpu * ckpt, counted),
+        )  # fmt: skip
+        for s in stages
+    ]

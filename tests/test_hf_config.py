@@ -55,7 +55,9 @@ def test_config_json_matches_the_shipped_spec(name):
 
 
 def test_quantization_config_sets_weight_dtypes():
-    assert load_model(str(FIXTURES / "deepseek-v3.json")).weight_dtype == "fp8"
+    ds = load_model(str(FIXTURES / "deepseek-v3.json"))
+    assert ds.weight_formats["attention"] == ds.expert_weight_dtype == "fp8-b128-s32"
+    assert (ds.weight_formats["embedding"], ds.weight_formats["lm_head"]) == ("bf16", "bf16")
     oss = load_model(str(FIXTURES / "gpt-oss-20b.json"))
     assert (oss.weight_dtype, oss.expert_weight_dtype) == ("bf16", "mxfp4")
 
@@ -93,9 +95,14 @@ def test_estimate_from_config_json_equals_estimate_from_name():
         "8xH200",
         "--max-model-len",
         "32K",
+        "--weight-dtype",  # the config's per-matrix formats (bf16 embedding/head) are tested in test_quant
+        "fp8",
         "--json",
     )
-    b = run_cli("estimate", "--model", "deepseek-v3", "--gpus", "8xH200", "--max-model-len", "32K", "--json")
+    b = run_cli(
+        "estimate", "--model", "deepseek-v3", "--gpus", "8xH200", "--max-model-len", "32K",
+        "--weight-dtype", "fp8", "--json",
+    )  # fmt: skip
     assert a.exit_code == 0 and b.exit_code == 0
     for key in ("kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "num_blocks_per_gpu", "max_concurrency"):
         assert a.json()[key] == pytest.approx(b.json()[key], rel=0.002), key

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING, Annotated, Literal, Union
 
-from kvplan.formats import KV_DTYPES, WEIGHT_DTYPES, normalize_dtype_name
+from kvplan.formats import KV_DTYPES, normalize_dtype_name
 from kvplan.specs.record import Record
 
 if TYPE_CHECKING:
@@ -212,6 +212,20 @@ def _check_dtype(value: str | None, table: dict, what: str) -> str | None:
     return key
 
 
+def _check_weight_formats(spec: ModelSpec) -> None:
+    from kvplan.errors import UsageError
+    from kvplan.formats import weight_format
+
+    named = {"weight_dtype": spec.weight_dtype, "expert_weight_dtype": spec.expert_weight_dtype}
+    named.update({f"weight_formats.{k}": v for k, v in spec.weight_formats.items()})
+    for what, value in named.items():
+        try:
+            if value is not None:
+                weight_format(value)
+        except UsageError as exc:
+            raise ValueError(f"{what} {value!r}: {exc}") from None
+
+
 class ModelSpec(_Strict):
     name: str
     display_name: str | None = None
@@ -240,6 +254,10 @@ class ModelSpec(_Strict):
     weight_dtype: str = "bf16"
     expert_weight_dtype: str | None = None
     activation_dtype: str = "bf16"
+    # Per-component weight formats of a quantized checkpoint (README, Weight formats): keys
+    # `component`, `component.matrix`, `component.matrix@layer`; unlisted weights: weight_dtype.
+    weight_formats: dict[str, str] = {}
+    checkpoint_weight_bytes: PositiveInt | None = None  # model.safetensors.index.json metadata.total_size
 
     layer_types: dict[str, Layer]
     layer_pattern: Annotated[list[str], Field(min_length=1)]
@@ -260,8 +278,7 @@ class ModelSpec(_Strict):
             raise ValueError(
                 f"layer_pattern has {len(self.layer_pattern)} entries but num_layers is {self.num_layers}"
             )
-        _check_dtype(self.weight_dtype, WEIGHT_DTYPES, "weight_dtype")
-        _check_dtype(self.expert_weight_dtype, WEIGHT_DTYPES, "expert_weight_dtype")
+        _check_weight_formats(self)
         act = _check_dtype(self.activation_dtype, KV_DTYPES, "activation_dtype")
         if act not in ("fp32", "fp16", "bf16"):
             raise ValueError(f"activation_dtype must be fp32, fp16 or bf16, not {self.activation_dtype!r}")

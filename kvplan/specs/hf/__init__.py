@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.errors import SpecError
+from kvplan.specs.hf import quant as q
 from kvplan.specs.hf.layers import Basics, read_layers
 from kvplan.specs.hf.moe import read_moe
-from kvplan.specs.hf.quant import weight_dtypes
 from kvplan.specs.hf.reader import Reader
 from kvplan.specs.hf.unread import unread_fields
 from kvplan.specs.io import validate
@@ -68,8 +68,6 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     layer_types, pattern = layers.layer_types, layers.pattern
 
     moe = read_moe(r, top)
-    quant = top.get("quantization_config") or cfg.get("quantization_config") or {}
-    weight_dtype, expert_dtype = weight_dtypes(quant, notes)
     raw_dtype = top.get("torch_dtype") or top.get("dtype") or cfg.get("torch_dtype") or "bfloat16"
     act = _DTYPES.get(str(raw_dtype), None)
     if act is None:
@@ -78,8 +76,8 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     elif act == "fp32":
         notes.append("checkpoint is float32; served in bf16 as engines do by default")
         act = "bf16"
-    if weight_dtype is None:
-        weight_dtype = act
+    quant, quant_where = q.quant_config(top, cfg, path)
+    scheme = q.read_scheme(quant, quant_where, 16 if act != "fp32" else 32, notes)
 
     if r.problems:
         raise SpecError("\n".join(r.problems))
@@ -112,8 +110,8 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "tie_word_embeddings": bool(top.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))),
         "max_context": max_context,
         "moe": moe,
-        "weight_dtype": weight_dtype,
-        "expert_weight_dtype": expert_dtype if moe else None,
+        "weight_dtype": act,
+        "checkpoint_weight_bytes": q.checkpoint_weight_bytes(path),
         "activation_dtype": act,
         "layer_types": layer_types,
         "layer_pattern": pattern,
@@ -122,4 +120,16 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     }
     if r.problems:
         raise SpecError("\n".join(r.problems))
-    return validate(ModelSpec, spec, path)
+    model = validate(ModelSpec, spec, path)
+    if scheme is None:
+        return model
+    formats = q.resolve(model, scheme)
+    notes.append(
+        f"weights quantized ({scheme.method}, {quant_where.split(': ')[0]}): "
+        + ", ".join(f"{k} {v}" for k, v in formats.items() if "." not in k)
+    )
+    return validate(
+        ModelSpec,
+        {**spec, "weight_formats": formats, "expert_weight_dtype": formats.get("routed_experts")},
+        path,
+    )
