@@ -22,7 +22,8 @@ BF16 = KV_DTYPES["bf16"]
 
 
 def corpus(name: str):
-    return load_model(str(CORPUS / f"{name}.json"))
+    folder = CORPUS / name / "config.json"  # a config kept with its hf_quant_config.json
+    return load_model(str(folder if folder.exists() else CORPUS / f"{name}.json"))
 
 
 def kv_bytes_per_token(spec) -> int:
@@ -133,7 +134,7 @@ def test_moe_layer_freq_list_with_dense_layers_between_is_refused(tmp_path: Path
 
 @pytest.mark.parametrize("key", ["language_config", "llm_config"])
 def test_language_model_nested_under_other_keys(tmp_path: Path, key: str):
-    cfg = json.loads((CORPUS / "gemma-4-31b-it-nvfp4.json").read_text())
+    cfg = json.loads((CORPUS / "gemma-4-31b-it-nvfp4" / "config.json").read_text())
     cfg[key] = cfg.pop("text_config")
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))

@@ -42,7 +42,7 @@ def test_deepseek_v32_bytes_per_token():
     assert kv.model_bits_per_token(spec.layers, FP8, tp=8) // 8 == 48_068
 
 
-@pytest.mark.parametrize("config", ["deepseek-v3.2-exp.json", "deepseek-v3.2-nvfp4.json"])
+@pytest.mark.parametrize("config", ["deepseek-v3.2-exp.json", "deepseek-v3.2-nvfp4/config.json"])
 def test_shipped_v32_spec_is_what_the_config_gives(config):
     from_config = load_model(str(CORPUS / config))
     shipped = load_model("deepseek-v3.2")
@@ -51,7 +51,7 @@ def test_shipped_v32_spec_is_what_the_config_gives(config):
     assert from_config.max_context == shipped.max_context
 
 
-@pytest.mark.parametrize("config", ["deepseek-v4-flash.json", "deepseek-v4-flash-nvfp4.json"])
+@pytest.mark.parametrize("config", ["deepseek-v4-flash.json", "deepseek-v4-flash-nvfp4/config.json"])
 def test_shipped_v4_flash_spec_is_what_the_config_gives(config):
     from_config = load_model(str(CORPUS / config))
     shipped = load_model("deepseek-v4-flash")
