@@ -14,6 +14,7 @@ from kvplan.specs.models import (
     HeadLayer,
     LatentAttention,
     ModelSpec,
+    MoE,
     RecurrentState,
     SharedKV,
 )
@@ -86,26 +87,16 @@ def is_moe_layer(spec: ModelSpec, index: int) -> bool:
 
 
 def architecture_params(spec: ModelSpec) -> tuple[int, int, int, int]:
-    """(embedding, lm_head, routed_experts, body) counted from the architecture."""
-    h = spec.hidden_size
-    mlp_mats = 3 if spec.mlp_gated else 2
-    embedding = spec.vocab_size * h
-    lm_head = 0 if spec.tie_word_embeddings else spec.vocab_size * h
-    routed = 0
-    body = h  # final norm
-    for i, layer in enumerate(spec.layers):
-        body += _attention_params(spec, layer) + 2 * h
-        moe = spec.moe
-        kind = spec.mlp_kind(i)
-        if moe is not None and kind == "moe":
-            routed += moe.num_experts * mlp_mats * h * moe.expert_intermediate_size
-            shared_size = moe.shared_expert_intermediate_size or moe.expert_intermediate_size
-            body += moe.shared_experts * mlp_mats * h * shared_size + h * moe.num_experts
-        elif kind == "dense" and spec.intermediate_sizes:  # per-layer widths (DeciLM ffn_mult, Gemma-3n)
-            body += mlp_mats * h * spec.intermediate_sizes[i]
-        elif kind == "dense" and spec.intermediate_size:
-            body += mlp_mats * h * spec.intermediate_size
-    return embedding, lm_head, routed, body
+    """(embedding, lm_head, routed_experts, body) counted from the architecture: the sums of
+    weight_matrices, so parameter counts and per-matrix weight formats never disagree."""
+    sums = {"embedding": 0, "lm_head": 0, "routed_experts": 0}
+    body = 0
+    for m in weight_matrices(spec):
+        if m.component in sums:
+            sums[m.component] += m.params
+        else:
+            body += m.params
+    return sums["embedding"], sums["lm_head"], sums["routed_experts"], body
 
 
 def param_breakdown(spec: ModelSpec) -> ParamBreakdown:
@@ -175,13 +166,15 @@ def _attention_matrices(spec: ModelSpec, i: int, layer) -> list[Matrix]:
     elif isinstance(layer, SharedKV):
         d = layer.head_dim or spec.hidden_size // heads
         shapes = [("q_proj", heads * d, h), ("o_proj", h, heads * d)]
-    elif isinstance(layer, RecurrentState):  # counted like _attention_params: 4 h^2
-        shapes = [("in_proj", 3 * h, h), ("out_proj", h, h)]
+    elif isinstance(layer, RecurrentState):  # the mixer's projections, as state_mixer_params counts them
+        shapes = [("mixer", state_mixer_params(h, layer), 1)]
     return [Matrix(i, "attention", n, r, c, tuple(f"{a}.{n}" for a in _ATTN)) for n, r, c in shapes]
 
 
-def _mlp_matrices(spec: ModelSpec, i: int, component: str, size: int, count: int = 1) -> list[Matrix]:
-    h = spec.hidden_size
+def _mlp_matrices(
+    spec: ModelSpec, i: int, component: str, size: int, count: int = 1, width: int | None = None
+) -> list[Matrix]:
+    h = width or spec.hidden_size
     mats = ("gate_proj", "up_proj", "down_proj") if spec.mlp_gated else ("up_proj", "down_proj")
     sub = {"dense_mlp": ("",), "shared_experts": ("shared_experts.", "shared_expert.", "shared_mlp."),
            "routed_experts": ("experts.0.", "experts.")}[component]  # fmt: skip
@@ -205,12 +198,27 @@ def weight_matrices(spec: ModelSpec) -> list[Matrix]:
     for i, layer in enumerate(spec.layers):
         out += _attention_matrices(spec, i, layer)
         out.append(Matrix(i, "norms", "layernorms", 2, h))
-        if moe is not None and is_moe_layer(spec, i):
-            out += _mlp_matrices(spec, i, "routed_experts", moe.expert_intermediate_size, moe.num_experts)
-            shared_size = moe.shared_expert_intermediate_size or moe.expert_intermediate_size
-            for _ in range(moe.shared_experts):
-                out += _mlp_matrices(spec, i, "shared_experts", shared_size)
-            out.append(Matrix(i, "router", "gate", moe.num_experts, h, tuple(f"{a}.gate" for a in _MLP)))
-        elif spec.intermediate_size:
+        kind = spec.mlp_kind(i)
+        if moe is not None and kind == "moe":
+            out += _moe_matrices(spec, i, moe)
+        elif kind == "dense" and spec.intermediate_sizes:  # per-layer widths (DeciLM ffn_mult, Gemma-3n)
+            if spec.intermediate_sizes[i]:
+                out += _mlp_matrices(spec, i, "dense_mlp", spec.intermediate_sizes[i])
+        elif kind == "dense" and spec.intermediate_size:
             out += _mlp_matrices(spec, i, "dense_mlp", spec.intermediate_size)
+    return out
+
+
+def _moe_matrices(spec: ModelSpec, i: int, moe: MoE) -> list[Matrix]:
+    h = spec.hidden_size
+    latent = moe.expert_hidden_size or h
+    out = _mlp_matrices(spec, i, "routed_experts", moe.expert_intermediate_size, moe.num_experts, latent)
+    if latent != h:  # Nemotron-3 latent MoE: experts work in a smaller space, projected in and out
+        names = tuple(f"{a}.fc1_latent_proj" for a in _MLP)
+        out += [Matrix(i, "routed_experts", "latent_in", latent, h, names),
+                Matrix(i, "routed_experts", "latent_out", h, latent, tuple(n.replace("fc1", "fc2") for n in names))]  # fmt: skip
+    shared_size = moe.shared_expert_intermediate_size or moe.expert_intermediate_size
+    for _ in range(moe.shared_experts):
+        out += _mlp_matrices(spec, i, "shared_experts", shared_size)
+    out.append(Matrix(i, "router", "gate", moe.num_experts, h, tuple(f"{a}.gate" for a in _MLP)))
     return out

@@ -193,3 +193,16 @@ def test_yaml_state_layer_fields_are_checked():
     with pytest.raises(ValueError, match="ssm_dtype"):
         RecurrentState(mixer="gdn", conv_channels=8, conv_kernel=4, ssm_dtype="int8")
     assert FullAttention(num_kv_heads=1, head_dim=8) and NoCache()
+
+
+def test_nemotron3_latent_moe_parameter_counts():
+    # moe_latent_size: routed experts work in a 1,024 (Super) / 2,048 (Ultra) wide space with
+    # fc1/fc2 latent projections; relu^2 experts have two matrices. The names say 120B and 550B.
+    super_ = load_model(str(CORPUS / "nemotron-3-super-120b-a12b-fp8" / "config.json"))
+    ultra = model("nemotron-3-ultra-550b-a55b")
+    assert super_.moe.expert_hidden_size == 1024 and ultra.moe.expert_hidden_size == 2048
+    # one routed expert of Super: 2 x 1,024 x 2,688 = 5,505,024 parameters (not 2 x 4,096 x 2,688)
+    assert param_breakdown(super_).total == pytest.approx(120e9, rel=0.01)
+    assert param_breakdown(ultra).total == pytest.approx(550e9, rel=0.01)
+    # Nano has no latent space: 31.6B parameters (its model card: 31.6B total)
+    assert param_breakdown(model("nemotron-3-nano-30b-a3b")).total == pytest.approx(31.6e9, rel=0.005)

@@ -191,6 +191,8 @@ class MoE(_Strict):
     shared_experts: Annotated[int, Field(ge=0)] = 0
     expert_intermediate_size: PositiveInt
     shared_expert_intermediate_size: PositiveInt | None = None
+    # Nemotron-3 latent MoE (moe_latent_size): routed experts work in this width, not hidden_size
+    expert_hidden_size: PositiveInt | None = None
     # Layers that are MoE: all but the first `first_dense_layers`, every `layer_step`-th.
     first_dense_layers: Annotated[int, Field(ge=0)] = 0
     layer_step: PositiveInt = 1

@@ -44,7 +44,11 @@ def read_moe(r: Reader, top: dict) -> dict | None:
     cfg = r.cfg
     shared = r.int("n_shared_experts", "num_shared_experts", default=None, minimum=0)
     shared_size = r.int(
-        "shared_expert_intermediate_size", "shared_intermediate_size", default=None, minimum=0
+        "shared_expert_intermediate_size",
+        "shared_intermediate_size",
+        "moe_shared_expert_intermediate_size",
+        default=None,
+        minimum=0,
     )
     if cfg.get("enable_moe_block") is True:
         # Gemma 4: the dense MLP runs beside the routed experts in every layer (vLLM gemma4.py), a shared expert
@@ -59,6 +63,7 @@ def read_moe(r: Reader, top: dict) -> dict | None:
         "shared_experts": shared if shared_size != 0 else 0,
         "expert_intermediate_size": expert_size,
         "shared_expert_intermediate_size": shared_size or None,
+        "expert_hidden_size": r.int("moe_latent_size", default=None),
         "first_dense_layers": first,
         "layer_step": step,
     }
