@@ -87,11 +87,14 @@ class EstimateFlags:
     mem_fraction_static: float | None = None
     swa_full_tokens_ratio: float | None = None
     disable_hybrid_swa_memory: bool = False
+    mamba_ssm_cache_dtype: str | None = None
+    images_per_request: int = 1
     calibration: bool = True
     calibration_file: str | None = None
 
 
 def plan_request(f: EstimateFlags) -> PlanRequest:
+    from kvplan.formats import normalize_dtype_name
     from kvplan.plan import PlanRequest
     from kvplan.specs.registry import load_model
     from kvplan.units import parse_bytes, parse_count
@@ -143,6 +146,8 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
         mem_fraction_static=f.mem_fraction_static,
         swa_full_tokens_ratio=f.swa_full_tokens_ratio,
         disable_hybrid_swa_memory=f.disable_hybrid_swa_memory,
+        mamba_ssm_dtype=normalize_dtype_name(f.mamba_ssm_cache_dtype) if f.mamba_ssm_cache_dtype else None,
+        images_per_request=f.images_per_request,
         enable_prefix_caching=f.enable_prefix_caching,
         **bandwidth,
         shared_prefix_tokens=parse_count(f.shared_prefix_tokens, "--shared-prefix-tokens"),

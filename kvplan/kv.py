@@ -14,6 +14,7 @@ from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,
     CompressedLatent,
+    CrossAttention,
     HeadLayer,
     LatentAttention,
     Layer,
@@ -131,6 +132,16 @@ def state_parts_per_rank(layer: RecurrentState, tp: int = 1) -> tuple[int, int]:
     return conv * conv_bytes, ssm * _STATE_DTYPE_BYTES[normalize_dtype_name(layer.ssm_dtype)]
 
 
+def layer_image_bytes(layer: Layer, fmt: Format, tp: int = 1) -> int:
+    """Cross-attention (Llama 3.2 Vision): K and V of every image token, for the request's images,
+    on one TP rank; fixed per request whatever the text context (vLLM CrossAttentionSpec)."""
+    if not isinstance(layer, CrossAttention):
+        return 0
+    heads = kv_heads_per_rank(layer.num_kv_heads, tp)
+    bits = heads * 2 * fmt.vector_bits(layer.head_dim)
+    return ceil_div(layer.image_tokens * layer.images_per_request * bits, 8)
+
+
 def layer_state_bytes(layer: Layer, tp: int = 1) -> int:
     """Fixed bytes per sequence (linear attention / Mamba state) on one TP rank."""
     if not isinstance(layer, RecurrentState):
@@ -188,6 +199,7 @@ def layer_request_bytes(layer: Layer, fmt: Format, context_tokens: int, block_si
         page_bytes(layer, fmt, block_size, tp) * layer_blocks(layer, context_tokens, block_size)
         + window_page * window_blocks(layer, context_tokens, block_size)
         + layer_state_bytes(layer, tp)
+        + layer_image_bytes(layer, fmt, tp)
     )
 
 
@@ -255,6 +267,11 @@ def sequence_bytes(
         n * layer_bits_per_token(layer, fmt, tp) * layer_entries(layer, context_tokens) for layer, n in groups
     )
     return ceil_div(bits, 8) + sum(
-        n * (layer_state_bytes(layer, tp) + layer_window_bytes(layer, fmt, context_tokens))
+        n
+        * (
+            layer_state_bytes(layer, tp)
+            + layer_window_bytes(layer, fmt, context_tokens)
+            + layer_image_bytes(layer, fmt, tp)
+        )
         for layer, n in groups
     )

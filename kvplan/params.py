@@ -34,25 +34,6 @@ class ParamBreakdown:
         return self.embedding + self.lm_head + self.routed_experts + self.body
 
 
-def _attention_params(spec: ModelSpec, layer) -> int:
-    h, heads = spec.hidden_size, spec.num_attention_heads
-    if isinstance(layer, (*HeadLayer, CrossAttention)):
-        q_dim = heads * layer.head_dim
-        return h * q_dim + h * layer.num_kv_heads * (layer.head_dim + layer.v_dim) + heads * layer.v_dim * h
-    if isinstance(layer, LatentAttention):
-        nope, v = layer.nope_dim, layer.value_dim
-        qk = nope + layer.qk_rope_head_dim
-        q = (h * layer.q_lora_rank + layer.q_lora_rank * heads * qk) if layer.q_lora_rank else h * heads * qk
-        kv = h * layer.latent_dim + layer.kv_lora_rank * heads * (nope + v)
-        return q + kv + heads * v * h
-    if isinstance(layer, SharedKV):  # own Q and O only
-        d = layer.head_dim or spec.hidden_size // heads
-        return 2 * h * heads * d
-    if isinstance(layer, RecurrentState):
-        return state_mixer_params(h, layer)
-    return 0
-
-
 def state_mixer_params(h: int, layer: RecurrentState) -> int:
     """Weights of a recurrent mixer from its state's tensors (the projections into and out of it;
     the layouts of vLLM's mamba_mixer2.py, mamba_mixer.py, qwen3_next.py GatedDeltaNet, short_conv.py)."""
@@ -149,10 +130,10 @@ _MLP_NAMES = {
 
 
 def _attention_matrices(spec: ModelSpec, i: int, layer) -> list[Matrix]:
-    """The projections _attention_params counts, one Matrix each (same totals)."""
+    """The attention (or mixer) projections of layer i, one Matrix each."""
     h, heads = spec.hidden_size, spec.num_attention_heads
     shapes: list[tuple[str, int, int]] = []
-    if isinstance(layer, HeadLayer):
+    if isinstance(layer, (*HeadLayer, CrossAttention)):
         shapes = [("q_proj", heads * layer.head_dim, h), ("k_proj", layer.num_kv_heads * layer.head_dim, h),
                   ("v_proj", layer.num_kv_heads * layer.v_dim, h), ("o_proj", h, heads * layer.v_dim)]  # fmt: skip
     elif isinstance(layer, LatentAttention):

@@ -20,7 +20,7 @@ from kvplan.formats import Format, normalize_dtype_name, weight_format
 from kvplan.parallel import Layout, check_tp, make_layout, stage_layers, stage_ranges
 from kvplan.params import ParamBreakdown, param_breakdown
 from kvplan.request import PlanRequest
-from kvplan.specs.models import ChunkedAttention, GpuSpec, ModelSpec, SlidingWindow
+from kvplan.specs.models import ChunkedAttention, CrossAttention, GpuSpec, ModelSpec, SlidingWindow
 from kvplan.speed_plan import Decode, Prefill, plan_speed
 from kvplan.units import GiB, fmt_bytes, fmt_gib
 from kvplan.weights import (
@@ -206,6 +206,7 @@ def _engine_view(
         if why:
             notes.append(why)
     spec = engines.with_state_dtypes(spec, engine, notes)
+    spec = _with_images(spec, req.images_per_request, notes)
     windowed = any(isinstance(layer, (SlidingWindow, ChunkedAttention)) for layer in spec.layers)
     kept = engine.windows_kept(spec) if windowed else None
     if kept:
@@ -218,6 +219,19 @@ def _engine_view(
     if why:
         notes.append(why)
     return spec, bs
+
+
+def _with_images(spec: ModelSpec, images: int, notes: list[str]) -> ModelSpec:
+    """Cross-attention layers hold the K/V of the request's images (an assumption: --images-per-request)."""
+    types = {
+        name: layer.model_copy(update={"images_per_request": images})
+        for name, layer in spec.layer_types.items()
+        if isinstance(layer, CrossAttention)
+    }
+    if not types:
+        return spec
+    notes.append(f"{images} image(s) per request in the cross-attention layers (--images-per-request)")
+    return spec.model_copy(update={"layer_types": {**spec.layer_types, **types}})
 
 
 def _kv_totals(spec: ModelSpec, fmt: Format, max_len: int, ex: list[Explain]) -> KvTotals:

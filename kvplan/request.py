@@ -40,6 +40,7 @@ class PlanRequest:
     swa_full_tokens_ratio: float | None = None  # SGLang; None: its default
     disable_hybrid_swa_memory: bool = False  # SGLang
     mamba_ssm_dtype: str | None = None  # vLLM --mamba-ssm-cache-dtype, SGLang --mamba-ssm-dtype
+    images_per_request: int = 1  # cross-attention models: images whose K/V a request holds
     decode_bandwidth_bytes_per_s: float | None = (
         None  # measured peak (a calibration profile); None: datasheet
     )
@@ -74,6 +75,10 @@ class PlanRequest:
         if self.mamba_ssm_dtype is not None and self.mamba_ssm_dtype not in ("fp32", "fp16", "bf16"):
             raise UsageError(
                 f"--mamba-ssm-cache-dtype must be float32, float16 or bfloat16, got {self.mamba_ssm_dtype!r}"
+            )
+        if not 0 <= self.images_per_request <= 1024:
+            raise UsageError(
+                f"--images-per-request must be between 0 and 1024, got {self.images_per_request}"
             )
         if self.reserve_bytes is not None and self.reserve_bytes < 0:
             raise UsageError("--reserve-memory must be >= 0")

@@ -157,11 +157,26 @@ def test_shipped_spec_equals_its_config_json(shipped, config):
     assert (ship.moe, ship.max_context, ship.vocab_size) == (read.moe, read.max_context, read.vocab_size)
 
 
-@pytest.mark.parametrize("name", ["llama-3.2-11b-vision", "llama-3.2-90b-vision-instruct"])
-def test_llama_vision_cross_attention_refused_in_one_line(name):
-    # Was counted as self-attention over the context. 90B: 20 cross layers x 8 KV heads x 128 x 2 x 2 B
-    # x 6,404 image tokens (4 tiles x (560 / 14)^2 + 1) = 524,615,680 B per image, whatever the context.
-    result = run_cli("estimate", "-m", str(CORPUS / f"{name}.json"), "--json")
-    assert result.exit_code == 2
-    error = json.loads(result.stdout)["error"]
-    assert "text_config.cross_attention_layers" in error and "\n" not in error
+def test_llama_vision_cross_attention_holds_image_tokens_per_request():
+    # 90B: 100 layers, cross_attention_layers every 5th from 3 (20 of them). A cross layer holds the
+    # image tokens' K/V: 4 tiles x ((560 / 14)^2 + 1) = 6,404 tokens; 20 x 8 KV heads x 128 x 2 x 2 B
+    # x 6,404 = 524,615,680 B per image, whatever the context. Self-attention: 80 x 8 x 128 x 2 x 2 B a token.
+    path = str(CORPUS / "llama-3.2-90b-vision-instruct.json")
+    one = run_cli("estimate", "-m", path, "-g", "4xH100", "--max-model-len", "8192", "--json").json()
+    assert one["kv_bytes_per_token"] == 80 * 8 * 128 * 2 * 2
+    assert one["kv_bytes_per_request"] == 8192 * 327_680 + 524_615_680
+    two = run_cli(
+        "estimate",
+        "-m",
+        path,
+        "-g",
+        "4xH100",
+        "--max-model-len",
+        "8192",
+        "--images-per-request",
+        "2",
+        "--json",
+    ).json()
+    assert two["kv_bytes_per_request"] - one["kv_bytes_per_request"] == 524_615_680
+    assert not one["engine"]["supported"] and "cross-attention" in one["engine"]["reason"]
+    assert any("--images-per-request" in a for a in one["assumptions"])

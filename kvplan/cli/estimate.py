@@ -67,6 +67,18 @@ SwaFullTokensRatio = Annotated[
 DisableHybridSwaMemory = Annotated[
     bool, typer.Option("--disable-hybrid-swa-memory", help="SGLang: one pool for all layers, no SWA pool.")
 ]
+MambaSsmCacheDtype = Annotated[
+    str | None,
+    typer.Option(
+        "--mamba-ssm-cache-dtype",
+        "--mamba-ssm-dtype",
+        help="Recurrent (SSM) state dtype of hybrid Mamba/DeltaNet models: float32, float16, bfloat16 "
+        "(default: the config's, else the engine's).",
+    ),
+]
+ImagesPerRequest = Annotated[
+    int, typer.Option("--images-per-request", help="Images a request carries (cross-attention models).")
+]
 Calibration = Annotated[
     bool,
     typer.Option(
@@ -112,6 +124,8 @@ def estimate(
     mem_fraction_static: o.MemFractionStatic = None,
     swa_full_tokens_ratio: SwaFullTokensRatio = None,
     disable_hybrid_swa_memory: DisableHybridSwaMemory = False,
+    mamba_ssm_cache_dtype: MambaSsmCacheDtype = None,
+    images_per_request: ImagesPerRequest = 1,
     calibration: Calibration = True,
     calibration_file: CalibrationFile = None,
     json_out: o.Json = False,

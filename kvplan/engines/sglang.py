@@ -28,6 +28,7 @@ from kvplan.formats import Format
 from kvplan.specs.models import (
     CompressedAttention,
     CompressedLatent,
+    CrossAttention,
     FullAttention,
     GpuSpec,
     LatentAttention,
@@ -138,6 +139,8 @@ def _cells(layers: Sequence[Layer], fmt: Format, tp: int) -> tuple[int, int, int
             n += 1
         elif isinstance(layer, CompressedAttention):
             raise EngineUnsupported("compressed-KV layers are not modelled for SGLang")
+        elif isinstance(layer, CrossAttention):
+            raise EngineUnsupported("cross-attention layers (image K/V) are not modelled for SGLang")
     return ceil_div(k_bits, 8), ceil_div(v_bits, 8), n, mla
 
 

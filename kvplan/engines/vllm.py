@@ -30,6 +30,7 @@ from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,
     CompressedLatent,
+    CrossAttention,
     GpuSpec,
     LatentAttention,
     Layer,
@@ -144,6 +145,11 @@ def _cached_layers(layers: list[Layer] | tuple[Layer, ...]) -> list[int]:
     for i, layer in enumerate(layers):
         if isinstance(layer, (SharedKV, NoCache)):
             continue  # no cache of its own (cross-layer sharing reads another layer's)
+        if isinstance(layer, CrossAttention):
+            raise EngineUnsupported(
+                "cross-attention layers (image K/V, vLLM's encoder cache) are not modelled for vLLM's "
+                "block accounting; kvplan's own figure stands"
+            )
         if isinstance(layer, CompressedAttention):
             raise EngineUnsupported("compressed-KV layers have no vLLM block accounting")
         if isinstance(layer, CompressedLatent):
