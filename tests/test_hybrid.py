@@ -206,3 +206,30 @@ def test_nemotron3_latent_moe_parameter_counts():
     assert param_breakdown(ultra).total == pytest.approx(550e9, rel=0.01)
     # Nano has no latent space: 31.6B parameters (its model card: 31.6B total)
     assert param_breakdown(model("nemotron-3-nano-30b-a3b")).total == pytest.approx(31.6e9, rel=0.005)
+
+
+@pytest.mark.parametrize(
+    ("shipped", "config"),
+    [
+        ("qwen3-next", "qwen3-next-80b-a3b-thinking.json"),
+        ("qwen3.5", "qwen3.5-397b-a17b.json"),
+        ("qwen3.5-9b", "qwen3.5-9b.json"),
+        ("nemotron-h", "nemotron-h-56b.json"),
+        ("kimi-k2.5", "kimi-k2.5.json"),
+    ],
+)
+def test_shipped_spec_is_what_its_config_gives(shipped, config):
+    ship, read = load_model(shipped), load_model(str(CORPUS / config))
+    assert [la.model_dump() for la in ship.layers] == [la.model_dump() for la in read.layers]
+    assert [ship.mlp_kind(i) for i in range(ship.num_layers)] == [
+        read.mlp_kind(i) for i in range(read.num_layers)
+    ]
+    assert (ship.moe, ship.max_context, ship.vocab_size) == (read.moe, read.max_context, read.vocab_size)
+    assert param_breakdown(ship).total == param_breakdown(read).total
+    a = plan(shipped, "H200", num_gpus=8, max_model_len=8192)
+    b = plan(str(CORPUS / config), "H200", num_gpus=8, max_model_len=8192)
+    assert (a.weight_bytes_per_gpu, a.kv_bytes_per_request, a.engine.log_lines) == (
+        b.weight_bytes_per_gpu,
+        b.kv_bytes_per_request,
+        b.engine.log_lines,
+    )
