@@ -224,6 +224,7 @@ class Row:
     kv_bytes_per_token_per_gpu: float | None
     ratio_to_mha: float | None
     kv_bytes_per_request: int | None
+    state_bytes_per_request: int | None  # recurrent state + image K/V: fixed per request, whole model
     max_concurrency: int | None
     decode_kv_read_ms_one_request: float | None
     decode_kv_read_ms: float | None
@@ -277,6 +278,7 @@ def row(base: PlanRequest, model: ModelSpec, text: str, offload_gib: float = 0.0
                 "kv_bytes_per_token_per_gpu",
                 "ratio_to_mha",
                 "kv_bytes_per_request",
+                "state_bytes_per_request",
                 "max_concurrency",
                 "decode_kv_read_ms_one_request",
                 "decode_kv_read_ms",
@@ -311,6 +313,7 @@ def row(base: PlanRequest, model: ModelSpec, text: str, offload_gib: float = 0.0
         kv_bytes_per_token_per_gpu=p.kv_bytes_per_token_per_gpu,
         ratio_to_mha=p.kv_bytes_per_token / mha_bytes_per_token(model),
         kv_bytes_per_request=p.kv_bytes_per_request,
+        state_bytes_per_request=p.kv_bytes_per_request_fixed,
         max_concurrency=conc,
         decode_kv_read_ms_one_request=p.kv_bytes_per_request_per_gpu / hbm * 1e3,
         decode_kv_read_ms=read_ms,

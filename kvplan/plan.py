@@ -118,6 +118,7 @@ class Plan:
     kv_bytes_per_token_growing: float
     kv_bytes_per_sequence_windowed_cap: int
     kv_bytes_per_request: int
+    kv_bytes_per_request_fixed: int  # of which fixed per request: recurrent state, image K/V
     kv_bytes_per_request_per_gpu: int
     params_total: int
     params_active: int
@@ -192,6 +193,7 @@ class KvTotals:
     bits_per_token_growing: int
     windowed_cap_bytes: int
     request_bytes: int  # one request at max_model_len, exact
+    fixed_bytes: int  # of which independent of the context: recurrent state, image K/V
 
 
 def _engine_view(
@@ -241,6 +243,7 @@ def _kv_totals(spec: ModelSpec, fmt: Format, max_len: int, ex: list[Explain]) ->
         kv.model_bits_per_token(layers, fmt, growing_only=True),
         kv.windowed_cap_bytes(layers, fmt),
         kv.sequence_bytes(layers, fmt, max_len),
+        kv.sequence_bytes(layers, fmt, 0),
     )
     ex.append(
         Explain(
@@ -599,6 +602,7 @@ def estimate(req: PlanRequest) -> Plan:
         kv_bytes_per_token_growing=_num(totals.bits_per_token_growing),
         kv_bytes_per_sequence_windowed_cap=totals.windowed_cap_bytes,
         kv_bytes_per_request=totals.request_bytes,
+        kv_bytes_per_request_fixed=totals.fixed_bytes,
         kv_bytes_per_request_per_gpu=conc.request_bytes_per_gpu,
         params_total=weights.params.total,
         params_active=weights.params.active,

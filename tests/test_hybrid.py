@@ -233,3 +233,24 @@ def test_shipped_spec_is_what_its_config_gives(shipped, config):
         b.kv_bytes_per_request,
         b.engine.log_lines,
     )
+
+
+def test_compare_table_shows_state_per_request_beside_kv():
+    r = run_cli(
+        "compare", "table", "--models", "qwen3.5-9b,qwen3-8b,qwen3-next", "--context", "128K", "-g", "8xH200",
+        "--json",
+    )  # fmt: skip
+    rows = {row["model"]: row for row in r.json()["rows"]}
+    # Qwen3.5-9B (config: fp32 SSM): 24 x (3 x 8,192 x 2 B + 32 x 128 x 128 x 4 B) = 51,511,296 B a request
+    assert rows["qwen3.5-9b"]["state_bytes_per_request"] == 51_511_296
+    # Qwen3-Next under vLLM (bf16 state): 36 x (49,152 + 1,048,576) = 39,518,208 B
+    assert rows["qwen3-next-80b-a3b"]["state_bytes_per_request"] == 39_518_208
+    assert rows["qwen3-8b"]["state_bytes_per_request"] == 0
+    # KV per request: 8 attention layers x 4 heads x 256 x 2 x 2 B x 131,072 tokens + the state
+    assert rows["qwen3.5-9b"]["kv_bytes_per_request"] == 8 * 4 * 256 * 2 * 2 * 131_072 + 51_511_296
+    text = run_cli(
+        "compare", "table", "--models", "qwen3.5-9b,qwen3-8b", "--context", "128K", "--format", "csv"
+    )
+    assert "state_bytes_per_request" in text.stdout.splitlines()[0]
+    plain = run_cli("compare", "table", "--models", "qwen3-8b,llama3-8b", "--format", "csv")
+    assert "state_bytes_per_request" not in plain.stdout  # no state: no column

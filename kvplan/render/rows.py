@@ -26,6 +26,7 @@ TABLE_COLUMNS: Columns = [
     ("KV/token/GPU", "kv_bytes_per_token_per_gpu", "bytes"),
     ("vs MHA", "ratio_to_mha", "ratio"),
     ("KV/request", "kv_bytes_per_request", "gib"),
+    ("state/request", "state_bytes_per_request", "bytes"),
     ("max requests", "max_concurrency", "int"),
     ("KV read/step, 1 req", "decode_kv_read_ms_one_request", "ms"),
     ("KV read/step, all", "decode_kv_read_ms", "ms"),
@@ -145,18 +146,27 @@ def _text(
     return markdown_text(rows, columns, title, notes), True
 
 
+# shown only when a row has one: recurrent state and image K/V a request holds whatever its length
+_OPTIONAL = {"state_bytes_per_request"}
+
+
+def _table_columns(rows: list[dict[str, Any]]) -> Columns:
+    return [c for c in TABLE_COLUMNS if c[1] not in _OPTIONAL or any(r.get(c[1]) for r in rows)]
+
+
 def table_text(result: TableResult, fmt: str) -> tuple[str, bool]:
     """The json, md or csv text of a comparison table, and whether a newline must follow it."""
     if fmt == "json":
         from kvplan.render.jsonout import to_json
 
         return to_json(table_json(result)), True
-    return _text([r.to_dict() for r in result.rows], TABLE_COLUMNS, fmt, table_title(result), result.notes)
+    rows = [r.to_dict() for r in result.rows]
+    return _text(rows, _table_columns(rows), fmt, table_title(result), result.notes)
 
 
 def print_comparison(result: TableResult, console: Console) -> None:
     rows = [r.to_dict() for r in result.rows]
-    print_table(rows, TABLE_COLUMNS, table_title(result), result.notes, console)
+    print_table(rows, _table_columns(rows), table_title(result), result.notes, console)
 
 
 def ladder_text(result: LadderResult, fmt: str) -> tuple[str, bool]:
