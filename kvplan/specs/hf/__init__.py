@@ -86,6 +86,8 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "its figures may be off for this model"
         for key in unread_fields(cfg)
     ]
+    # what the quantization reader could not model (an unknown method, ...) is said on stderr too
+    warnings += [f"{path}: {n[len('WARNING') :].lstrip(': ')}" for n in notes if n.startswith("WARNING")]
 
     # a model folder's config.json is named by its folder; any other file by its own name
     folder_name = path.resolve().parent.name if path.name == "config.json" else path.stem
