@@ -7,6 +7,7 @@ tiled over `num_layers` (e.g. five sliding layers then one full, repeated).
 
 from __future__ import annotations
 
+import typing
 from functools import cached_property
 from typing import TYPE_CHECKING, Annotated, Literal, Union
 
@@ -183,6 +184,8 @@ Layer = Union[  # noqa: UP007 - a runtime alias others import; `|` of classes is
     CrossAttention,
 ]
 HeadLayer = (FullAttention, SlidingWindow, ChunkedAttention, CompressedAttention)
+# every layer class, in the order validation tries them (subclasses before their bases)
+LAYER_CLASSES: tuple[type[_Strict], ...] = typing.get_args(Layer)
 
 
 class MoE(_Strict):

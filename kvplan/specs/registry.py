@@ -7,46 +7,20 @@ import json
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from kvplan.errors import SpecError, UsageError
 from kvplan.specs.io import read_text, read_yaml, validate
 from kvplan.specs.models import (
-    ChunkedAttention,
-    CompressedAttention,
-    CompressedLatent,
-    CrossAttention,
-    FullAttention,
+    LAYER_CLASSES,
     GpuSpec,
     Interconnect,
-    LatentAttention,
     ModelSpec,
     MoE,
-    NoCache,
-    RecurrentState,
-    SharedKV,
-    SlidingWindow,
 )
 from kvplan.specs.record import Record
 
-if TYPE_CHECKING:
-    pass
-
-_LAYER_CLASSES = {
-    cls.record_fields["kind"]: cls
-    for cls in (
-        FullAttention,
-        SlidingWindow,
-        ChunkedAttention,
-        CompressedAttention,
-        LatentAttention,
-        CompressedLatent,
-        SharedKV,
-        RecurrentState,
-        NoCache,
-        CrossAttention,
-    )
-}
+_LAYER_CLASSES = {cls.record_fields["kind"]: cls for cls in LAYER_CLASSES}
 
 T = TypeVar("T", bound=Record)
 

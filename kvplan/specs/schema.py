@@ -16,18 +16,7 @@ from kvplan.specs.record import _REQUIRED, Record, dump_value
 
 R = TypeVar("R", bound=Record)
 
-_LAYERS: tuple[type[Record], ...] = (
-    m.SlidingWindow,
-    m.ChunkedAttention,
-    m.CompressedAttention,
-    m.FullAttention,
-    m.LatentAttention,
-    m.CompressedLatent,
-    m.SharedKV,
-    m.RecurrentState,
-    m.NoCache,
-    m.CrossAttention,
-)
+_LAYERS: tuple[type[Record], ...] = m.LAYER_CLASSES
 _OTHERS: tuple[type[Record], ...] = (m.MoE, m.Interconnect, m.ModelSpec, m.GpuSpec)
 
 
