@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from kvplan.errors import UsageError
@@ -38,6 +39,12 @@ class TableResult:
     rows: list[Row]
     cluster: dict[str, Any]
     notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """As `compare table --json`."""
+        from kvplan.render.rows import table_json
+
+        return table_json(self)
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,7 @@ def base_request(model_ref: str, flags: ClusterFlags, max_model_len: str | None)
 
 
 def _models(models: str | None) -> tuple[list[str], list[ModelSpec]]:
-    from kvplan import compare
+    compare = import_module("kvplan.compare")  # kvplan.compare is also the public function
     from kvplan.specs.registry import load_model
 
     names = split(models) if models else list(compare.DEFAULT_MODELS)
@@ -107,7 +114,7 @@ def _cluster(base: PlanRequest, rows: list[Row]) -> dict[str, Any]:
 
 def table(models: str | None, variants: str, flags: ClusterFlags, offload_gib: float) -> TableResult:
     """One row per model x variant on the flags' cluster (8K tokens per request by default)."""
-    from kvplan import compare
+    compare = import_module("kvplan.compare")  # kvplan.compare is also the public function
 
     names, specs = _models(models)
     vlist = split(variants) or ["shipped"]
@@ -161,7 +168,7 @@ def ladder(
     prefix_hit_rate: float,
 ) -> LadderResult:
     """Seed 000 15.8's ladder on the flags' cluster; averages default to half the context and 3/4 of it."""
-    from kvplan import compare
+    compare = import_module("kvplan.compare")  # kvplan.compare is also the public function
     from kvplan.units import parse_count
 
     base = base_request(model, flags, flags.max_model_len)
@@ -191,7 +198,7 @@ def ladder(
 def plot(models: str | None, variants: str, flags: ClusterFlags) -> PlotResult:
     """Max concurrency at doubling contexts up to --max-model-len (default: the longest maximum),
     and each model/variant's memory per GPU at its own longest context."""
-    from kvplan import compare
+    compare = import_module("kvplan.compare")  # kvplan.compare is also the public function
     from kvplan.units import parse_count
 
     names, specs = _models(models)

@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 _GPUS_RE = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?(?:(\d+)\s*[xX*]\s*)?(.+?)\s*$")
 
 
-def parse_gpus(text: str) -> tuple[int | None, int | None, str]:
+def parse_gpus(text: str, flag: str = "--gpus") -> tuple[int | None, int | None, str]:
     """'8xH100' -> (8 GPUs, 1 node, 'H100'); '2x8xH100' -> (16, 2); 'H100' -> (None, None)."""
     m = _GPUS_RE.match(text)
     if not m or not m.group(3):
-        raise UsageError(f"--gpus: cannot read {text!r}; write e.g. H100, 8xH100 or 2x8xH100")
+        raise UsageError(f"{flag}: cannot read {text!r}; write e.g. H100, 8xH100 or 2x8xH100")
     a, b, name = m.group(1), m.group(2), m.group(3)
     if a is not None and int(a) < 1 or b is not None and int(b) < 1:
-        raise UsageError(f"--gpus: GPU and node counts must be >= 1 in {text!r}")
+        raise UsageError(f"{flag}: GPU and node counts must be >= 1 in {text!r}")
     if b is not None:
         return int(a) * int(b), int(a), name
     if a is not None:
@@ -40,13 +40,25 @@ def parse_gpus(text: str) -> tuple[int | None, int | None, str]:
     return None, None, name
 
 
-def load_cluster(text: str) -> tuple[GpuSpec, int | None, int]:
-    """--gpus -> (GPU spec, GPU count or None, nodes): '16xH100' spans ceil(16 / 8) nodes."""
+def load_gpu_as(name: str, flag: str) -> GpuSpec:
+    """A GPU spec, its errors naming `flag` (the alias the user typed) instead of --gpus."""
     from kvplan.specs.registry import load_gpu
+
+    try:
+        return load_gpu(name)
+    except UsageError as exc:
+        text = str(exc)
+        if flag == "--gpus" or not text.startswith("--gpus"):
+            raise
+        raise UsageError(flag + text[len("--gpus") :], **exc.figures) from None
+
+
+def load_cluster(text: str, flag: str = "--gpus") -> tuple[GpuSpec, int | None, int]:
+    """--gpus -> (GPU spec, GPU count or None, nodes): '16xH100' spans ceil(16 / 8) nodes."""
     from kvplan.units import ceil_div
 
-    num_gpus, nodes, name = parse_gpus(text)
-    gpu = load_gpu(name)
+    num_gpus, nodes, name = parse_gpus(text, flag)
+    gpu = load_gpu_as(name, flag)
     if nodes is None:
         nodes = ceil_div(num_gpus, gpu.gpus_per_node) if num_gpus is not None else 1
     return gpu, num_gpus, nodes
@@ -278,14 +290,15 @@ def check_log(
     gpus: str | None,
     overrides: dict[str, Any],
     save_calibration: bool,
+    text: str | None = None,
 ) -> LogCheck:
-    """Read, parse and check a startup log; with save_calibration, keep its measured overhead.
-    `overrides` fill what the log does not say (max_num_batched_tokens as typed: 8K)."""
+    """Read, parse and check a startup log (or its `text`); with save_calibration, keep its measured
+    overhead. `overrides` fill what the log does not say (max_num_batched_tokens as typed: 8K)."""
     from kvplan import overheads
     from kvplan.checklog import check, request_from_log
     from kvplan.units import parse_count
 
-    text, source = read_log(log_file)
+    text, source = (text, "text") if text is not None else read_log(log_file)
     log = parse_log(text, source)
     spec = log_model(log, source, model)
     gpu = log_gpu(log, source, gpus)
@@ -309,17 +322,17 @@ class SolveFlags:
     model: str
     users: int
     max_model_len: str | None = None
-    gpu: str = "H100"
+    gpus: str | None = None  # GPU types to search (default H100); with max_context, NxGPU to use
     tpot_ms: float | None = None
     kv_cache_dtype: str = "any"
     max_gpus: int = 64
     price: str | None = None
     max_context: bool = False
-    gpus: str | None = None
     engine: str = "vllm"
     block_size: int | None = None
     gpu_memory_utilization: float | None = None
     top: int = 5
+    gpus_flag: str = "--gpus"  # the name the user typed (--gpu is an alias), for messages
 
 
 def solve(f: SolveFlags) -> tuple[Query, list[Answer]]:
@@ -337,28 +350,27 @@ def solve(f: SolveFlags) -> tuple[Query, list[Answer]]:
 
 def solve_query(f: SolveFlags) -> Query:
     from kvplan.solve import ENGINE_DTYPES, Query
-    from kvplan.specs.registry import load_gpu, load_model
+    from kvplan.specs.registry import load_model
     from kvplan.units import parse_count
 
     spec = load_model(f.model)
-    gpu_specs = tuple(load_gpu(g.strip()) for g in f.gpu.split(",") if g.strip())
-    fixed = None
+    flag = f.gpus_flag
     if f.max_context:
         if not f.gpus or f.max_model_len:
-            raise UsageError("--max-context needs --gpus (e.g. 8xH200) and no --max-model-len")
-        cluster_gpu, n, _ = load_cluster(f.gpus)
-        gpu_specs = (cluster_gpu,)
-        fixed = n or 1
-    elif f.gpus:
-        raise UsageError("--gpus goes with --max-context; to search GPU types use --gpu H100,H200")
-    elif not f.max_model_len:
-        raise UsageError(
-            "give --max-model-len (or ask for the longest context with --max-context --gpus NxGPU)"
-        )
+            raise UsageError(f"--max-context needs {flag} (e.g. 8xH200) and no --max-model-len")
+        cluster_gpu, n, _ = load_cluster(f.gpus, flag)
+        gpu_specs: tuple[GpuSpec, ...] = (cluster_gpu,)
+        fixed: int | None = n or 1
+    else:
+        gpu_specs, fixed = _gpu_types(f.gpus or "H100", flag), None
+        if not f.max_model_len:
+            raise UsageError(
+                f"give --max-model-len (or ask for the longest context with --max-context {flag} NxGPU)"
+            )
     dtypes = (
         ENGINE_DTYPES if f.kv_cache_dtype == "any" else tuple(d.strip() for d in f.kv_cache_dtype.split(","))
     )
-    prices = _prices(f.price, gpu_specs)
+    prices = _prices(f.price, gpu_specs, flag)
     return Query(
         model=spec,
         gpus=gpu_specs,
@@ -376,11 +388,26 @@ def solve_query(f: SolveFlags) -> Query:
     )
 
 
-def _prices(price: str | None, gpu_specs: tuple[GpuSpec, ...]) -> dict[str, float] | None:
+def _gpu_types(text: str, flag: str) -> tuple[GpuSpec, ...]:
+    """solve's GPU types to search: 'H100,H200'. A count (8xH200) means fixed GPUs: --max-context."""
+    names = [g.strip() for g in text.split(",") if g.strip()]
+    if not names:
+        raise UsageError(f"{flag}: give GPU types, e.g. {flag} H100,H200")
+    for name in names:
+        num_gpus, _, _ = parse_gpus(name, flag)
+        if num_gpus is not None:
+            raise UsageError(
+                f"{flag} {name}: a GPU count means fixed GPUs, which goes with --max-context; to search "
+                f"GPU types give types only (e.g. {flag} H100,H200) and cap the count with --max-gpus"
+            )
+    return tuple(load_gpu_as(name, flag) for name in names)
+
+
+def _prices(price: str | None, gpu_specs: tuple[GpuSpec, ...], flag: str) -> dict[str, float] | None:
     """--price: one per GPU type, or one for all."""
     if not price:
         return None
     values = [float(x) for x in price.split(",")]
     if len(values) not in (1, len(gpu_specs)) or any(v <= 0 for v in values):
-        raise UsageError("--price: one positive price per --gpu type (or one for all)")
+        raise UsageError(f"--price: one positive price per {flag} type (or one for all)")
     return {g.name: values[0 if len(values) == 1 else i] for i, g in enumerate(gpu_specs)}

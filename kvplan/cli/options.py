@@ -115,7 +115,8 @@ WeightDtype = Annotated[
 MaxNumBatchedTokens = Annotated[str, _max_num_batched_tokens()]
 MaybeMaxNumBatchedTokens = Annotated[str | None, _max_num_batched_tokens()]
 Models = Annotated[
-    str | None, typer.Option("--models", help="Comma-separated models (default: the seeds' models).")
+    str | None,
+    typer.Option("--models", "-m", "--model", help="Comma-separated models (default: the seeds' models)."),
 ]
 Variants = Annotated[
     str,

@@ -15,9 +15,16 @@ def solve(
     model: o.Model,
     users: Annotated[int, typer.Option("--users", "-u", help="Concurrent requests to serve.")],
     max_model_len: o.MaxModelLen = None,
-    gpu: Annotated[
-        str, typer.Option("--gpu", help="GPU type(s) to consider, comma-separated: H100 or H100,H200,B200.")
-    ] = "H100",
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            "--gpus",
+            "-g",
+            help="GPU types to search, comma-separated: H100 (default) or H100,H200,B200; "
+            "with --max-context, the GPUs you have: 8xH200.",
+        ),
+    ] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", hidden=True, help="Old name of --gpus.")] = None,
     tpot_ms: Annotated[
         float | None,
         typer.Option("--tpot-ms", help="Time per output token at full load must stay under this."),
@@ -31,7 +38,10 @@ def solve(
     max_gpus: Annotated[int, typer.Option("--max-gpus", help="Largest GPU count to consider.")] = 64,
     price: Annotated[
         str | None,
-        typer.Option("--price", help="Price per GPU-hour, one per --gpu type (e.g. 2.5,3.8): rank by cost."),
+        typer.Option(
+            "--price",
+            help="Price per GPU-hour, one per --gpus type (e.g. 2.5,3.8), in any currency: rank by cost.",
+        ),
     ] = None,
     max_context: Annotated[
         bool,
@@ -39,7 +49,6 @@ def solve(
             "--max-context", help="Instead: on --gpus, the longest context --users requests can have."
         ),
     ] = False,
-    gpus: o.MaybeGpus = None,
     engine: o.Engine = "vllm",
     block_size: o.BlockSize = None,
     gpu_memory_utilization: o.GpuMemoryUtilization = None,
@@ -48,11 +57,15 @@ def solve(
 ) -> None:
     """The inverse question: the fewest (or cheapest) GPUs, layout and KV dtype for N users; or the longest context.
 
-    --max-model-len is the context each request needs (not with --max-context); --gpus goes with
-    --max-context: the GPUs you have, e.g. 8xH200."""
-    flags = {k: v for k, v in locals().items() if k != "json_out"}  # the query's inputs
+    --max-model-len is the context each request needs (not with --max-context); with --max-context,
+    --gpus is the GPUs you have, e.g. 8xH200. --gpu is an old name of --gpus."""
+    flags = {k: v for k, v in locals().items() if k not in ("json_out", "gpu")}  # the query's inputs
     from kvplan import inputs
+    from kvplan.errors import UsageError
 
+    if gpu is not None and gpus is not None:
+        raise UsageError("--gpu is an old name of --gpus: give one of them")
+    flags.update(gpus=gpus if gpu is None else gpu, gpus_flag="--gpus" if gpu is None else "--gpu")
     q, answers = inputs.solve(inputs.SolveFlags(**flags))
     if json_out:
         from kvplan.render.jsonout import solve_json, to_json

@@ -33,6 +33,15 @@ TABLE_COLUMNS: Columns = [
     ("offload read/step", "offload_read_ms", "ms"),
     ("quality (seeds)", "quality", None),
 ]
+# the lesser columns, in the order they go at a narrow terminal (max requests and KV/token stay)
+DROP_FIRST = (
+    "quality",
+    "offload_read_ms",
+    "decode_kv_read_ms_one_request",
+    "kv_bytes_per_token_per_gpu",
+    "ratio_to_mha",
+    "decode_kv_read_ms",
+)
 
 LADDER_COLUMNS: Columns = [
     ("step", "step", None),
@@ -81,16 +90,18 @@ def markdown_text(rows: list[dict[str, Any]], columns: Columns, title: str, note
 def print_table(
     rows: list[dict[str, Any]], columns: Columns, title: str, notes: list[str], console: Console
 ) -> None:
-    from rich.table import Table
+    from kvplan.render.layout import fitted_table
 
-    t = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
-    for i, (h, _, kind) in enumerate(columns):
-        t.add_column(h, justify="left" if kind is None else "right", no_wrap=i < 2)
-    for r in rows:
-        t.add_row(*[cell(k, r[key]) for _, key, k in columns])
+    headers = [h for h, _, _ in columns]
+    cells = [[cell(k, r[key]) for _, key, k in columns] for r in rows]
+    # at a narrow terminal the lesser columns go (the last ones first); cells are never cut
+    texts = tuple(i for i, (_, _, kind) in enumerate(columns) if kind is None and i >= 2)
+    keys = [key for _, key, _ in columns]
+    drop = [keys.index(k) for k in DROP_FIRST if k in keys]
+    t = fitted_table(title, headers, cells, console.width, drop_order=drop, wraps=texts, left=(0, 1, *texts))
     console.print(t)
     for n in notes:
-        console.print(f"- {n}", highlight=False)
+        console.print(f"- {n}", highlight=False, markup=False)
 
 
 def table_json(result: TableResult) -> dict[str, Any]:
@@ -107,8 +118,13 @@ def table_json(result: TableResult) -> dict[str, Any]:
 
 def table_title(result: TableResult) -> str:
     c = result.cluster
+    base = result.base
+    if "num_gpus" not in c:  # no row could run: say what was asked for
+        gpus = f"{base.num_gpus}x " if base.num_gpus else ""
+        tp = f", TP {base.tp}" if base.tp else ""
+        return f"{gpus}{base.gpu.name}{tp}, {base.max_model_len or 0:,} tokens per request"
     return (
-        f"{c.get('num_gpus', '?')}x {result.base.gpu.name}, TP {c.get('tensor_parallel_size', '?')}, "
+        f"{c['num_gpus']}x {base.gpu.name}, TP {c.get('tensor_parallel_size', '?')}, "
         f"{c.get('max_model_len', 0):,} tokens per request"
     )
 
@@ -161,7 +177,10 @@ def table_text(result: TableResult, fmt: str) -> tuple[str, bool]:
 
         return to_json(table_json(result)), True
     rows = [r.to_dict() for r in result.rows]
-    return _text(rows, _table_columns(rows), fmt, table_title(result), result.notes)
+    columns = _table_columns(rows)
+    if fmt == "csv" and any(r.error for r in result.rows):
+        columns = [*columns, ("error", "error", None)]  # why a row has no figures
+    return _text(rows, columns, fmt, table_title(result), result.notes)
 
 
 def print_comparison(result: TableResult, console: Console) -> None:

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
 from kvplan import engines
 from kvplan.plan import Plan
+from kvplan.render.layout import SafeTable, fitted_table, plain_table
 from kvplan.speed import DEFAULT_EFFICIENCY
 from kvplan.units import GiB, fmt_bytes, fmt_gib
 
 
-def _table(title: str, *columns: str) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
+def _table(title: str, *columns: str) -> SafeTable:
+    table = plain_table(title)
     for i, col in enumerate(columns):
         table.add_column(col, justify="left" if i == 0 else "right", no_wrap=i > 0)
     return table
@@ -23,11 +24,11 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
     n = c.num_gpus
     s = plan.settings
     console.print(
-        f"[bold]{plan.model.name}[/] on {n}x {plan.gpu.name} "
+        f"[bold]{escape(plan.model.name)}[/] on {n}x {escape(plan.gpu.name)} "
         f"(TP {c.tensor_parallel_size}, PP {c.pipeline_parallel_size}, DP {c.data_parallel_size}); "
         f"max-model-len {s.max_model_len:,} tokens; KV {s.kv_cache_format}; block size {s.block_size} tokens"
     )
-    console.print(f"attention: {plan.model.attention}")
+    console.print(f"attention: {plan.model.attention}", markup=False)
     console.print()
 
     _memory_table(plan, console)
@@ -40,14 +41,14 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
     _render_engine(plan, console)
     console.print("[bold]Assumptions[/]")
     for note in plan.assumptions:
-        console.print(f"- {note}")
+        console.print(f"- {note}", markup=False)
     if explain:
         console.print()
         console.print("[bold]Where each number comes from[/]")
         for e in plan.explain:
-            console.print(f"[bold]{e.quantity}[/] = {e.value}")
-            console.print(f"    formula: {e.formula}", highlight=False)
-            console.print(f"    from:    {e.source}", highlight=False)
+            console.print(f"[bold]{escape(e.quantity)}[/] = {escape(str(e.value))}")
+            console.print(f"    formula: {e.formula}", highlight=False, markup=False)
+            console.print(f"    from:    {e.source}", highlight=False, markup=False)
 
 
 def _memory_table(plan: Plan, console: Console) -> None:
@@ -188,7 +189,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
             f"{r.tokens_per_s:,.0f}" if r.tokens_per_s >= 10 else f"{r.tokens_per_s:.3g}",
         )
     console.print(t)
-    console.print(f"bandwidth: {d.bandwidth_source}", highlight=False)
+    console.print(f"bandwidth: {d.bandwidth_source}", highlight=False, markup=False)
     pf = plan.prefill
     console.print(
         f"prefill of one {pf.tokens:,}-token prompt: {pf.ms:,.0f} ms "
@@ -202,7 +203,7 @@ def _render_engine(plan: Plan, console: Console) -> None:
     e = plan.engine
     name = f"{engines.engine_class(e.engine).display_name} {e.version}"
     if not e.supported:
-        console.print(f"[bold]{name}[/]: no engine figures ({e.reason})", highlight=False)
+        console.print(f"[bold]{name}[/]: no engine figures ({escape(str(e.reason))})", highlight=False)
         console.print()
         return
     console.print(f"[bold]What {name} will log[/] (per GPU, from the same budget)")
@@ -217,22 +218,27 @@ def render_models(models: list, console: Console) -> None:
     from kvplan.formats import KV_DTYPES
     from kvplan.kv import model_bits_per_token
 
-    t = _table("Shipped models", "name", "HF id", "layers", "attention", "KV/token (bf16)", "max context")
-    for m in models:
-        bits = model_bits_per_token(m.layers, KV_DTYPES["bf16"], growing_only=True)
-        t.add_row(
+    headers = ["name", "HF id", "layers", "attention", "growing KV/token (bf16)", "max context"]
+    rows = [
+        [
             m.name,
             m.hf_id or "-",
             str(m.num_layers),
             m.attention_summary,
-            fmt_bytes(bits / 8),
+            fmt_bytes(model_bits_per_token(m.layers, KV_DTYPES["bf16"], growing_only=True) / 8),
             f"{m.max_context:,}",
-        )
-    t.columns[3].no_wrap = False
-    t.columns[3].justify = "left"
+        ]
+        for m in models
+    ]
+    # never the name: at a narrow terminal the HF id goes first, then the layer count
+    t = fitted_table(
+        "Shipped models", headers, rows, console.width, drop_order=(1, 2), wraps=(3,), left=(0, 3)
+    )
     console.print(t)
     console.print(
-        "KV/token counts the layers whose cache grows with the context (windowed layers are capped)."
+        "KV/token: growing-layer KV, the layers whose cache grows with the context (windowed layers are "
+        "capped at their window; `estimate` adds them per request).",
+        highlight=False,
     )
 
 
@@ -266,7 +272,7 @@ def render_check(result, console: Console, source: str, saved) -> None:
     name = f"{engines.engine_class(result.engine).display_name} {result.version}"
     fmt = f" ({result.log_format})" if result.log_format and result.log_format != "unknown" else ""
     console.print(
-        f"[bold]{source}[/]: {name} log{fmt}; {s.model} on {s.num_gpus}x {s.gpu} "
+        f"[bold]{escape(source)}[/]: {name} log{fmt}; {escape(s.model)} on {s.num_gpus}x {escape(s.gpu)} "
         f"(TP {s.tensor_parallel_size}, PP {s.pipeline_parallel_size}); max-model-len "
         f"{s.max_model_len:,}; KV {s.kv_cache_dtype}; block size {s.block_size}",
         highlight=False,
@@ -293,11 +299,11 @@ def render_check(result, console: Console, source: str, saved) -> None:
         console.print(t)
         console.print()
     for note in result.notes:
-        console.print(f"note: {note}", highlight=False)
+        console.print(f"note: {note}", highlight=False, markup=False)
     if result.measured_reserve_bytes is not None:
         if saved:
             console.print(
-                f"saved: {fmt_gib(result.measured_reserve_bytes)} of measured non-KV memory per GPU to {saved}; "
+                f"saved: {fmt_gib(result.measured_reserve_bytes)} of measured non-KV memory per GPU to {escape(str(saved))}; "
                 "`kvplan estimate` uses it for this model, GPU, engine and layout",
                 highlight=False,
             )
@@ -327,13 +333,15 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
         if not q.prices
         else "the cheapest layouts"
     )
-    console.print(f"[bold]{q.model.name}[/]: {what} for {', '.join(targets)} {where}", highlight=False)
+    console.print(
+        f"[bold]{escape(q.model.name)}[/]: {what} for {', '.join(targets)} {escape(where)}", highlight=False
+    )
     cols = ["#", "GPUs", "TP x PP x DP", "KV dtype", "context", "max users", "users margin", "TPOT at load"]
     if q.tpot_ms:
         cols.append("TPOT margin")
     if q.prices:
-        cols.append("cost/hour")
-    t = _table("", *cols)
+        cols.append("cost/hour *")
+    rows = []
     for i, a in enumerate(answers, 1):
         row = [
             str(i),
@@ -349,8 +357,16 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
             row.append(f"{a.margins['tpot']:+.0%}")
         if q.prices:
             row.append(f"{a.cost_per_hour:,.2f}")
-        t.add_row(*row)
+        rows.append(row)
+    # at a narrow terminal the margins go first (max users and TPOT stay), then the context when it
+    # is the one asked for (cells are never cut)
+    drop = [6, 8] if q.tpot_ms else [6]
+    if not max_context:
+        drop.append(4)
+    t = fitted_table("", cols, rows, console.width, drop_order=drop, left=(0,))
     console.print(t)
+    if q.prices:
+        console.print("* cost per hour: price per GPU-hour x GPUs, in the unit of --price", highlight=False)
     console.print()
     for i, a in enumerate(answers, 1):
         sg = (
@@ -358,8 +374,8 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
             if a.sglang_max_concurrency is not None and a.sglang_max_concurrency != a.max_concurrency
             else ""
         )
-        console.print(f"[bold]#{i}[/] vLLM:   {a.vllm_flags}", highlight=False, soft_wrap=True)
-        console.print(f"    SGLang: {a.sglang_flags}{sg}", highlight=False, soft_wrap=True)
+        console.print(f"[bold]#{i}[/] vLLM:   {escape(a.vllm_flags)}", highlight=False, soft_wrap=True)
+        console.print(f"    SGLang: {escape(a.sglang_flags + sg)}", highlight=False, soft_wrap=True)
     console.print()
     console.print(
         "TPOT: decode step with every request at the full context, datasheet bandwidth x "
@@ -403,5 +419,5 @@ def render_profile(prof, path, console: Console) -> None:
         highlight=False,
     )
     for n in prof.notes:
-        console.print(f"- {n}", highlight=False)
-    console.print(f"saved {path}", highlight=False)
+        console.print(f"- {n}", highlight=False, markup=False)
+    console.print(f"saved {path}", highlight=False, markup=False)

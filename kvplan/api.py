@@ -1,0 +1,193 @@
+"""kvplan from Python: the CLI's commands as functions, with the CLI's names and units.
+
+    >>> import kvplan
+    >>> plan = kvplan.estimate(model="llama3-70b", gpus="8xH100", max_model_len="8K", kv_cache_dtype="fp8")
+    >>> plan.max_concurrency, plan.to_dict()["kv_bytes_per_token"]
+
+Keyword arguments are the CLI's flags with underscores (--max-model-len -> max_model_len) and take
+what the flags take: token counts as 8192 or "8K" (K = 1024), memory as "50GiB", "40GB" or bytes,
+GPUs as "H100", "8xH100" or "2x8xH100" (nodes x GPUs). Results are the typed objects the CLI renders,
+each with `to_dict()` (the command's --json). Errors are kvplan.errors.KvplanError subclasses:
+UsageError/SpecError for bad input, InfeasibleError (and its subclasses) when a plan cannot work.
+This module imports nothing heavy (no typer, no rich); each function loads what it needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kvplan.errors import UsageError
+
+if TYPE_CHECKING:
+    from kvplan.checklog import CheckResult
+    from kvplan.comparisons import TableResult
+    from kvplan.plan import Plan
+    from kvplan.solve import Answer, Query
+
+__all__ = ["CheckLogResult", "SolveResult", "check_log", "compare", "estimate", "solve"]
+
+
+def _flags(cls: type, given: dict[str, Any], command: str) -> Any:
+    """`given` as the command's flags dataclass: names checked, numbers accepted where the CLI reads text."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(given) - set(fields))
+    if unknown:
+        names = ", ".join(sorted(fields))
+        raise UsageError(f"{command}: unknown argument(s) {', '.join(unknown)}; known: {names}")
+    kwargs = {}
+    for name, value in given.items():
+        typed_as_text = "str" in str(fields[name].type)
+        if typed_as_text and isinstance(value, int | float) and not isinstance(value, bool):
+            value = str(value)  # max_model_len=8192 as the CLI's "8192"
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def estimate(model: str, **flags: Any) -> Plan:
+    """How `model` fits on GPUs (`kvplan estimate`): a Plan of weights, KV budget, KV per token, pool
+    tokens and concurrent requests; `Plan.to_dict()` is `estimate --json`.
+
+    model: a shipped name/alias/HF id, a spec .yaml or a Hugging Face config.json.
+    Common flags (all of `kvplan estimate --help` are accepted, with underscores):
+      gpus="H100" | "8xH100" | "2x8xH100"; max_model_len / avg_context: tokens (8192 or "8K");
+      kv_cache_dtype="auto" | "fp8" | ...; engine="vllm" | "sglang"; engine_version="0.11";
+      gpu_memory_utilization: a fraction (0.92); kv_cache_memory / reserve_memory: bytes per GPU
+      ("51.02GiB", "40GB" or an integer); tensor_parallel_size / pipeline_parallel_size: counts;
+      shared_prefix_tokens: tokens; prefix_hit_rate: a fraction; calibration=False ignores what
+      this machine measured. Spec warnings are issued with `warnings.warn`.
+    """
+    from kvplan import inputs
+    from kvplan.plan import estimate as run_estimate
+
+    req = inputs.plan_request(_flags(inputs.EstimateFlags, {"model": model, **flags}, "estimate"))
+    for warning in req.model.warnings:
+        warnings.warn(warning, stacklevel=2)
+    return run_estimate(req)
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """`kvplan solve`'s answers, best first, and the query they answer."""
+
+    query: Query
+    answers: list[Answer]
+    max_context: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """As `solve --json`."""
+        from kvplan.render.jsonout import solve_json
+
+        return solve_json(self.query, self.answers, self.max_context)
+
+
+def solve(model: str, users: int, **flags: Any) -> SolveResult:
+    """The inverse question (`kvplan solve`): the fewest (or cheapest) GPUs, layout and KV dtype for
+    `users` concurrent requests of max_model_len tokens; with max_context=True, the longest context
+    `users` requests can have on fixed GPUs.
+
+    gpus: GPU types to search, comma-separated ("H100,H200"; default "H100"), or with max_context
+      the GPUs you have ("8xH200"). max_model_len: tokens per request (8192 or "8K").
+    tpot_ms: time per output token at full load must stay under this (milliseconds).
+    kv_cache_dtype: "any" or a comma list ("auto,fp8"). max_gpus: the largest GPU count to try.
+    price: price per GPU-hour, one per GPU type ("2.5,3.8") in any currency; ranks by cost, and
+      each answer's cost_per_hour is in that unit. top: how many answers.
+    No answer raises kvplan.errors.NoAnswer, naming what stopped the search.
+    """
+    from kvplan import inputs
+
+    f = _flags(inputs.SolveFlags, {"model": model, "users": users, **flags}, "solve")
+    q, answers = inputs.solve(f)
+    return SolveResult(q, answers, f.max_context)
+
+
+def compare(
+    models: str | list[str] | None = None,
+    variants: str | list[str] = "shipped",
+    gpus: str = "8xH200",
+    max_model_len: str | int | None = None,
+    tensor_parallel_size: int | None = None,
+    pipeline_parallel_size: int | None = None,
+    gpu_memory_utilization: float | None = None,
+    kv_cache_memory: str | int | None = None,
+    block_size: int | None = None,
+    offload_gib: float = 0.0,
+) -> TableResult:
+    """Models and KV techniques side by side (`kvplan compare table`): one row per model x variant.
+
+    models: names (a list or "a,b"; default the seeds' models). variants: what-ifs such as
+    "shipped,gqa8+int8,mla512+fp8". gpus: "8xH200". max_model_len: tokens per request (default 8K).
+    kv_cache_memory: bytes per GPU ("50GiB"). offload_gib: CPU memory per GPU, in GiB, added as a
+    KV tier. Each row's figures are bytes, ms and counts (`row.to_dict()`); a row that cannot run
+    keeps its reason in `row.error`. `result.to_dict()` is `compare table --json`.
+    """
+    from kvplan import comparisons
+
+    def joined(v: str | list[str] | None) -> str | None:
+        return ",".join(v) if isinstance(v, list) else v
+
+    cluster = comparisons.ClusterFlags(
+        gpus,
+        None if max_model_len is None else str(max_model_len),
+        tensor_parallel_size,
+        pipeline_parallel_size,
+        gpu_memory_utilization,
+        None if kv_cache_memory is None else str(kv_cache_memory),
+        block_size,
+    )
+    return comparisons.table(joined(models), joined(variants) or "shipped", cluster, offload_gib)
+
+
+@dataclass(frozen=True)
+class CheckLogResult:
+    """`kvplan check-log`'s comparison of a startup log with kvplan's figures."""
+
+    result: CheckResult
+    source: str  # the log's file name, or "text"
+    saved: str | None  # where save_calibration wrote the measured overhead
+
+    def to_dict(self) -> dict[str, Any]:
+        """As `check-log --json`."""
+        return {**self.result.to_dict(), "calibration_saved": self.saved}
+
+
+def check_log(
+    log_file: str | None = None,
+    *,
+    log_text: str | None = None,
+    model: str | None = None,
+    gpus: str | None = None,
+    save_calibration: bool = False,
+    **overrides: Any,
+) -> CheckLogResult:
+    """Hold a vLLM/SGLang startup log against kvplan (`kvplan check-log`).
+
+    Give the log as a path (log_file) or as its text (log_text). model and gpus fill in what the log
+    does not name; overrides take check-log's other flags: engine_version, gpu_memory_utilization
+    and mem_fraction_static (fractions), block_size, max_num_batched_tokens (tokens, "8K"),
+    kv_cache_dtype, weight_dtype.
+    """
+    from kvplan import inputs
+
+    known = (
+        "engine_version",
+        "gpu_memory_utilization",
+        "mem_fraction_static",
+        "block_size",
+        "max_num_batched_tokens",
+        "kv_cache_dtype",
+        "weight_dtype",
+    )
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:
+        raise UsageError(f"check_log: unknown argument(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    if (log_file is None) == (log_text is None):
+        raise UsageError("check_log: give exactly one of log_file (a path) or log_text (the log itself)")
+    full = {k: overrides.get(k) for k in known}
+    mnbt = full["max_num_batched_tokens"]
+    if isinstance(mnbt, int):
+        full["max_num_batched_tokens"] = str(mnbt)
+    checked = inputs.check_log(log_file, model, gpus, full, save_calibration, text=log_text)
+    return CheckLogResult(checked.result, checked.source, str(checked.saved) if checked.saved else None)

@@ -1,0 +1,113 @@
+"""The Python API (kvplan/api.py): each function gives what the CLI's --json gives for the same inputs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kvplan
+from helpers import REPO, run_cli
+from kvplan import check_log, compare, estimate, solve
+from kvplan.errors import NoAnswer, UsageError, WeightsDoNotFit
+
+LOG = Path(__file__).resolve().parent / "fixtures" / "logs" / "vllm_v011_llama31_8b_h100.log"
+
+
+def test_estimate_matches_cli():
+    plan = estimate(
+        model="llama3-70b", gpus="8xH100", max_model_len="8K", kv_cache_dtype="fp8", engine="vllm"
+    )
+    cli = run_cli(
+        "estimate",
+        "-m",
+        "llama3-70b",
+        "-g",
+        "8xH100",
+        "--max-model-len",
+        "8K",
+        "--kv-cache-dtype",
+        "fp8",
+        "--json",
+    )
+    assert cli.exit_code == 0
+    assert plan.to_dict() == cli.json()
+
+
+def test_estimate_takes_numbers_and_sizes():
+    by_text = estimate("llama3-8b", max_model_len="8K", kv_cache_memory="20GiB")
+    by_number = estimate("llama3-8b", max_model_len=8192, kv_cache_memory=20 * 2**30)
+    assert by_text.to_dict() == by_number.to_dict()
+    assert by_text.kv_pool_tokens > 0
+
+
+def test_solve_matches_cli():
+    got = solve("llama3-70b", 100, max_model_len="8K", gpus="H100,H200,B200", price="2.5,3.8,6")
+    cli = run_cli(
+        "solve", "-m", "llama3-70b", "--users", "100", "--max-model-len", "8K",
+        "-g", "H100,H200,B200", "--price", "2.5,3.8,6", "--json",
+    )  # fmt: skip
+    assert got.to_dict() == cli.json()
+    fixed = solve("llama3-8b", 1, max_context=True, gpus="8xH200")
+    assert (
+        fixed.to_dict()
+        == run_cli("solve", "-m", "llama3-8b", "-u", "1", "--max-context", "-g", "8xH200", "--json").json()
+    )
+
+
+def test_compare_matches_cli():
+    got = compare(
+        models=["llama3-70b", "deepseek-v3"], variants="shipped,gqa8+int8", gpus="8xH100", max_model_len="32K"
+    )
+    cli = run_cli(
+        "compare", "table", "-m", "llama3-70b,deepseek-v3", "--variants", "shipped,gqa8+int8",
+        "-g", "8xH100", "--context", "32K", "--json",
+    )  # fmt: skip
+    assert got.to_dict() == cli.json()
+
+
+def test_check_log_matches_cli():
+    got = check_log(str(LOG), gpus="H100")
+    assert got.to_dict() == run_cli("check-log", str(LOG), "-g", "H100", "--json").json()
+    by_text = check_log(log_text=LOG.read_text(encoding="utf-8"), gpus="H100")
+    assert by_text.to_dict() == got.to_dict()
+
+
+def test_errors_are_kvplans_types():
+    with pytest.raises(UsageError, match="--gpus"):
+        estimate("llama3-8b", gpus="NoSuchGpu")
+    with pytest.raises(UsageError, match="unknown argument"):
+        estimate("llama3-8b", max_model_length="8K")
+    with pytest.raises(WeightsDoNotFit):
+        estimate("llama3.1-405b", gpus="H100")
+    with pytest.raises(NoAnswer):
+        solve("llama3-70b", 500, max_model_len="8K", tpot_ms=5)
+    with pytest.raises(UsageError):
+        check_log()
+
+
+def test_import_is_cheap_and_the_names_stay_functions():
+    code = (
+        "import sys, kvplan; heavy = [m for m in ('typer', 'rich', 'click', 'pydantic', 'yaml') if m in sys.modules];"
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    import importlib
+
+    importlib.import_module("kvplan.solve")
+    importlib.import_module("kvplan.compare")
+    assert callable(kvplan.solve) and kvplan.solve.__module__ == "kvplan.api"
+    assert kvplan.compare.__module__ == "kvplan.api"
+    assert kvplan.estimate.__doc__ and "8K" in kvplan.estimate.__doc__
+
+
+def test_version():
+    result = run_cli("--version")
+    assert result.exit_code == 0
+    assert result.stdout == f"kvplan {kvplan.__version__}\n"
+    from importlib.metadata import version
+
+    assert version("kvplan") == kvplan.__version__
