@@ -19,12 +19,14 @@ from typing import Any
 
 import yaml
 
-from kvplan.errors import SpecError, UsageError
+from kvplan.errors import KvplanError, SpecError, UsageError
+from kvplan.specs.io import load_yaml_text, read_text
 from kvplan.userdata import profile_path, write_atomic
 
 SCHEMA = "kvplan.calibration/1"
 STANDARD_LAYOUT = {"q_heads": 32, "kv_heads": 8, "head_dim": 128, "v_dim": 128}  # Llama-3-8B/70B-like GQA
 PAGE = 16
+CALIBRATE_DTYPES = ("bf16", "fp16", "fp8", "int8")
 
 # (batches, contexts) per sweep; points whose caches do not fit the memory budget are skipped
 SWEEPS = {
@@ -327,6 +329,7 @@ def measure_and_save(
     kv_dtype: str | None,
     output: str | None,
     progress: Callable[[str], None],
+    force: bool = False,
 ) -> tuple[Profile, Path]:
     """`kvplan calibrate`: sweep this device with the model's head layout (or the standard one),
     save the profile (default: kvplan's data dir, by GPU spec name) and say where."""
@@ -334,15 +337,46 @@ def measure_and_save(
 
     if device not in ("cuda", "cpu"):
         raise UsageError(f"--device must be cuda or cpu, got {device!r}")
+    # every argument is checked before minutes of measuring
+    if output:
+        check_output(Path(output), force)
+    if kv_dtype:
+        _check_kv_dtypes(kv_dtype)
     layout = model_layout(load_model(model)) if model else dict(STANDARD_LAYOUT)
     _require_torch(device)  # before the dtypes: a missing torch is the error to report
     dtypes = kv_dtypes_for(device, kv_dtype)
     prof = run(device, quick, layout, dtypes, all_gpus(), progress)
     path = Path(output) if output else default_path(prof.gpu_spec or prof.device_name)
-    if path.suffix.lower() not in (".yaml", ".yml"):
-        raise UsageError(f"--output {path}: profiles are YAML; name it .yaml")
+    check_output(path, force or not output)  # kvplan's own data dir: its profiles only
     save(prof, path)
     return prof, path
+
+
+def _check_kv_dtypes(requested: str) -> None:
+    names = [d.strip() for d in requested.split(",") if d.strip()]
+    bad = [d for d in names if d not in CALIBRATE_DTYPES]
+    if not names or bad:
+        raise UsageError(
+            f"--kv-dtype: {', '.join(bad) or repr(requested)}: choose from {', '.join(CALIBRATE_DTYPES)}"
+        )
+
+
+def check_output(path: Path, force: bool) -> None:
+    """--output: a .yaml name; an existing file is replaced only if it is a kvplan profile, or
+    with --force."""
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise UsageError(f"--output {path}: profiles are YAML; name it .yaml")
+    if path.is_symlink() or path.exists() and not path.is_file():
+        raise UsageError(f"--output {path}: not a regular file; choose another path")
+    if force or not path.exists():
+        return
+    try:
+        load(path)
+    except KvplanError:
+        raise UsageError(
+            f"--output {path}: exists and is not a kvplan calibration profile; "
+            "choose another path or pass --force to replace it"
+        ) from None
 
 
 def match_gpu(device_name: str, memory_bytes: int, gpus: list):
@@ -373,18 +407,18 @@ def load(path: Path) -> Profile:
     def bad(what: str) -> SpecError:
         return SpecError(f"{path}: {what}; re-run `kvplan calibrate` or pass another --calibration")
 
+    if not path.exists() and not path.is_symlink():
+        raise SpecError(f"{path}: no such calibration profile; run `kvplan calibrate` first")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such calibration profile; run `kvplan calibrate` first") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise bad(f"cannot read ({exc})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise bad("not valid YAML" + (f" at line {mark.line + 1}" if mark is not None else "")) from None
+        data = load_yaml_text(read_text(path), path)
+    except SpecError as exc:
+        raise bad(
+            str(exc).removeprefix(f"{path}:").strip().replace("malformed YAML", "not valid YAML")
+        ) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise bad(f"not a kvplan calibration profile (schema {found!r}, expected {SCHEMA!r})")
+    _check_fields(data, bad)
     try:
         fit = Fit(**data["fit"])
         points = [Point(**p) for p in data["points"]]
@@ -396,6 +430,56 @@ def load(path: Path) -> Profile:
     if not (fit.peak_bytes_per_s > 0 and fit.half_bytes >= 0) or not points:
         raise bad("fit or points missing or not positive")
     return prof
+
+
+_TEXT = (str,)
+_NUMBER = (int, float)
+_PROFILE_FIELDS: dict[str, tuple[type, ...]] = {
+    "device": _TEXT,
+    "device_name": _TEXT,
+    "measured_on": _TEXT,
+    "torch": _TEXT,
+    "memory_bytes": (int,),
+    "quick": (bool,),
+    "layout": (dict,),
+    "ceilings": (dict,),
+    "points": (list,),
+    "fit": (dict,),
+}
+_FIT_FIELDS = ("peak_bytes_per_s", "half_bytes", "rms_relative_error")
+_POINT_FIELDS = ("batch", "context", "bytes", "seconds", "bytes_per_s")
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, _NUMBER) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_fields(data: dict, bad: Callable[[str], SpecError]) -> None:
+    """Every field a plan reads, of the right type and finite: a corrupt profile is one line
+    naming the field, never a crash in every estimate on that GPU."""
+    for name, types in _PROFILE_FIELDS.items():
+        if name not in data:
+            raise bad(f"malformed: {name}: required field is missing")
+        if not isinstance(data[name], types):
+            raise bad(f"{name}: expected {types[0].__name__}, got {data[name]!r}"[:200])
+    for name in ("gpu_spec", "driver", "triton"):
+        if data.get(name) is not None and not isinstance(data[name], str):
+            raise bad(f"{name}: expected text, got {data[name]!r}"[:200])
+    fit = data["fit"]
+    for name in _FIT_FIELDS:
+        if not _finite(fit.get(name)):
+            raise bad(f"fit.{name}: expected a finite number, got {fit.get(name)!r}"[:200])
+    if data.get("datasheet_bytes_per_s") is not None and not _finite(data["datasheet_bytes_per_s"]):
+        raise bad(f"datasheet_bytes_per_s: expected a finite number, got {data['datasheet_bytes_per_s']!r}")
+    for i, point in enumerate(data["points"]):
+        if not isinstance(point, dict):
+            raise bad(f"points[{i}]: expected a mapping")
+        for name in _POINT_FIELDS:
+            if not _finite(point.get(name)):
+                raise bad(f"points[{i}].{name}: expected a finite number, got {point.get(name)!r}"[:200])
+    for name, value in data["ceilings"].items():
+        if not _finite(value):
+            raise bad(f"ceilings.{name}: expected a finite number, got {value!r}"[:200])
 
 
 def find_for(gpu_name: str) -> tuple[Profile, Path] | None:

@@ -17,6 +17,7 @@ from typing import Any
 from kvplan import engines
 from kvplan.errors import InfeasibleError, KvplanError, UsageError
 from kvplan.formats import KV_DTYPES
+from kvplan.limits import MAX_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENS
 from kvplan.plan import Plan, PlanRequest, estimate
 from kvplan.specs.models import (
     CompressedLatent,
@@ -155,6 +156,13 @@ _TOKEN = re.compile(
 )
 
 
+def _number(digits: str, what: str, high: int) -> int:
+    """A variant's number (gqa8, mla512, window4k), from 1 to `high`."""
+    if len(digits) > 12 or not 1 <= int(digits) <= high:
+        raise UsageError(f"variant {what}: the number must be between 1 and {high:,}")
+    return int(digits)
+
+
 def make_variant(spec: ModelSpec, text: str, offload_gib: float = 0.0) -> Variant:
     """Apply `text` (tokens joined by '+') to `spec`; `offload_gib` adds a CPU tier to every row."""
     tokens = [t.strip() for t in text.split("+") if t.strip()]
@@ -185,19 +193,26 @@ def make_variant(spec: ModelSpec, text: str, offload_gib: float = 0.0) -> Varian
             spec = _heads(spec, 1, low)
             notes.append(QUALITY["mqa"])
         elif m.group(2):
-            spec = _heads(spec, int(m.group(2)), low)
+            spec = _heads(spec, _number(m.group(2), low, MAX_HEADS), low)
             notes.append(QUALITY["gqa"])
         elif low.startswith("mla"):
-            spec = _mla(spec, int(m.group(3) or 512), low)
+            spec = _mla(spec, _number(m.group(3) or "512", low, MAX_DIM), low)
             notes.append(QUALITY["mla"])
         elif low.startswith("share"):
-            spec = _share(spec, int(m.group(4) or 2), low)
+            spec = _share(spec, _number(m.group(4) or "2", low, MAX_LAYERS), low)
             notes.append(QUALITY["share"])
         elif low.startswith("window"):
             w = m.group(5)
-            spec = _window(spec, int(w[:-1]) * 1024 if w[-1] in "kK" else int(w), low)
+            tokens_w = (
+                _number(w[:-1], low, MAX_TOKENS // 1024) * 1024
+                if w[-1] in "kK"
+                else _number(w, low, MAX_TOKENS)
+            )
+            spec = _window(spec, tokens_w, low)
         else:
             offload = float(m.group(6))
+            if not 0 <= offload <= 2**20:
+                raise UsageError(f"variant {low}: offload GiB must be between 0 and {2**20:,}")
     if offload:
         notes.append(QUALITY["offload"])
     return Variant("+".join(tokens), spec, dtype, int(offload * GiB), tuple(dict.fromkeys(notes)))

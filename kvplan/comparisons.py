@@ -68,6 +68,9 @@ class PlotResult:
     budget: str
 
 
+MAX_OFFLOAD_GIB = 2**20
+
+
 def split(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
@@ -100,6 +103,8 @@ def _models(models: str | None) -> tuple[list[str], list[ModelSpec]]:
     from kvplan.specs.registry import load_model
 
     names = split(models) if models else list(compare.DEFAULT_MODELS)
+    if not names:
+        raise UsageError(f"--models: no model named in {models!r}; give e.g. --models qwen3-8b,llama3-70b")
     return names, [load_model(n) for n in names]
 
 
@@ -118,8 +123,8 @@ def table(models: str | None, variants: str, flags: ClusterFlags, offload_gib: f
 
     names, specs = _models(models)
     vlist = split(variants) or ["shipped"]
-    if offload_gib < 0:
-        raise UsageError("--offload-gib must be >= 0")
+    if not 0 <= offload_gib <= MAX_OFFLOAD_GIB:  # also refuses nan
+        raise UsageError(f"--offload-gib must be between 0 and {MAX_OFFLOAD_GIB:,}, got {offload_gib}")
     base = base_request(names[0], flags, flags.max_model_len or "8K")
     rows: list[Row] = []
     for spec in specs:  # a model whose maximum is below the context is capped, and the notes say so

@@ -156,6 +156,10 @@ def kv_format(
     if g < 0:
         raise UsageError("--kv-quant-group-size must be >= 0 (0 = one scalar scale per layer)")
     s = (base.scale_bits or 16) if scale_bits is None else scale_bits
+    if not 1 <= s <= 64:
+        raise UsageError(f"--kv-quant-scale-bits must be between 1 and 64, got {s}")
+    if g > 2**20:
+        raise UsageError(f"--kv-quant-group-size must be at most {2**20:,}, got {g:,}")
     if zero_point is None:
         z = base.zero_bits if base.group_size else (s if key.startswith("int") else 0)
     else:

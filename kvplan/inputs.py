@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvplan.errors import KvplanError, UsageError
+from kvplan.limits import MAX_LOG_BYTES, read_regular
 
 if TYPE_CHECKING:
     from kvplan.checklog import CheckResult
@@ -232,13 +233,18 @@ def read_log(log_file: str | None) -> tuple[str, str]:
             raise UsageError(
                 "give a log file, or pipe the startup log in: vllm serve ... 2>&1 | kvplan check-log"
             )
-        return sys.stdin.read(), "stdin"
+        text = sys.stdin.read(MAX_LOG_BYTES + 1)
+        if len(text) > MAX_LOG_BYTES:
+            raise UsageError(f"stdin: the log is over kvplan's limit of {MAX_LOG_BYTES:,} characters")
+        return text, "stdin"
     path = Path(log_file)
+    if not path.exists():
+        raise UsageError(f"{log_file}: cannot read (No such file or directory)")
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UsageError(f"{log_file}: cannot read ({exc.strerror or exc})") from None
-    return text, path.name
+        data = read_regular(path, MAX_LOG_BYTES)
+    except KvplanError as exc:
+        raise UsageError(str(exc)) from None
+    return data.decode("utf-8", errors="replace"), path.name
 
 
 def parse_log(text: str, source: str) -> ParsedLog:
@@ -260,6 +266,8 @@ def log_model(log: ParsedLog, source: str, model: str | None) -> ModelSpec:
     model_ref = model or log.get("model")
     if not model_ref:
         raise UsageError(f"{source}: the log does not name the model; pass --model")
+    if not model:
+        model_ref = _logged_model_ref(str(model_ref), source)
     try:
         return load_model(model_ref)
     except KvplanError as exc:
@@ -268,6 +276,28 @@ def log_model(log: ParsedLog, source: str, model: str | None) -> ModelSpec:
         raise UsageError(
             f"{exc}; the log names {model_ref!r}: pass --model NAME or its config.json"
         ) from None
+
+
+def _logged_model_ref(ref: str, source: str) -> str:
+    """A model the log names: a shipped name/HF id, or a local directory holding a config.json;
+    never any other local file (a pasted log must not make kvplan open arbitrary paths)."""
+    from kvplan.limits import MAX_NAME_CHARS
+
+    try:
+        if len(ref) <= MAX_NAME_CHARS and Path(ref).is_dir() and (Path(ref) / "config.json").is_file():
+            return ref
+    except OSError:
+        pass
+    if (
+        len(ref) > MAX_NAME_CHARS
+        or Path(ref).suffix.lower() in (".yaml", ".yml", ".json")
+        or ref.startswith(("/", "~", "."))
+    ):
+        raise UsageError(
+            f"{source}: the log names {ref[:80]!r}, which is neither a shipped model nor a directory "
+            "holding a config.json; pass --model NAME or its config.json"
+        )
+    return ref
 
 
 def log_gpu(log: ParsedLog, source: str, gpus: str | None) -> GpuSpec:
@@ -353,6 +383,7 @@ def solve_query(f: SolveFlags) -> Query:
     from kvplan.specs.registry import load_model
     from kvplan.units import parse_count
 
+    _check_solve_flags(f)
     spec = load_model(f.model)
     flag = f.gpus_flag
     if f.max_context:
@@ -403,11 +434,36 @@ def _gpu_types(text: str, flag: str) -> tuple[GpuSpec, ...]:
     return tuple(load_gpu_as(name, flag) for name in names)
 
 
+def _check_solve_flags(f: SolveFlags) -> None:
+    """solve's numbers, bounded so that the search stays small whatever is typed."""
+    from kvplan.limits import MAX_GPUS, MAX_USERS, check_range
+
+    check_range(f.users, "--users", 1, MAX_USERS)
+    check_range(f.max_gpus, "--max-gpus", 1, MAX_GPUS)
+    check_range(f.top, "--top", 1, 1000)
+    if f.tpot_ms is not None and not 0 < f.tpot_ms < 1e9:  # also refuses nan and inf
+        raise UsageError(f"--tpot-ms must be a positive number of milliseconds, got {f.tpot_ms}")
+    if f.gpu_memory_utilization is not None and not 0 < f.gpu_memory_utilization <= 1:
+        raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {f.gpu_memory_utilization}")
+
+
+def _price(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(
+            f"--price: cannot read {text.strip()!r} as a price; write e.g. 2.5 or 2.5,3.8"
+        ) from None
+    if not 0 < value < 1e9:  # also refuses nan and inf
+        raise UsageError(f"--price: {text.strip()!r} is not a positive price per GPU-hour")
+    return value
+
+
 def _prices(price: str | None, gpu_specs: tuple[GpuSpec, ...], flag: str) -> dict[str, float] | None:
     """--price: one per GPU type, or one for all."""
     if not price:
         return None
-    values = [float(x) for x in price.split(",")]
+    values = [_price(x) for x in price.split(",")]
     if len(values) not in (1, len(gpu_specs)) or any(v <= 0 for v in values):
         raise UsageError(f"--price: one positive price per {flag} type (or one for all)")
     return {g.name: values[0 if len(values) == 1 else i] for i, g in enumerate(gpu_specs)}

@@ -6,17 +6,23 @@ bytes. vLLM's V0 "GB" figures are GiB (it divides by 2**30), as are SGLang's "GB
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvplan.errors import UsageError
 from kvplan.units import GiB
 
 _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 
 
 def _f(text: str) -> float:
-    return float(text.replace(",", ""))
+    """A number from the log, finite and below 2**53 (a 400-digit count is not a real log)."""
+    value = float(text.replace(",", ""))
+    if not math.isfinite(value) or abs(value) > 2**53:
+        raise UsageError(f"the log's number {text[:24]!r} is out of range; paste the engine's own log")
+    return value
 
 
 def _gib(text: str) -> int:
@@ -174,8 +180,10 @@ def _config(log: ParsedLog, line: str, pairs: re.Pattern) -> None:
         try:
             if fact in _INT_FACTS:
                 value = int(_f(value))
+                if value < 0:
+                    raise UsageError(f"the log's {key}={value} is negative; paste the engine's own log")
             elif fact in _FLOAT_FACTS:
-                value = float(value)
+                value = _f(value)
             elif fact in _BOOL_FACTS:
                 value = value in ("True", "true", "1")
         except ValueError:

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from kvplan.errors import SpecError, UsageError
-from kvplan.userdata import overheads_path, write_atomic
+from kvplan.limits import MAX_BYTES
+from kvplan.specs.io import load_yaml_text, read_text
+from kvplan.userdata import locked, overheads_path, write_atomic
 
 if TYPE_CHECKING:
     from kvplan.checklog import CheckResult
@@ -72,13 +74,11 @@ def load(path: Path) -> list[Overhead]:
     if not path.exists():
         return []
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _bad(path, f"cannot read ({exc})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise _bad(path, f"not valid YAML{where}") from None
+        data = load_yaml_text(read_text(path), path)
+    except SpecError as exc:
+        raise _bad(
+            path, str(exc).removeprefix(f"{path}:").strip().replace("malformed YAML", "not valid YAML")
+        ) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise _bad(path, f"not a kvplan overhead calibration (schema {found!r}, expected {SCHEMA!r})")
@@ -94,8 +94,11 @@ def load(path: Path) -> list[Overhead]:
             raise _bad(path, f"entries[{i}]: missing {', '.join(missing)}")
         ints = ("tensor_parallel_size", "pipeline_parallel_size", "max_num_batched_tokens", "reserve_bytes")
         for f in ints:
-            if not isinstance(e[f], int) or isinstance(e[f], bool) or e[f] < 0:
+            if not isinstance(e[f], int) or isinstance(e[f], bool) or not 0 <= e[f] <= MAX_BYTES:
                 raise _bad(path, f"entries[{i}].{f}: expected a non-negative integer, got {e[f]!r}")
+        for f in REQUIRED:
+            if f not in ints and not isinstance(e[f], (str, int, float)):
+                raise _bad(path, f"entries[{i}].{f}: expected text, got {e[f]!r}")
         fields: dict[str, Any] = {f: e[f] if f in ints else str(e[f]) for f in REQUIRED}
         out.append(Overhead(**fields))
     return out
@@ -113,13 +116,14 @@ def find(
 
 def save(path: Path, entry: Overhead) -> None:
     """Add or replace the entry with the same key; the file is rewritten atomically."""
-    entries = [e for e in load(path) if e.key != entry.key]
-    entries.append(entry)
-    data: dict[str, Any] = {
-        "schema": SCHEMA,
-        "entries": [{f: getattr(e, f) for f in REQUIRED} for e in entries],
-    }
-    write_atomic(path, yaml.safe_dump(data, sort_keys=False))
+    with locked(path.parent):  # two runs saving at once: each reads the other's entry
+        entries = [e for e in load(path) if e.key != entry.key]
+        entries.append(entry)
+        data: dict[str, Any] = {
+            "schema": SCHEMA,
+            "entries": [{f: getattr(e, f) for f in REQUIRED} for e in entries],
+        }
+        write_atomic(path, yaml.safe_dump(data, sort_keys=False))
 
 
 def save_measured(result: CheckResult, model: str, gpu: str, source: str) -> Path:

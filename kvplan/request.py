@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from kvplan.errors import ContextTooLong, UsageError
 from kvplan.formats import Format, kv_format
+from kvplan.limits import MAX_GPUS, MAX_NODES, MAX_TOKENS, MAX_USERS
 from kvplan.specs.models import GpuSpec, ModelSpec
 
 
@@ -53,15 +55,16 @@ class PlanRequest:
     def checked(self) -> tuple[int, Format]:
         """(max_model_len, KV format) once every engine-independent value is in range."""
         spec = self.model
-        if self.block_size is not None and self.block_size < 1:
-            raise UsageError(f"--block-size must be >= 1, got {self.block_size}")
+        if self.block_size is not None and not 1 <= self.block_size <= MAX_TOKENS:
+            raise UsageError(f"--block-size must be between 1 and {MAX_TOKENS:,}, got {self.block_size}")
+        self._check_counts()
         if self.max_num_batched_tokens < 1:
             raise UsageError("--max-num-batched-tokens must be >= 1")
         if self.max_num_seqs is not None and self.max_num_seqs < 1:
             raise UsageError("--max-num-seqs must be >= 1")
-        max_len = self.max_model_len or spec.max_context
+        max_len = spec.max_context if self.max_model_len is None else self.max_model_len
         if max_len < 1:
-            raise UsageError("--max-model-len must be >= 1")
+            raise UsageError("--max-model-len must be >= 1 (leave it out for the model's maximum)")
         if max_len > spec.max_context:
             raise ContextTooLong(
                 f"--max-model-len {max_len:,} exceeds {spec.name}'s maximum context of "
@@ -90,6 +93,28 @@ class PlanRequest:
             self.kv_quant_zero_point,
         )
         return max_len, fmt
+
+    def _check_counts(self) -> None:
+        """Counts that size a search or a loop: bounded so that planning cost never depends on them."""
+        for what, value, high in (
+            ("--gpus (GPU count)", self.num_gpus, MAX_GPUS),
+            ("--gpus (node count)", self.nodes, MAX_NODES),
+            ("--tensor-parallel-size", self.tp, MAX_GPUS),
+            ("--pipeline-parallel-size", self.pp, MAX_GPUS),
+            ("--max-num-seqs", self.max_num_seqs, MAX_USERS),
+            ("--max-num-batched-tokens", self.max_num_batched_tokens, MAX_TOKENS),
+            ("--num-gpu-blocks-override", self.num_gpu_blocks_override, MAX_TOKENS),
+        ):
+            if value is not None and value > high:
+                raise UsageError(f"{what} must be at most {high:,}, got {value:,}")
+        for what, fraction in (
+            ("--gpu-memory-utilization", self.gpu_memory_utilization),
+            ("--mem-fraction-static", self.mem_fraction_static),
+            ("--swa-full-tokens-ratio", self.swa_full_tokens_ratio),
+            ("--prefix-hit-rate", self.prefix_hit_rate),
+        ):
+            if fraction is not None and not math.isfinite(fraction):
+                raise UsageError(f"{what}: {fraction} is not a finite number")
 
     def _check_workload(self, max_len: int) -> None:
         avg = self.avg_context_tokens

@@ -7,8 +7,10 @@ appear at the edges, and are never mixed up.
 from __future__ import annotations
 
 import re
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 from kvplan.errors import UsageError
+from kvplan.limits import MAX_BYTES, MAX_TOKENS
 
 KiB = 2**10
 MiB = 2**20
@@ -31,6 +33,7 @@ _UNITS = {
     "gb": GB,
     "tb": TB,
 }
+_COUNT_RE = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(e[+-]?[0-9]{1,3})?$")
 _BYTES_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\s*([A-Za-z]*)\s*$")
 
 
@@ -43,24 +46,33 @@ def parse_bytes(text: str, what: str = "size") -> int:
             f"{what}: cannot read {text!r} as a size; write e.g. 51.02GiB, 40GB or 42949672960 "
             "(GiB/MiB/KiB are powers of 2, GB/MB/KB powers of 10)"
         )
-    value = float(match.group(1)) * 10 ** int(match.group(2) or 0)
-    return int(round(value * _UNITS[unit]))
+    exponent = match.group(2) or "0"
+    if len(exponent.lstrip("+-")) > 3:
+        raise UsageError(f"{what}: {text!r} is out of range (at most {fmt_bytes(MAX_BYTES)})")
+    value = Decimal(match.group(1)) * Decimal(10) ** int(exponent) * _UNITS[unit]
+    if value > MAX_BYTES:
+        raise UsageError(f"{what}: {text!r} is out of range (at most {fmt_bytes(MAX_BYTES)})")
+    return int(value.to_integral_value(rounding=ROUND_HALF_EVEN))
 
 
-def parse_count(text: str, what: str = "count") -> int:
-    """Parse a token count such as '8192', '8K', '128k', '1M' (K = 1024, M = 1024**2)."""
+def parse_count(text: str, what: str = "count", limit: int = MAX_TOKENS) -> int:
+    """Parse a token count such as '8192', '8K', '128k', '1M' (K = 1024, M = 1024**2), at most `limit`."""
     s = str(text).strip().lower().replace("_", "").replace(",", "")
     scale = 1
     if s.endswith("k"):
         s, scale = s[:-1], 1024
     elif s.endswith("m"):
         s, scale = s[:-1], 1024**2
+    if not _COUNT_RE.match(s):
+        raise UsageError(f"{what}: cannot read {text!r} as a number; write e.g. 8192 or 8K")
     try:
-        value = float(s) * scale
-    except ValueError:
+        value = Decimal(s) * scale
+    except (InvalidOperation, ValueError):
         raise UsageError(f"{what}: cannot read {text!r} as a number; write e.g. 8192 or 8K") from None
-    if value != int(value) or value < 0:
+    if value != value.to_integral_value() or value < 0:
         raise UsageError(f"{what}: {text!r} is not a whole non-negative number")
+    if value > limit:
+        raise UsageError(f"{what}: {text!r} is over kvplan's limit of {limit:,}")
     return int(value)
 
 

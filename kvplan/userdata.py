@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import glob
 import os
 import re
+import stat
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from kvplan.errors import UsageError
@@ -29,15 +35,57 @@ def profile_path(name: str) -> Path:
     return data_dir() / "calibrations" / f"{safe}.yaml"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename: readers never see half a file."""
+TEMP_SUFFIX = ".kvplan-tmp"
+STALE_TEMP_S = 600  # a temp file older than this belongs to a killed write
+
+
+@contextlib.contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """An exclusive lock on `directory` (fcntl.flock on the directory): read-modify-write cycles of
+    two kvplan runs (concurrent `check-log --save-calibration`) take turns and lose no entry."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY)  # the directory itself: no lock file to leave behind
+    except OSError as exc:
+        raise UsageError(f"{directory}: cannot lock ({exc.strerror or exc}); check its permissions") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def clean_stale_temps(path: Path) -> None:
+    """Remove the temp files that killed writes of `path` left behind (readers never look at them:
+    `.NAME.<random>.kvplan-tmp`, or `.NAME.<random>.tmp` from older kvplan); only this
+    target's, and only those older than any live write."""
+    now = time.time()
+    pattern = glob.escape(f".{path.name}.")
+    stale = [*path.parent.glob(f"{pattern}*{TEMP_SUFFIX}"), *path.parent.glob(f"{pattern}*.tmp")]
+    for tmp in stale:
+        with contextlib.suppress(OSError):
+            if now - tmp.lstat().st_mtime > STALE_TEMP_S:
+                tmp.unlink()
+
+
+def write_atomic(path: Path, data: str | bytes, mode: int | None = None) -> None:
+    """Write `data` to `path` through a temporary file and a rename: readers never see half a file.
+    The temp file is created exclusively with an unpredictable name (never through a planted
+    symlink); the result keeps the mode of the file it replaces, else 0644 (or `mode`)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        clean_stale_temps(path)
+        if mode is None:
+            try:
+                mode = stat.S_IMODE(os.stat(path).st_mode) if path.is_file() else 0o644
+            except OSError:
+                mode = 0o644
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data.encode("utf-8") if isinstance(data, str) else data)
                 fh.flush()
+                os.fchmod(fh.fileno(), mode)
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
         except BaseException:

@@ -24,6 +24,9 @@ def calibrate(
         typer.Option("--kv-dtype", help="Comma list: bf16, fp16, fp8, int8 (default: bf16, + fp8 on sm89+)."),
     ] = None,
     output: o.Output = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an existing --output file that is not a kvplan profile.")
+    ] = False,
     json_out: o.Json = False,
 ) -> None:
     """Measure what kvplan's paged decode kernel reaches on this GPU and save it for estimate.
@@ -36,7 +39,7 @@ def calibrate(
 
     err = Console(stderr=True, soft_wrap=True)  # progress goes to stderr, so --json stays parseable
     prof, path = measure_and_save(
-        device, quick, model, kv_dtype, output, lambda line: err.print(line, highlight=False)
+        device, quick, model, kv_dtype, output, lambda line: err.print(line, highlight=False), force
     )
     if json_out:
         from kvplan.render.jsonout import profile_json, to_json

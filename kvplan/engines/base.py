@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kvplan.errors import UsageError
 from kvplan.formats import Format
+from kvplan.limits import MAX_VERSION_CHARS
 from kvplan.specs.models import GpuSpec, Layer, ModelSpec, RecurrentState
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ class EngineUnsupported(Exception):
 
 def parse_version_text(text: str) -> Version:
     """'0.11', '0.11.2', 'v0.10.1.1' -> (0, 11)."""
+    if len(text) > MAX_VERSION_CHARS:
+        raise UsageError(f"--engine-version: {text[:20]!r}... is too long; write e.g. 0.11 or 0.11.2")
     m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)*(?:[.+-]\w+)*", text.strip())
     if not m:
         raise UsageError(f"--engine-version: cannot read {text!r}; write e.g. 0.11 or 0.11.2")
@@ -141,7 +144,15 @@ class Engine(ABC):
 
     @classmethod
     def parse_version(cls, text: str | None) -> Version:
-        return cls.latest if text is None or text == "latest" else parse_version_text(text)
+        if text is None or text == "latest":
+            return cls.latest
+        version = parse_version_text(text)
+        if version > cls.latest:
+            raise UsageError(
+                f"--engine-version {text}: newer than the newest {cls.display_name} kvplan knows "
+                f"({fmt_version(cls.latest)}); give {fmt_version(cls.latest)} or older"
+            )
+        return version
 
     @property
     def label(self) -> str:

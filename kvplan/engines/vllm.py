@@ -42,6 +42,8 @@ from kvplan.specs.models import (
 )
 from kvplan.units import GiB, ceil_div, fmt_gib
 
+# vllm/config/cache.py: BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 DEFAULT_BLOCK_SIZE = 16  # engines.md: block_size default 16
 
 
@@ -361,6 +363,11 @@ class Vllm(Engine):
 
     def check_flags(self) -> None:
         req = self.req
+        if req.block_size is not None and req.block_size not in BLOCK_SIZES:
+            raise UsageError(
+                f"--block-size {req.block_size}: vLLM takes {', '.join(map(str, BLOCK_SIZES))} "
+                "(vllm/config/cache.py BlockSize)"
+            )
         util = req.gpu_memory_utilization
         if util is not None and not 0 < util <= 1:
             raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {util}")

@@ -3,11 +3,13 @@ PNG/SVG chart with the memory per GPU beside it (matplotlib, imported only to wr
 
 from __future__ import annotations
 
+import io
 import math
 from typing import TYPE_CHECKING, Any
 
 from kvplan.errors import UsageError
 from kvplan.units import GiB
+from kvplan.userdata import write_atomic
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -67,15 +69,12 @@ def write_chart(path: Path, result: PlotResult) -> None:
     _memory_bars(ax2, result)
     fig.suptitle(f"kvplan: {result.budget}")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
+    buffer = io.BytesIO()
     try:
-        fig.savefig(tmp)
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        fig.savefig(buffer, format=path.suffix.lower().lstrip("."))
     finally:
         plt.close(fig)
+    write_atomic(path, buffer.getvalue())  # exclusive temp file, then a rename: no planted symlink
 
 
 def _curves(ax1: Any, result: PlotResult) -> None:

@@ -16,8 +16,14 @@ if TYPE_CHECKING:
 
 
 def to_json(data: Any) -> str:
-    """The --json text of every command: two-space indent, keys in the order kvplan built them."""
-    return json.dumps(data, indent=2, sort_keys=False)
+    """The --json text of every command: two-space indent, keys in the order kvplan built them.
+    Strict JSON: a NaN or Infinity is refused here (the edge refuses the inputs that make them)."""
+    try:
+        return json.dumps(data, indent=2, sort_keys=False, allow_nan=False)
+    except ValueError:
+        from kvplan.errors import UsageError
+
+        raise UsageError("a result is not a finite number; check the inputs for nan/inf values") from None
 
 
 def models_json(specs: list[ModelSpec]) -> list[dict[str, Any]]:

@@ -6,12 +6,14 @@ each other.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
 from kvplan.errors import SpecError
+from kvplan.limits import MAX_FILE_BYTES, check_nesting, read_regular
 from kvplan.specs.record import Record
 
 if TYPE_CHECKING:
@@ -25,26 +27,45 @@ except AttributeError:  # pragma: no cover - PyYAML built without libyaml
 T = TypeVar("T", bound=Record)
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
+    """A regular file of at most `limit` bytes (limits.py), as UTF-8 text."""
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{path}: file not found") from None
+        return read_regular(path, limit).decode("utf-8")
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not a UTF-8 text file") from None
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def read_yaml(path: Path) -> Any:
-    text = read_text(path)
+def load_yaml_text(text: str, path: Path | str) -> Any:
+    """YAML text, nested at most MAX_NESTING deep; any problem is one SpecError naming the file."""
     try:
-        return yaml.load(text, Loader=_Loader)
+        return check_nesting(yaml.load(text, Loader=_Loader), path)
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply; is it the right file?") from None
+    except ValueError as exc:  # an integer over Python's 4,300-digit conversion limit
+        raise SpecError(f"{path}: unreadable YAML ({str(exc).split(';')[0]})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SpecError(f"{path}:{where}: malformed YAML ({problem}); fix the file's syntax") from None
+
+
+def read_yaml(path: Path) -> Any:
+    return load_yaml_text(read_text(path), path)
+
+
+def load_json_text(text: str, path: Path | str) -> Any:
+    """JSON text, nested at most MAX_NESTING deep, integers of at most 4,300 digits."""
+    try:
+        return check_nesting(json.loads(text), path)
+    except json.JSONDecodeError as exc:
+        raise SpecError(
+            f"{path}: line {exc.lineno}, column {exc.colno}: malformed JSON ({exc.msg})"
+        ) from None
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply; is it the right file?") from None
+    except ValueError as exc:  # an integer over Python's 4,300-digit conversion limit
+        raise SpecError(f"{path}: unreadable JSON ({str(exc).split(';')[0]})") from None
 
 
 def validation_message(path: Path | str, exc: ValidationError) -> str:

@@ -140,8 +140,8 @@ class RecurrentState(_Strict):
     ssm_dtype: str = "auto"
 
     def _check(self) -> RecurrentState:  # run after field validation (schema.py)
-        if self.mixer == "fixed" and self.state_bytes is None:
-            raise ValueError("a state layer needs state_bytes, or a mixer with its tensor sizes")
+        if self.mixer == "fixed" and not self.state_bytes:
+            raise ValueError("a state layer needs state_bytes >= 1, or a mixer with its tensor sizes")
         if self.mixer != "fixed" and not (self.conv_channels or self.ssm_heads):
             raise ValueError(f"mixer {self.mixer}: give conv_channels/conv_kernel and/or ssm_heads/dims")
         for what in ("conv_dtype", "ssm_dtype"):

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from kvplan.errors import SpecError, UsageError
-from kvplan.specs.io import read_text, read_yaml, validate
+from kvplan.errors import UsageError
+from kvplan.limits import MAX_NAME_CHARS
+from kvplan.specs.io import load_json_text, read_text, read_yaml, validate
 from kvplan.specs.models import (
     LAYER_CLASSES,
     GpuSpec,
@@ -87,9 +87,15 @@ def _find_shipped(kind: str, ref: str, cls: type[T], what: str, flag: str) -> T:
     raise UsageError(f"{flag}: unknown {what} {ref!r}{hint} (`kvplan {kind}` lists them)")
 
 
+def _checked_ref(ref: str, flag: str) -> str:
+    if not ref.strip() or len(ref) > MAX_NAME_CHARS:
+        raise UsageError(f"{flag}: give a name or a file path of 1 to {MAX_NAME_CHARS} characters")
+    return ref
+
+
 def load_model(ref: str) -> ModelSpec:
     """A shipped model by name/alias/HF id, a YAML spec file, or a Hugging Face config.json."""
-    path = Path(ref).expanduser()
+    path = Path(_checked_ref(ref, "--model")).expanduser()
     if path.suffix.lower() in (".yaml", ".yml"):
         return validate(ModelSpec, read_yaml(path), path)
     if path.suffix.lower() == ".json" or (path.is_dir() and (path / "config.json").is_file()):
@@ -101,7 +107,7 @@ def load_model(ref: str) -> ModelSpec:
 
 
 def load_gpu(ref: str) -> GpuSpec:
-    path = Path(ref).expanduser()
+    path = Path(_checked_ref(ref, "--gpus")).expanduser()
     if path.suffix.lower() in (".yaml", ".yml"):
         return validate(GpuSpec, read_yaml(path), path)
     return _find_shipped("gpus", ref, GpuSpec, "GPU", "--gpus")
@@ -116,10 +122,4 @@ def all_gpus() -> list[GpuSpec]:
 
 
 def _read_json(path: Path) -> Any:
-    text = read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(
-            f"{path}: line {exc.lineno}, column {exc.colno}: malformed JSON ({exc.msg})"
-        ) from None
+    return load_json_text(read_text(path), path)

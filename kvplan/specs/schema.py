@@ -9,8 +9,18 @@ from __future__ import annotations
 from functools import cache
 from typing import Annotated, Any, Literal, Optional, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
+from kvplan import limits
 from kvplan.specs import models as m
 from kvplan.specs.record import _REQUIRED, Record, dump_value
 
@@ -21,7 +31,16 @@ _OTHERS: tuple[type[Record], ...] = (m.MoE, m.Interconnect, m.ModelSpec, m.GpuSp
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # .inf/.nan in a spec would reach the plan (and --json) as Infinity/NaN
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _bounded(cls: Any, value: Any, info: ValidationInfo) -> Any:
+    limit = limits.limit_for(info.field_name or "")
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > limit:
+            raise ValueError(f"{v:,} is over kvplan's limit of {limit:,} (README, Limits)")
+    return value
 
 
 def _annotation(record: type[Record], name: str) -> Any:
@@ -50,7 +69,9 @@ def _build(record: type[Record], namespace: dict[str, Any]) -> type[BaseModel]:
         if isinstance(annotation, str):
             annotation = eval(annotation, namespace)  # noqa: S307 - our own annotations, not user input
         fields[name] = (annotation, ... if default is _REQUIRED else default)
-    validators = {"_after_check": _after(record)} if hasattr(record, "_check") else {}
+    validators: dict[str, Any] = {"_bounded": field_validator("*", mode="after")(classmethod(_bounded))}
+    if hasattr(record, "_check"):
+        validators["_after_check"] = _after(record)
     return create_model(record.__name__, __base__=_Strict, __validators__=validators, **fields)
 
 

@@ -48,7 +48,7 @@ def attention_pattern(
         no_rope = r.list("no_rope_layers")
         if no_rope is not None and len(no_rope) == num_layers:
             return ["chunked" if flag else "full" for flag in no_rope]
-        interval = r.int("no_rope_layer_interval", default=4)
+        interval = r.int("no_rope_layer_interval", default=4) or 4  # a bad value is in r.problems
         return ["full" if (i + 1) % interval == 0 else "chunked" for i in range(num_layers)]
 
     pattern_every = r.int("sliding_window_pattern", "_sliding_window_pattern", default=None)

@@ -5,7 +5,6 @@ silent bf16 count; a malformed config is a SpecError naming the file and field."
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -14,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.errors import SpecError
+from kvplan.limits import MAX_INDEX_FILE_BYTES
 from kvplan.params import Matrix, weight_matrices
-from kvplan.specs.io import read_text
+from kvplan.specs.io import load_json_text, read_text
 from kvplan.specs.models import ModelSpec
 
 
@@ -340,12 +340,7 @@ def resolve(spec: ModelSpec, scheme: Scheme) -> dict[str, str]:
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise SpecError(
-            f"{path}: line {exc.lineno}, column {exc.colno}: malformed JSON ({exc.msg})"
-        ) from None
+    return load_json_text(read_text(path, MAX_INDEX_FILE_BYTES), path)
 
 
 def quant_config(top: dict, cfg: dict, path: Path) -> tuple[Any, str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kvplan.limits import limit_for
+
 
 class Reader:
     """Typed field access that collects every problem instead of stopping at the first."""
@@ -29,6 +31,9 @@ class Reader:
                 return None
             if value < minimum:
                 self.bad(key, f"must be >= {minimum}, got {value}")
+                return None
+            if value > limit_for(key):
+                self.bad(key, f"{value:,} is over kvplan's limit of {limit_for(key):,} (README, Limits)")
                 return None
             return value
         if default is ...:

@@ -1,0 +1,212 @@
+"""Fuzzing every input channel (issue 14): whatever is typed, pasted or read from a file, kvplan
+answers or refuses with one line; never a traceback, never a run over 5 s, and --json is JSON."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_harden import QWEN, VLLM_LOG, _profile_text, invoke, strict_json
+
+FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+
+NUMBERS = st.one_of(
+    st.sampled_from(["inf", "-inf", "nan", "1e400", "0", "-1", "1e308GiB", "8K", ",", "", "1" * 5000, "0.5"]),
+    st.integers(min_value=-(10**20), max_value=10**20).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(str),
+    st.text(max_size=12),
+)
+
+
+def _ok(result, json_out: bool = True) -> None:
+    assert result.exit_code in (0, 2, 3), (result.exit_code, result.stderr[-300:])
+    if json_out and result.stdout.strip():
+        strict_json(result.stdout)
+
+
+@FUZZ
+@given(
+    flag=st.sampled_from(
+        [
+            "--max-model-len",
+            "--max-num-batched-tokens",
+            "--avg-context",
+            "--shared-prefix-tokens",
+            "--kv-cache-memory",
+            "--reserve-memory",
+            "--block-size",
+            "--engine-version",
+            "--gpus",
+            "--kv-quant-scale-bits",
+            "--gpu-memory-utilization",
+            "--max-num-seqs",
+            "-tp",
+        ]
+    ),
+    value=NUMBERS,
+)
+def test_fuzz_estimate_flags(flag, value):
+    _ok(invoke("estimate", "-m", "qwen3-8b", "--gpus", "H100", flag, value, "--json"))
+
+
+@FUZZ
+@given(
+    flag=st.sampled_from(
+        ["--max-gpus", "--tpot-ms", "--price", "--gpu", "--top", "--users", "--max-model-len"]
+    ),
+    value=NUMBERS,
+)
+def test_fuzz_solve_flags(flag, value):
+    args = {"--max-model-len": "8K", "--users": "4"}
+    args[flag] = value
+    _ok(invoke("solve", "-m", "qwen3-8b", *[x for kv in args.items() for x in kv], "--json"))
+
+
+@FUZZ
+@given(
+    flag=st.sampled_from(["--models", "--variants", "--offload-gib", "--max-model-len", "--gpus"]),
+    value=NUMBERS
+    | st.sampled_from(["window0", "mla0", "gqa0", "share1", "offload1e9", "window99999999999k"]),
+)
+def test_fuzz_compare_flags(flag, value):
+    args = {"--models": "qwen3-8b"}
+    args[flag] = value
+    _ok(invoke("compare", "table", *[x for kv in args.items() for x in kv], "--json"))
+
+
+SPEC_FIELDS = [
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "vocab_size",
+    "max_context",
+    "intermediate_size",
+]
+VALUES = st.one_of(
+    st.integers(min_value=-(10**15), max_value=10**15),
+    st.sampled_from([".inf", ".nan", "text", "[]", "{}", "0", "1e400", "9" * 5000]),
+)
+
+
+@FUZZ
+@given(field=st.sampled_from(SPEC_FIELDS), value=VALUES)
+def test_fuzz_spec_yaml(tmp_path_factory, field, value):
+    lines = [f"{field}: {value}" if line.startswith(f"{field}:") else line for line in QWEN.splitlines()]
+    path = tmp_path_factory.mktemp("spec") / "m.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    _ok(invoke("estimate", "-m", str(path), "--json"))
+
+
+HF_FIELDS = [
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "max_position_embeddings",
+    "head_dim",
+    "sliding_window",
+    "no_rope_layer_interval",
+]
+
+
+@FUZZ
+@given(
+    field=st.sampled_from(HF_FIELDS),
+    value=st.one_of(
+        st.integers(-(10**15), 10**15), st.text(max_size=5), st.floats(), st.lists(st.integers(), max_size=3)
+    ),
+)
+def test_fuzz_config_json(tmp_path_factory, field, value):
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+    }
+    cfg[field] = value
+    path = tmp_path_factory.mktemp("hf") / "config.json"
+    path.write_text(json.dumps(cfg))
+    _ok(invoke("estimate", "-m", str(path), "--json"))
+
+
+LOG = VLLM_LOG.read_text()
+
+
+@FUZZ
+@given(
+    key=st.sampled_from(["'max_model_len': 32768", "tensor_parallel_size=1", "GPU KV cache size: "]),
+    value=NUMBERS,
+)
+def test_fuzz_pasted_log(key, value):
+    if key.endswith(": "):
+        text = LOG.replace(key, key + value + " ")
+    else:
+        name, sep = (key.split(": ")[0], ": ") if ": " in key else (key.split("=")[0], "=")
+        text = LOG.replace(key, f"{name}{sep}{value}")
+    _ok(invoke("check-log", "-", "--json", stdin=text))
+
+
+@FUZZ
+@given(
+    field=st.sampled_from(
+        [
+            "peak_bytes_per_s",
+            "half_bytes",
+            "rms_relative_error",
+            "measured_on",
+            "device",
+            "memory_bytes",
+            "points",
+            "layout",
+        ]
+    ),
+    value=st.one_of(st.floats(), st.integers(-(10**30), 10**30), st.text(max_size=5), st.none()),
+)
+def test_fuzz_profiles(tmp_path_factory, field, value):
+    path = tmp_path_factory.mktemp("prof") / "p.yaml"
+    path.write_text(_profile_text(**{field: value}))
+    _ok(invoke("estimate", "-m", "qwen3-8b", "--gpus", "H100", "--calibration-file", str(path), "--json"))
+
+
+@FUZZ
+@given(
+    field=st.sampled_from(
+        ["model", "reserve_bytes", "tensor_parallel_size", "measured_on", "engine_version"]
+    ),
+    value=st.one_of(
+        st.floats(),
+        st.integers(-(10**30), 10**30),
+        st.text(max_size=5),
+        st.none(),
+        st.lists(st.integers(), max_size=2),
+    ),
+)
+def test_fuzz_overheads(field, value):
+    import yaml
+
+    from kvplan.userdata import overheads_path
+
+    entry = {
+        "model": "qwen3-8b",
+        "gpu": "H100-SXM",
+        "engine": "vllm",
+        "tensor_parallel_size": 1,
+        "pipeline_parallel_size": 1,
+        "max_num_batched_tokens": 8192,
+        "reserve_bytes": 2**30,
+        "engine_version": "0.11",
+        "measured_on": "2025-01-01",
+        "source": "x.log",
+    }
+    entry[field] = value
+    path = overheads_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"schema": "kvplan.overheads/1", "entries": [entry]}))
+    _ok(invoke("estimate", "-m", "qwen3-8b", "--gpus", "H100", "--json"))

@@ -1,0 +1,500 @@
+"""Issue 14: every input bounded and checked at the edge, valid JSON always, safe writes.
+
+Each bad input must give one line naming the flag/file/field and exit 2: never a traceback, never a
+hang (a 5 s alarm guards every run), never NaN/Infinity in --json output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.cli import app
+
+REPO = Path(__file__).resolve().parent.parent
+LOGS = REPO / "tests" / "fixtures" / "logs"
+VLLM_LOG = LOGS / "vllm_v011_llama31_8b_h100.log"
+LIMIT_S = 5
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"not JSON: {name}")
+
+
+def strict_json(text: str):
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _alarm(signum, frame):  # pragma: no cover - only when a run hangs
+    raise TimeoutError(f"a kvplan run took over {LIMIT_S} s")
+
+
+def invoke(*args: str, stdin: str | None = None):
+    """Run the CLI in-process under a 5 s alarm; a traceback or a hang fails the test."""
+    runner = CliRunner(env={"COLUMNS": "120", "NO_COLOR": "1"})
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(LIMIT_S)
+    try:
+        result = runner.invoke(app, list(args), input=stdin)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    exc = result.exception
+    assert exc is None or isinstance(exc, SystemExit), f"{args[:4]}: {type(exc).__name__}: {exc}"
+    return result
+
+
+def refused(*args: str, stdin: str | None = None, names: str | None = None):
+    """Exit 2 with one error line (naming `names` when given); under --json, a valid error object."""
+    result = invoke(*args, stdin=stdin)
+    assert result.exit_code == 2, (args[:4], result.exit_code, result.stdout[-300:], result.stderr[-300:])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    if names is not None:
+        assert names in lines[0], lines[0]
+    if "--json" in args:
+        strict_json(result.stdout)
+    return result
+
+
+EST = ("estimate", "-m", "qwen3-8b", "--gpus", "H100")
+
+
+# --- non-finite and unbounded numbers in flags ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--max-model-len", "inf"),
+        ("--max-model-len", "nan"),
+        ("--max-model-len", "1e400"),
+        ("--max-model-len", "0"),
+        ("--max-num-batched-tokens", "nan"),
+        ("--max-num-batched-tokens", "1e400"),
+        ("--avg-context", "inf"),
+        ("--shared-prefix-tokens", "inf"),
+        ("--kv-cache-memory", "1e308GiB"),
+        ("--kv-cache-memory", "1e400"),
+        ("--reserve-memory", "1e400"),
+        ("--engine-version", "0.99"),
+        ("--engine-version", "1" * 5000 + ".1"),
+        ("--block-size", "7"),
+    ],
+)
+def test_estimate_flag_refused(flag, value):
+    refused(*EST, flag, value, "--json", names=flag)
+
+
+def test_negative_scale_bits_refused():
+    refused(*EST, "--kv-cache-dtype", "int8", "--kv-quant-scale-bits", "-1000", names="--kv-quant-scale-bits")
+
+
+def test_newest_engine_version_named():
+    result = refused(*EST, "--engine-version", "0.99")
+    assert "newest" in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--model", "--gpus"])
+def test_overlong_names_refused(flag):
+    args = list(EST)
+    args[args.index(flag if flag == "--gpus" else "-m") + 1] = "x" * 300
+    refused(*args, names=flag)
+
+
+@pytest.mark.parametrize(
+    "extra, names",
+    [
+        (("--max-model-len", "8K", "--max-gpus", "100000000", "--tpot-ms", "0.001"), "--max-gpus"),
+        (("--max-model-len", "8K", "--price", "abc"), "--price"),
+        (("--max-model-len", "8K", "--price", "nan", "--json"), "--price"),
+        (("--max-model-len", "8K", "--gpu", ","), "--gpu"),
+        (("--max-model-len", "8K", "--top", "0"), "--top"),
+        (("--max-model-len", "inf"), "--max-model-len"),
+        (("--max-model-len", "8K", "--tpot-ms", "nan"), "--tpot-ms"),
+        (("--max-model-len", "8K", "--users", "100000000000"), "--users"),
+    ],
+)
+def test_solve_refused(extra, names):
+    refused("solve", "-m", "qwen3-8b", "-u", "4", *extra, names=names)
+
+
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (("compare", "table", "--models", ","), "--models"),
+        (("compare", "table", "--models", "qwen3-8b", "--variants", "window0"), "window0"),
+        (("compare", "table", "--models", "qwen3-8b", "--variants", "mla0"), "mla0"),
+        (("compare", "table", "--models", "qwen3-8b", "--offload-gib", "nan"), "--offload-gib"),
+        (("compare", "table", "--models", "qwen3-8b", "--max-model-len", "inf"), "--max-model-len"),
+        (("compare", "ladder", "-m", "qwen3-8b", "--avg-context", "nan"), "--avg-context"),
+        (("compare", "ladder", "-m", "qwen3-8b", "--shared-prefix-tokens", "inf"), "--shared-prefix-tokens"),
+    ],
+)
+def test_compare_refused(args, names):
+    refused(*args, names=names)
+
+
+# --- spec files, config.json, special files --------------------------------------------------------
+
+QWEN = (REPO / "model_specs" / "models" / "qwen3-8b.yaml").read_text()
+
+
+def _spec(tmp_path: Path, text: str, name: str = "m.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "old, new, field",
+    [
+        ("num_layers: 36", "num_layers: 10000000", "num_layers"),
+        ("num_layers: 36", "num_layers: 1000000000000", "num_layers"),
+        ("num_kv_heads: 8", "num_kv_heads: 1000000000", "num_kv_heads"),
+        ("head_dim: 128", "head_dim: 1000000000", "head_dim"),
+        ("hidden_size: 4096", "hidden_size: 1000000000000", "hidden_size"),
+        ("vocab_size: 151936", "vocab_size: 1000000000000", "vocab_size"),
+        ("max_context: 40960", "max_context: 1000000000000", "max_context"),
+        ("num_attention_heads: 32", "num_attention_heads: 1000000000", "num_attention_heads"),
+    ],
+)
+def test_spec_sizes_bounded(tmp_path, old, new, field):
+    assert old in QWEN
+    refused("estimate", "-m", _spec(tmp_path, QWEN.replace(old, new)), "--json", names=field)
+
+
+def test_state_only_model_with_zero_state(tmp_path):
+    text = QWEN.replace(
+        "attn: {kind: full, num_kv_heads: 8, head_dim: 128}", "attn: {kind: state, state_bytes: 0}"
+    )
+    refused("estimate", "-m", _spec(tmp_path, text), names="state_bytes")
+
+
+def test_gpu_spec_inf_refused(tmp_path):
+    gpu = (REPO / "model_specs" / "gpus" / "h100-sxm.yaml").read_text()
+    head = gpu.split("hbm_bytes_per_s:")[0]
+    tail = gpu.split("hbm_bytes_per_s:")[1].split("\n", 1)[1]
+    path = _spec(tmp_path, head + "hbm_bytes_per_s: .inf\n" + tail, "g.yaml")
+    refused("estimate", "-m", "qwen3-8b", "--gpus", path, "--json", names="hbm_bytes_per_s")
+
+
+def _config(tmp_path: Path, **changes) -> str:
+    cfg = json.loads((REPO / "tests" / "fixtures" / "hf" / "gpt-oss-20b.json").read_text())
+    cfg = (
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": 4096,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "intermediate_size": 14336,
+            "vocab_size": 128256,
+            "max_position_embeddings": 8192,
+            "torch_dtype": "bfloat16",
+        }
+        if not changes.pop("_real", False)
+        else cfg
+    )
+    cfg.update(changes)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_config_baseline_works(tmp_path):
+    assert invoke("estimate", "-m", _config(tmp_path), "--json").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("num_hidden_layers", 10_000_000),
+        ("num_hidden_layers", 10**12),
+        ("num_attention_heads", 10**9),
+        ("num_key_value_heads", 10**9),
+        ("vocab_size", 10**13),
+        ("max_position_embeddings", 10**13),
+    ],
+)
+def test_config_sizes_bounded(tmp_path, field, value):
+    refused("estimate", "-m", _config(tmp_path, **{field: value}), names=field)
+
+
+def test_config_huge_integer(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(_config_text(tmp_path).replace('"vocab_size": 128256', '"vocab_size": ' + "9" * 4400))
+    refused("estimate", "-m", str(path), names=str(path))
+
+
+def _config_text(tmp_path: Path) -> str:
+    return Path(_config(tmp_path)).read_text()
+
+
+def test_config_deep_nesting(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"a": ' + "[" * 10000 + "]" * 10000 + "}")
+    refused("estimate", "-m", str(path), names=str(path))
+
+
+def test_yaml_deep_nesting(tmp_path):
+    refused("estimate", "-m", _spec(tmp_path, "a: " + "[" * 10000 + "]" * 10000 + "\n"), names="m.yaml")
+
+
+def test_no_rope_interval_zero(tmp_path):
+    cfg = _config(
+        tmp_path,
+        model_type="llama4_text",
+        architectures=["Llama4ForCausalLM"],
+        no_rope_layer_interval=0,
+        attention_chunk_size=8192,
+    )
+    refused("estimate", "-m", cfg, names="no_rope_layer_interval")
+
+
+def test_dev_zero_refused(tmp_path):
+    link = tmp_path / "zero.yaml"
+    link.symlink_to("/dev/zero")
+    refused("estimate", "-m", str(link), names="zero.yaml")
+
+
+def test_fifo_refused(tmp_path):
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    refused("estimate", "-m", str(fifo), names="pipe.yaml")
+
+
+def test_big_file_refused(tmp_path):
+    refused("estimate", "-m", _spec(tmp_path, QWEN + "#" * (20 * 2**20) + "\n"), names="m.yaml")
+
+
+def test_big_log_refused(tmp_path):
+    log = tmp_path / "big.log"
+    log.write_text(VLLM_LOG.read_text() + "x" * (70 * 2**20))
+    refused("check-log", str(log), names="big.log")
+
+
+# --- pasted logs -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("'max_model_len': 32768", "'max_model_len': inf"),
+        ("'max_model_len': 32768", "'max_model_len': " + "9" * 400),
+    ],
+)
+def test_log_numbers_refused(old, new):
+    text = VLLM_LOG.read_text()
+    assert old in text
+    refused("check-log", "-", "--json", stdin=text.replace(old, new))
+
+
+def test_log_token_count_digits():
+    text = VLLM_LOG.read_text()
+    import re
+
+    text2 = re.sub(r"GPU KV cache size: [0-9,]+ tokens", "GPU KV cache size: " + "9" * 400 + " tokens", text)
+    assert text2 != text
+    refused("check-log", "-", "--json", stdin=text2)
+
+
+def test_log_negative_data_parallel():
+    text = VLLM_LOG.read_text().replace(
+        "'max_model_len': 32768", "'max_model_len': 32768, 'data_parallel_size': -1"
+    )
+    result = invoke("check-log", "-", stdin=text)
+    assert "-1x" not in result.stdout
+    assert result.exit_code == 2, result.stdout[-400:]
+
+
+def test_log_model_path_not_opened(tmp_path):
+    victim = tmp_path / "secret.yaml"
+    victim.write_text(QWEN)
+    text = VLLM_LOG.read_text().replace("meta-llama/Llama-3.1-8B-Instruct", str(victim))
+    result = refused("check-log", "-", "--gpus", "H100", stdin=text)
+    assert "config.json" in result.stderr
+
+
+# --- profiles and overheads ------------------------------------------------------------------------
+
+
+def _profile_text(**fit) -> str:
+    import yaml
+
+    data = {
+        "schema": "kvplan.calibration/1",
+        "device": "cuda",
+        "device_name": "NVIDIA H100 80GB HBM3",
+        "gpu_spec": "H100",
+        "memory_bytes": 85899345920,
+        "sm_count": 132,
+        "driver": None,
+        "torch": "2",
+        "triton": None,
+        "measured_on": "2025-01-01T00:00:00+00:00",
+        "quick": True,
+        "layout": {"q_heads": 32, "kv_heads": 8, "head_dim": 128, "v_dim": 128},
+        "ceilings": {},
+        "points": [
+            {
+                "kv_dtype": "bf16",
+                "batch": 1,
+                "context": 1024,
+                "bytes": 4194304,
+                "seconds": 0.001,
+                "bytes_per_s": 3.0e12,
+            }
+        ],
+        "fit": {"peak_bytes_per_s": 3.0e12, "half_bytes": 1.0e6, "rms_relative_error": 0.01},
+    }
+    data["fit"].update({k: v for k, v in fit.items() if k in data["fit"]})
+    data.update({k: v for k, v in fit.items() if k not in data["fit"]})
+    return yaml.safe_dump(data)
+
+
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"peak_bytes_per_s": "fast"}, "peak_bytes_per_s"),
+        ({"half_bytes": float("inf")}, "half_bytes"),
+        ({"measured_on": 5}, "measured_on"),
+        ({"peak_bytes_per_s": float("nan")}, "peak_bytes_per_s"),
+    ],
+)
+def test_corrupt_profile(tmp_path, changes, field):
+    path = tmp_path / "p.yaml"
+    path.write_text(_profile_text(**changes))
+    refused(*EST, "--calibration-file", str(path), "--json", names=field)
+
+
+def test_corrupt_saved_profile_named(tmp_path):
+    from kvplan.specs.registry import load_gpu
+    from kvplan.userdata import profile_path
+
+    path = profile_path(load_gpu("H100").name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_profile_text(half_bytes=float("inf")))
+    refused(*EST, "--json", names="half_bytes")
+
+
+def test_corrupt_overheads(tmp_path):
+    from kvplan.userdata import overheads_path
+
+    path = overheads_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("schema: kvplan.overheads/1\nentries:\n- " + "[" * 5000 + "]" * 5000 + "\n")
+    refused(*EST, names="overheads.yaml")
+
+
+# --- JSON is always JSON ------------------------------------------------------------------------------
+
+
+def test_to_json_never_prints_nan():
+    from kvplan.errors import KvplanError
+    from kvplan.render.jsonout import to_json
+
+    with pytest.raises(KvplanError):
+        to_json({"x": float("nan")})
+
+
+# --- writes --------------------------------------------------------------------------------------------
+
+
+def _no_measuring(monkeypatch):
+    from kvplan import calibrate
+
+    def boom(*a, **k):
+        raise AssertionError("measured before checking the arguments")
+
+    monkeypatch.setattr(calibrate, "run", boom)
+
+
+@pytest.mark.parametrize(
+    "extra, names",
+    [(("-o", "out.txt"), "--output"), (("--kv-dtype", "bogus"), "--kv-dtype")],
+)
+def test_calibrate_checks_arguments_first(tmp_path, monkeypatch, extra, names):
+    _no_measuring(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    refused("calibrate", "--device", "cpu", "--quick", *extra, names=names)
+
+
+def test_calibrate_refuses_to_overwrite_unrelated(tmp_path, monkeypatch):
+    _no_measuring(monkeypatch)
+    victim = tmp_path / "config.yaml"
+    victim.write_text("important: true\n")
+    refused("calibrate", "--device", "cpu", "--quick", "-o", str(victim), names="--force")
+    assert victim.read_text() == "important: true\n"
+
+
+def test_write_atomic_modes(tmp_path):
+    from kvplan.userdata import write_atomic
+
+    new = tmp_path / "new.yaml"
+    write_atomic(new, "a: 1\n")
+    assert stat.S_IMODE(new.stat().st_mode) == 0o644
+    old = tmp_path / "old.yaml"
+    old.write_text("a: 0\n")
+    old.chmod(0o640)
+    write_atomic(old, "a: 1\n")
+    assert stat.S_IMODE(old.stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.yaml", "old.yaml"]
+
+
+def test_stale_temp_files_cleaned(tmp_path):
+    from kvplan.userdata import write_atomic
+
+    stale = tmp_path / ".prof.yaml.abc123.tmp"
+    stale.write_text("half")
+    old = os.path.getmtime(stale) - 3600
+    os.utime(stale, (old, old))
+    fresh = tmp_path / ".prof.yaml.def456.kvplan-tmp"  # a write in progress elsewhere
+    fresh.write_text("half")
+    other = tmp_path / ".unrelated.yaml.abc123.tmp"
+    other.write_text("not ours")
+    os.utime(other, (old, old))
+    write_atomic(tmp_path / "prof.yaml", "a: 1\n")
+    assert not stale.exists()
+    assert fresh.exists() and other.exists()
+
+
+def test_plot_output_not_through_symlink(tmp_path):
+    pytest.importorskip("matplotlib")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    out = tmp_path / "chart.png"
+    (tmp_path / ".chart.png.tmp.png").symlink_to(victim)
+    result = invoke("compare", "plot", "--models", "qwen3-8b", "--max-model-len", "8K", "-o", str(out))
+    assert result.exit_code == 0, result.stderr
+    assert victim.read_text() == "keep"
+    assert out.is_file() and not out.is_symlink()
+
+
+_SAVER = """
+import sys
+from kvplan import overheads
+from kvplan.overheads import Overhead
+path, tag = overheads.default_path(), sys.argv[1]
+for i in range(25):
+    overheads.save(path, Overhead(f"m{tag}{i}", "H100", "vllm", 1, 1, 8192, 1, "0.11", "2025-01-01", "x"))
+"""
+
+
+def test_concurrent_saves_keep_every_entry(tmp_path):
+    from kvplan import overheads
+
+    env = {**os.environ, "KVPLAN_DATA_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", _SAVER, tag], env=env) for tag in "ab"]
+    assert all(p.wait(timeout=60) == 0 for p in procs)
+    assert len(overheads.load(tmp_path / "overheads.yaml")) == 50
