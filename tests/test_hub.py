@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -34,10 +36,14 @@ def cache_repo(cache: Path, repo_id: str, files: dict[str, Path], commit: str = 
     (repo / "refs" / "main").write_text(commit)
     for name, src in files.items():
         data = src.read_bytes()
-        sha = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        sha = git_blob_sha(data)
         (blobs / sha).write_bytes(data)
         (snapshot / name).symlink_to(Path("..", "..", "blobs", sha))
     return snapshot
+
+
+def git_blob_sha(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 @pytest.fixture
@@ -90,6 +96,12 @@ def test_every_command_taking_a_model_reads_the_hub(hf_cache):
     r = run_cli("compare", "table", "--models", f"llama3-8b,{NEXT}", "--format", "json")
     assert r.exit_code == 0, r.stderr
     assert NEXT in r.stdout
+    log = REPO / "tests" / "fixtures" / "logs" / "real" / "vllm_0.10.2_qwen3-next-80b-a3b_h200_tp2.log"
+    r = run_cli("check-log", str(log), "--model", NEXT, "--gpus", "H200", "--json")
+    assert r.exit_code == 0, r.stderr
+    weights = r.json()["rows"][0]
+    assert r.json()["setup"]["model"] == NEXT and weights["quantity"] == "weights per GPU"
+    assert abs(weights["difference"]) < 0.005  # the real vLLM log's weights, from the cached config.json
 
 
 def test_the_real_environment_variables_in_a_fresh_process(hf_cache, tmp_path):
@@ -213,3 +225,110 @@ def test_local_paths_are_never_hub_ids(tmp_path, monkeypatch):
     (tmp_path / "org" / "name").mkdir(parents=True)
     message = one_line_error("estimate", "-m", "org/name")
     assert "a folder without a config.json" in message
+
+
+# --- the library's own download path, against a local stand-in for the Hub -------------------
+
+
+class FakeHub(BaseHTTPRequestHandler):
+    """/{org}/{name}/resolve/{revision}/{file} answered with the headers the Hub sends:
+    X-Repo-Commit, the file's git hash as ETag; X-Error-Code on failures (GatedRepo, EntryNotFound)."""
+
+    repos: dict[str, dict[str, bytes]] = {}
+    gated = {"acme/gated-70b"}
+
+    def do_HEAD(self) -> None:
+        self._answer(body=False)
+
+    def do_GET(self) -> None:
+        self._answer(body=True)
+
+    def _answer(self, body: bool) -> None:
+        parts = self.path.split("/")
+        repo_id, filename = "/".join(parts[1:3]), "/".join(parts[5:])
+        data = self.repos.get(repo_id, {}).get(filename)
+        if repo_id in self.gated:
+            status, code = 403, "GatedRepo"
+        elif repo_id not in self.repos:
+            status, code = 401, "RepoNotFound"
+        elif data is None:
+            status, code = 404, "EntryNotFound"
+        else:
+            status, code = 200, None
+        self.send_response(status)
+        self.send_header("X-Repo-Commit", COMMIT)
+        if code:
+            self.send_header("X-Error-Code", code)
+            self.send_header("Content-Length", "0")
+        else:
+            self.send_header("ETag", f'"{git_blob_sha(data)}"')
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if body and data is not None:
+            self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_hub():
+    folder = CORPUS / "deepseek-v3.2-nvfp4"
+    FakeHub.repos = {
+        NVFP4: {name: (folder / name).read_bytes() for name in ("config.json", "hf_quant_config.json")}
+    }
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def kvplan_process(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kvplan", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        check=False,
+        timeout=60,
+    )
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Each path under root: where a link points, else the file's bytes, else "folder"."""
+    return {
+        str(p.relative_to(root)): os.readlink(p)
+        if p.is_symlink()
+        else (p.read_text() if p.is_file() else "folder")
+        for p in root.rglob("*")
+    }
+
+
+def test_downloaded_by_the_library_then_planned_offline(fake_hub, tmp_path):
+    cache = tmp_path / "hub"
+    online = {"HF_ENDPOINT": fake_hub, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "0"}
+    r = kvplan_process(online, "estimate", "-m", NVFP4, "--gpus", "8xB200", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["kv_bytes_per_token"] == 78324
+    # the library wrote the very layout cache_repo lays out by hand: names, links, bytes
+    by_hand = tmp_path / "by-hand"
+    folder = CORPUS / "deepseek-v3.2-nvfp4"
+    cache_repo(by_hand, NVFP4, {n: folder / n for n in ("config.json", "hf_quant_config.json")})
+    repo = f"models--{NVFP4.replace('/', '--')}"
+    assert tree(cache / repo) == tree(by_hand / repo)
+    assert (cache / repo / "snapshots" / COMMIT / "config.json").is_symlink()
+    offline = {**online, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    r2 = kvplan_process(offline, "estimate", "-m", NVFP4, "--gpus", "8xB200", "--json")
+    assert r2.returncode == 0, r2.stderr
+    assert json.loads(r2.stdout) == json.loads(r.stdout)
+
+
+def test_the_hubs_own_answers_become_one_line(fake_hub, tmp_path):
+    env = {"HF_ENDPOINT": fake_hub, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "0"}
+    gated = kvplan_process(env, "estimate", "-m", "acme/gated-70b")
+    missing = kvplan_process(env, "estimate", "-m", "acme/no-such-7b")
+    for r in (gated, missing):
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "gated" in gated.stderr and "HF_TOKEN" in gated.stderr
+    assert "unknown model 'acme/no-such-7b'" in missing.stderr and "Hugging Face Hub" in missing.stderr
