@@ -13,7 +13,10 @@ import typer
 
 def _model() -> Any:
     return typer.Option(
-        "--model", "-m", help="Shipped name/alias/HF id, a spec .yaml, or a Hugging Face config.json."
+        "--model",
+        "-m",
+        help="Shipped name/alias/HF id, a spec .yaml, a Hugging Face config.json or a folder holding one, "
+        "or any Hugging Face Hub id org/name[@revision] (fetched into the HF cache; HF_HUB_OFFLINE=1 reads only the cache).",
     )
 
 

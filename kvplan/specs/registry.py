@@ -8,7 +8,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from kvplan.errors import UsageError
+from kvplan.errors import SpecError, UsageError
 from kvplan.limits import MAX_NAME_CHARS
 from kvplan.specs.io import load_json_text, read_text, read_yaml, validate
 from kvplan.specs.models import (
@@ -94,16 +94,35 @@ def _checked_ref(ref: str, flag: str) -> str:
 
 
 def load_model(ref: str) -> ModelSpec:
-    """A shipped model by name/alias/HF id, a YAML spec file, or a Hugging Face config.json."""
+    """A shipped model by name/alias/HF id, a YAML spec file, a Hugging Face config.json or a folder
+    holding one, else a Hugging Face Hub id (org/name[@revision]) fetched into the Hub's cache."""
     path = Path(_checked_ref(ref, "--model")).expanduser()
     if path.suffix.lower() in (".yaml", ".yml"):
         return validate(ModelSpec, read_yaml(path), path)
     if path.suffix.lower() == ".json" or (path.is_dir() and (path / "config.json").is_file()):
-        from kvplan.specs.hf import model_from_config
-
         cfg_path = path / "config.json" if path.is_dir() else path
-        return model_from_config(_read_json(cfg_path), cfg_path)
-    return _find_shipped("models", ref, ModelSpec, "model", "--model")
+        return _from_config(cfg_path)
+    try:
+        return _find_shipped("models", ref, ModelSpec, "model", "--model")
+    except UsageError as unknown:
+        from kvplan.specs import hub
+
+        if path.is_dir():
+            raise SpecError(f"{path}: a folder without a config.json in it") from None
+        if path.exists() or not hub.looks_like_hub_id(ref):
+            raise
+        return _from_config(hub.fetch_folder(ref, str(unknown)) / hub.CONFIG, name=ref.strip())
+
+
+def _from_config(cfg_path: Path, name: str | None = None) -> ModelSpec:
+    """A config.json (its sidecars read from the same folder); `name` replaces the folder's name,
+    which for a Hub cache snapshot is a commit hash."""
+    from kvplan.specs.hf import model_from_config
+
+    cfg = _read_json(cfg_path)
+    if name is not None and isinstance(cfg, dict):
+        cfg = {**cfg, "_name_or_path": name}
+    return model_from_config(cfg, cfg_path)
 
 
 def load_gpu(ref: str) -> GpuSpec:
