@@ -11,7 +11,6 @@ from kvplan.plan import Plan, PlanRequest, estimate
 from kvplan.specs.registry import load_gpu, load_model
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
 
 
 @dataclass
