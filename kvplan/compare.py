@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvplan import engines
+from kvplan import engines, kv
 from kvplan.errors import InfeasibleError, KvplanError, UsageError
-from kvplan.formats import KV_DTYPES
+from kvplan.formats import KV_DTYPES, kv_format
 from kvplan.limits import MAX_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENS
 from kvplan.plan import Plan, PlanRequest, estimate
 from kvplan.specs.models import (
@@ -287,11 +287,12 @@ def row(base: PlanRequest, model: ModelSpec, text: str, offload_gib: float = 0.0
     try:
         p = estimate(_request(base, variant))
     except InfeasibleError as exc:
+        # the model's own KV bytes per token need no cluster: an infeasible row keeps them
+        fmt = kv_format(variant.kv_cache_dtype or "auto", variant.spec.activation_dtype)
+        per_token = kv.model_bits_per_token(variant.spec.layers, fmt) / 8
         nothing = dict.fromkeys(
             (
-                "kv_bytes_per_token",
                 "kv_bytes_per_token_per_gpu",
-                "ratio_to_mha",
                 "kv_bytes_per_request",
                 "state_bytes_per_request",
                 "max_concurrency",
@@ -308,6 +309,8 @@ def row(base: PlanRequest, model: ModelSpec, text: str, offload_gib: float = 0.0
             offload_bytes_per_gpu=variant.offload_bytes_per_gpu,
             quality=quality,
             error=str(exc),
+            kv_bytes_per_token=int(per_token) if per_token == int(per_token) else per_token,
+            ratio_to_mha=per_token / mha_bytes_per_token(model),
             **nothing,
         )
     conc = p.max_concurrency

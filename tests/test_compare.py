@@ -217,3 +217,22 @@ def test_terminal_curve_halves_as_context_doubles():
     )
     # 10,240 blocks of 2 MiB, minus the null block: 10,239 // 64, // 128, // 256, // 512
     assert ys == [10239 // 64, 10239 // 128, 10239 // 256, 10239 // 512]
+
+
+def test_chart_context_labels_never_collide():
+    from kvplan.render.chart import tick_contexts
+
+    # doubling contexts up to DeepSeek-V3's 163,840: 128K and 160K are too close to both be labelled
+    ctxs = [1024 * 2**i for i in range(8)] + [163_840]
+    ticks = tick_contexts(ctxs)
+    assert ticks[-1] == 163_840 and 131_072 not in ticks
+    assert all(b >= 1.5 * a for a, b in zip(ticks, ticks[1:], strict=False))
+    assert tick_contexts([1024, 2048, 4096]) == [1024, 2048, 4096]
+
+
+def test_infeasible_row_keeps_its_kv_per_token_and_says_why():
+    r = run_cli("compare", "table", "--models", "llama3-70b", "-g", "H100", "--json")
+    row = r.json()["rows"][0]
+    # 80 layers x 8 KV heads x 128 x (K + V) x 2 B = 327,680 B a token, whether or not it fits one H100
+    assert row["error"] and row["kv_bytes_per_token"] == 327_680 and row["max_concurrency"] is None
+    assert any("weights need" in n for n in r.json()["notes"])

@@ -25,6 +25,16 @@ def _context_label(c: int) -> str:
     return f"{c // 1024}K" if c % 1024 == 0 else f"{c:,}"
 
 
+def tick_contexts(ctxs: list[int]) -> list[int]:
+    """The contexts to label on a log2 axis: the last always, and none closer than 1.5x to the next
+    labelled one (a model's odd maximum, 160K, beside 128K would print "128K160K")."""
+    kept: list[int] = []
+    for c in reversed(ctxs):
+        if not kept or kept[-1] >= 1.5 * c:
+            kept.append(c)
+    return kept[::-1]
+
+
 def _spark(ys: list[int | None], top: int) -> str:
     """One bar per context, its height the log of the concurrency against the largest anywhere."""
     return "".join(
@@ -84,7 +94,8 @@ def _curves(ax1: Any, result: PlotResult) -> None:
         if pts:
             ax1.plot([c for c, _ in pts], [y for _, y in pts], marker="o", label=label)
     ax1.set_xscale("log", base=2)
-    ax1.set_xticks(ctxs, [_context_label(c) for c in ctxs], fontsize=8)
+    ticks = tick_contexts(ctxs)
+    ax1.set_xticks(ticks, [_context_label(c) for c in ticks], fontsize=8)
     ax1.minorticks_off()
     ax1.set_yscale("log")
     ax1.set_xlabel("context per request (tokens)")
