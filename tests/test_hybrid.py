@@ -254,3 +254,26 @@ def test_compare_table_shows_state_per_request_beside_kv():
     assert "state_bytes_per_request" in text.stdout.splitlines()[0]
     plain = run_cli("compare", "table", "--models", "qwen3-8b,llama3-8b", "--format", "csv")
     assert "state_bytes_per_request" not in plain.stdout  # no state: no column
+
+
+def test_jamba_attention_period_mamba1_state_and_expert_layers():
+    # a Jamba-v0.1 config reduced by its repository for tests (4 layers; SOURCES.tsv says so):
+    # attn_layer_period 4, offset 2 -> layer 2 attends, layers 0, 1, 3 are Mamba-1;
+    # expert_layer_period 2, offset 1 -> layers 1 and 3 are MoE
+    spec = model("jamba-v0.1-reduced-test")
+    assert [type(la).__name__ for la in spec.layers] == [
+        "RecurrentState",
+        "RecurrentState",
+        "FullAttention",
+        "RecurrentState",
+    ]
+    assert [spec.mlp_kind(i) for i in range(4)] == ["dense", "moe", "dense", "moe"]
+    m = next(la for la in spec.layers if isinstance(la, RecurrentState))
+    # mamba1: intermediate = mamba_expand 2 x hidden 2,048 = 4,096; conv (d_conv 1 - 1 = 0 rows);
+    # SSM 4,096 x d_state 4 x 2 B = 32,768 B a sequence per layer
+    assert kv.state_parts_per_rank(m.model_copy(update={"conv_dtype": "bf16", "ssm_dtype": "bf16"})) == (
+        0,
+        32_768,
+    )
+    # KV per token: 1 layer x 8 heads x 256 x 2 x 2 B
+    assert kv.model_bits_per_token(spec.layers, KV_DTYPES["bf16"]) // 8 == 8_192

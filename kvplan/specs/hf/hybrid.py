@@ -193,6 +193,12 @@ def _jamba(r: Reader, basics: Basics, out: Layers) -> None:
     }
     if period:
         out.pattern = ["attention" if i % period == offset else "mamba" for i in range(basics.num_layers)]
+    every, first = (
+        r.int("expert_layer_period", default=None),
+        r.int("expert_layer_offset", default=0, minimum=0),
+    )
+    if every and r.has("num_experts"):  # jamba.py: layer i is MoE when i % period == offset
+        out.mlp_pattern = ["moe" if i % every == first else "dense" for i in range(basics.num_layers)]
 
 
 def _minimax(r: Reader, basics: Basics, types: list[Any], out: Layers) -> None:
