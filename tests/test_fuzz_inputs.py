@@ -9,6 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_harden import QWEN, VLLM_LOG, _profile_text, invoke, strict_json
 
+from helpers import REPO
+
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 NUMBERS = st.one_of(
@@ -119,17 +121,9 @@ HF_FIELDS = [
     ),
 )
 def test_fuzz_config_json(tmp_path_factory, field, value):
-    cfg = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": 4096,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "intermediate_size": 14336,
-        "vocab_size": 128256,
-        "max_position_embeddings": 8192,
-    }
+    cfg = json.loads(
+        (REPO / "tests" / "fixtures" / "hf" / "mistral-7b-v0.1.json").read_text()
+    )  # a real config
     cfg[field] = value
     path = tmp_path_factory.mktemp("hf") / "config.json"
     path.write_text(json.dumps(cfg))

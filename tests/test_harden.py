@@ -189,23 +189,9 @@ def test_gpu_spec_inf_refused(tmp_path):
 
 
 def _config(tmp_path: Path, **changes) -> str:
-    cfg = json.loads((REPO / "tests" / "fixtures" / "hf" / "gpt-oss-20b.json").read_text())
-    cfg = (
-        {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "hidden_size": 4096,
-            "num_hidden_layers": 32,
-            "num_attention_heads": 32,
-            "num_key_value_heads": 8,
-            "intermediate_size": 14336,
-            "vocab_size": 128256,
-            "max_position_embeddings": 8192,
-            "torch_dtype": "bfloat16",
-        }
-        if not changes.pop("_real", False)
-        else cfg
-    )
+    """A real config.json (Mistral-7B-v0.1's, or gpt-oss-20b's with _real) with fields changed."""
+    name = "gpt-oss-20b.json" if changes.pop("_real", False) else "mistral-7b-v0.1.json"
+    cfg = json.loads((REPO / "tests" / "fixtures" / "hf" / name).read_text())
     cfg.update(changes)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
@@ -233,7 +219,9 @@ def test_config_sizes_bounded(tmp_path, field, value):
 
 def test_config_huge_integer(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(_config_text(tmp_path).replace('"vocab_size": 128256', '"vocab_size": ' + "9" * 4400))
+    text = _config_text(tmp_path)
+    assert '"vocab_size": 32000' in text  # Mistral-7B-v0.1's
+    path.write_text(text.replace('"vocab_size": 32000', '"vocab_size": ' + "9" * 4400))
     refused("estimate", "-m", str(path), names=str(path))
 
 

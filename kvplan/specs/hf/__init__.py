@@ -80,7 +80,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     scheme = q.read_scheme(quant, quant_where, 16 if act != "fp32" else 32, notes)
 
     if r.problems:
-        raise SpecError("\n".join(r.problems))
+        raise SpecError("\n".join(dict.fromkeys(r.problems)))  # a field read twice is said once
     warnings = [
         f"{path}: config field {r.prefix}{key} is not read by kvplan and may change memory; "
         "its figures may be off for this model"
@@ -121,7 +121,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "warnings": warnings,
     }
     if r.problems:
-        raise SpecError("\n".join(r.problems))
+        raise SpecError("\n".join(dict.fromkeys(r.problems)))  # a field read twice is said once
     model = validate(ModelSpec, spec, path)
     if scheme is None:
         return model
