@@ -167,23 +167,35 @@ def _merge_kernel(
     stride_oh,
     V_DIM: tl.constexpr,
     DV: tl.constexpr,
-    SPLITS_PAD: tl.constexpr,
+    SPLITS_BLOCK: tl.constexpr,
 ):
+    # the splits in blocks of SPLITS_BLOCK x DV values: MLA's 128 splits x 512 in one tile spilled
+    # (kernels/aot_check.py); pass 1 finds the largest log-sum-exp, pass 2 sums the weighted parts
     b = tl.program_id(0)
     h = tl.program_id(1)
-    offs_s = tl.arange(0, SPLITS_PAD)
-    smask = offs_s < num_splits
     offs_v = tl.arange(0, DV)
     vmask = offs_v < V_DIM
-    lse = tl.load(LSE_PART + b * stride_lb + h * stride_lh + offs_s, mask=smask, other=float("-inf"))
-    m = tl.max(lse, 0)
-    w = tl.where(lse > float("-inf"), tl.math.exp2(lse - m), 0.0)
-    parts = tl.load(
-        OUT_PART + b * stride_pb + h * stride_ph + offs_s[:, None] * stride_ps + offs_v[None, :],
-        mask=smask[:, None] & vmask[None, :],
-        other=0.0,
-    )
-    out = tl.sum(parts * w[:, None], 0) / tl.sum(w, 0) * v_scale
+    lse_row = LSE_PART + b * stride_lb + h * stride_lh
+    m_blk = tl.full([SPLITS_BLOCK], float("-inf"), dtype=tl.float32)
+    for s0 in range(0, num_splits, SPLITS_BLOCK):
+        offs_s = s0 + tl.arange(0, SPLITS_BLOCK)
+        m_blk = tl.maximum(m_blk, tl.load(lse_row + offs_s, mask=offs_s < num_splits, other=float("-inf")))
+    m = tl.max(m_blk, 0)
+    acc = tl.zeros([DV], dtype=tl.float32)
+    w_sum = tl.zeros([SPLITS_BLOCK], dtype=tl.float32)
+    for s0 in range(0, num_splits, SPLITS_BLOCK):
+        offs_s = s0 + tl.arange(0, SPLITS_BLOCK)
+        smask = offs_s < num_splits
+        lse = tl.load(lse_row + offs_s, mask=smask, other=float("-inf"))
+        w = tl.where(lse > float("-inf"), tl.math.exp2(lse - m), 0.0)
+        parts = tl.load(
+            OUT_PART + b * stride_pb + h * stride_ph + offs_s[:, None] * stride_ps + offs_v[None, :],
+            mask=smask[:, None] & vmask[None, :],
+            other=0.0,
+        )
+        acc += tl.sum(parts * w[:, None], 0)
+        w_sum += w
+    out = acc / tl.sum(w_sum, 0) * v_scale
     tl.store(OUT + b * stride_ob + h * stride_oh + offs_v, out.to(OUT.dtype.element_ty), mask=vmask)
 
 
@@ -327,7 +339,9 @@ def launch_config(
         "SPLIT": tokens,
         "COMPUTE": compute,
     }
-    merge_constexprs = {"V_DIM": v_dim, "DV": dv, "SPLITS_PAD": max(2, triton.next_power_of_2(splits))}
+    # at most 4K partial values a merge tile (MLA: 8 splits x 512; 128 heads: 32 x 128)
+    splits_block = max(2, min(triton.next_power_of_2(splits), 4096 // dv))
+    merge_constexprs = {"V_DIM": v_dim, "DV": dv, "SPLITS_BLOCK": splits_block}
     return LaunchConfig(
         splits=splits,
         tokens=tokens,
