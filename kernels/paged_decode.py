@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import triton
@@ -165,23 +167,35 @@ def _merge_kernel(
     stride_oh,
     V_DIM: tl.constexpr,
     DV: tl.constexpr,
-    SPLITS_PAD: tl.constexpr,
+    SPLITS_BLOCK: tl.constexpr,
 ):
+    # the splits in blocks of SPLITS_BLOCK x DV values: MLA's 128 splits x 512 in one tile spilled
+    # (kernels/aot_check.py); pass 1 finds the largest log-sum-exp, pass 2 sums the weighted parts
     b = tl.program_id(0)
     h = tl.program_id(1)
-    offs_s = tl.arange(0, SPLITS_PAD)
-    smask = offs_s < num_splits
     offs_v = tl.arange(0, DV)
     vmask = offs_v < V_DIM
-    lse = tl.load(LSE_PART + b * stride_lb + h * stride_lh + offs_s, mask=smask, other=float("-inf"))
-    m = tl.max(lse, 0)
-    w = tl.where(lse > float("-inf"), tl.math.exp2(lse - m), 0.0)
-    parts = tl.load(
-        OUT_PART + b * stride_pb + h * stride_ph + offs_s[:, None] * stride_ps + offs_v[None, :],
-        mask=smask[:, None] & vmask[None, :],
-        other=0.0,
-    )
-    out = tl.sum(parts * w[:, None], 0) / tl.sum(w, 0) * v_scale
+    lse_row = LSE_PART + b * stride_lb + h * stride_lh
+    m_blk = tl.full([SPLITS_BLOCK], float("-inf"), dtype=tl.float32)
+    for s0 in range(0, num_splits, SPLITS_BLOCK):
+        offs_s = s0 + tl.arange(0, SPLITS_BLOCK)
+        m_blk = tl.maximum(m_blk, tl.load(lse_row + offs_s, mask=offs_s < num_splits, other=float("-inf")))
+    m = tl.max(m_blk, 0)
+    acc = tl.zeros([DV], dtype=tl.float32)
+    w_sum = tl.zeros([SPLITS_BLOCK], dtype=tl.float32)
+    for s0 in range(0, num_splits, SPLITS_BLOCK):
+        offs_s = s0 + tl.arange(0, SPLITS_BLOCK)
+        smask = offs_s < num_splits
+        lse = tl.load(lse_row + offs_s, mask=smask, other=float("-inf"))
+        w = tl.where(lse > float("-inf"), tl.math.exp2(lse - m), 0.0)
+        parts = tl.load(
+            OUT_PART + b * stride_pb + h * stride_ph + offs_s[:, None] * stride_ps + offs_v[None, :],
+            mask=smask[:, None] & vmask[None, :],
+            other=0.0,
+        )
+        acc += tl.sum(parts * w[:, None], 0)
+        w_sum += w
+    out = acc / tl.sum(w_sum, 0) * v_scale
     tl.store(OUT + b * stride_ob + h * stride_oh + offs_v, out.to(OUT.dtype.element_ty), mask=vmask)
 
 
@@ -246,12 +260,12 @@ def _check(q, k_cache, v_cache, block_table, seq_lens, v_dim) -> None:
     _check_storage(q, k_cache, v_cache, block_table, seq_lens)
 
 
-def _compute_dtype(q: torch.Tensor, k_cache: torch.Tensor):
+def compute_dtype(q_dtype: torch.dtype, kv_dtype: torch.dtype, interpreted: bool = INTERPRETED):
     """The dtype tl.dot multiplies in: the cache's 16-bit type (tensor cores), fp32 for fp32 inputs.
     Triton's CPU interpreter has no bf16 arithmetic (numpy has none), so it computes in fp32."""
-    if q.dtype == torch.float32 or k_cache.dtype == torch.float32 or INTERPRETED:
+    if q_dtype == torch.float32 or kv_dtype == torch.float32 or interpreted:
         return tl.float32
-    return KV_DTYPES[k_cache.dtype]
+    return KV_DTYPES[kv_dtype]
 
 
 def split_plan(batch: int, kv_heads: int, max_len: int, block_n: int, programs: int) -> tuple[int, int]:
@@ -263,6 +277,79 @@ def split_plan(batch: int, kv_heads: int, max_len: int, block_n: int, programs: 
     tokens = math.ceil(max_len / splits)
     tokens = math.ceil(tokens / block_n) * block_n
     return math.ceil(max_len / tokens), tokens
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """What paged_decode() launches, decided without launching: the grids, the constexprs each kernel
+    is compiled with, and the warps/stages (Triton's NVIDIA defaults, stated here so that the
+    ahead-of-time check in kernels/aot_check.py compiles exactly what the launcher runs)."""
+
+    splits: int
+    tokens: int
+    split_grid: tuple[int, int, int]
+    split_constexprs: dict[str, Any]
+    merge_grid: tuple[int, int]
+    merge_constexprs: dict[str, Any]
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+def launch_config(
+    *,
+    batch: int,
+    q_heads: int,
+    kv_heads: int,
+    head_dim: int,
+    page: int,
+    v_dim: int,
+    max_len: int,
+    programs: int,
+    compute: Any,
+    num_splits: int | None = None,
+    block_n: int | None = None,
+    head_chunk: int | None = None,
+) -> LaunchConfig:
+    """The launch configuration of paged_decode() for these shapes; `programs` is the number of programs
+    that fill the device (4 per SM), `compute` the dtype tl.dot multiplies in (compute_dtype())."""
+    group = q_heads // kv_heads
+    d_main, d_tail = _dims(head_dim)
+    dv = max(16, triton.next_power_of_2(v_dim))
+    if block_n is None:
+        block_n = 64 if head_dim <= 128 else 32
+    splits, tokens = split_plan(batch, kv_heads, max_len, block_n, programs)
+    if num_splits is not None:
+        tokens = math.ceil(math.ceil(max_len / num_splits) / block_n) * block_n
+        splits = math.ceil(max_len / tokens)
+    group_pad = max(16, triton.next_power_of_2(group))
+    if head_chunk is None:  # keep the fp32 accumulator within ~8K values a program (MLA: 16 heads x 512)
+        head_chunk = max(16, min(group_pad, 8192 // dv))
+    chunks = math.ceil(group / head_chunk)
+    split_constexprs = {
+        "GROUP": group,
+        "GROUP_PAD": min(group_pad, head_chunk),
+        "CHUNKS": chunks,
+        "HEAD_DIM": head_dim,
+        "D_MAIN": d_main,
+        "D_TAIL": d_tail,
+        "V_DIM": v_dim,
+        "DV": dv,
+        "PAGE": page,
+        "BLOCK_N": block_n,
+        "SPLIT": tokens,
+        "COMPUTE": compute,
+    }
+    # at most 4K partial values a merge tile (MLA: 8 splits x 512; 128 heads: 32 x 128)
+    splits_block = max(2, min(triton.next_power_of_2(splits), 4096 // dv))
+    merge_constexprs = {"V_DIM": v_dim, "DV": dv, "SPLITS_BLOCK": splits_block}
+    return LaunchConfig(
+        splits=splits,
+        tokens=tokens,
+        split_grid=(batch, kv_heads * chunks, splits),
+        split_constexprs=split_constexprs,
+        merge_grid=(batch, q_heads),
+        merge_constexprs=merge_constexprs,
+    )
 
 
 def paged_decode(
@@ -293,7 +380,6 @@ def paged_decode(
     batch, q_heads, head_dim = q.shape
     _, page, kv_heads, _ = k_cache.shape
     vd = v_dim or v_cache.shape[-1]
-    group = q_heads // kv_heads
     max_len = int(seq_lens.max()) if max_seq_len is None else max_seq_len
     if max_len < 1 or (max_seq_len is None and int(seq_lens.min()) < 1):
         raise ValueError("paged_decode: every sequence needs at least one token")
@@ -302,28 +388,30 @@ def paged_decode(
             f"paged_decode: a sequence of {max_len} tokens needs more than "
             f"{block_table.shape[1]} pages of {page}"
         )
-    d_main, d_tail = _dims(head_dim)
-    dv = max(16, triton.next_power_of_2(vd))
-    if block_n is None:
-        block_n = 64 if head_dim <= 128 else 32
+    if head_chunk is not None and (head_chunk < 16 or head_chunk & (head_chunk - 1)):
+        raise ValueError(f"paged_decode: head_chunk must be a power of two >= 16, got {head_chunk}")
     if q.is_cuda:
         programs = 4 * torch.cuda.get_device_properties(q.device).multi_processor_count
     else:
         programs = 8
-    splits, tokens = split_plan(batch, kv_heads, max_len, block_n, programs)
-    if num_splits is not None:
-        tokens = math.ceil(math.ceil(max_len / num_splits) / block_n) * block_n
-        splits = math.ceil(max_len / tokens)
-    out_part = torch.empty(batch, q_heads, splits, vd, dtype=torch.float32, device=q.device)
-    lse_part = torch.empty(batch, q_heads, splits, dtype=torch.float32, device=q.device)
+    cfg = launch_config(
+        batch=batch,
+        q_heads=q_heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        page=page,
+        v_dim=vd,
+        max_len=max_len,
+        programs=programs,
+        compute=compute_dtype(q.dtype, k_cache.dtype),
+        num_splits=num_splits,
+        block_n=block_n,
+        head_chunk=head_chunk,
+    )
+    out_part = torch.empty(batch, q_heads, cfg.splits, vd, dtype=torch.float32, device=q.device)
+    lse_part = torch.empty(batch, q_heads, cfg.splits, dtype=torch.float32, device=q.device)
     sm_scale = head_dim**-0.5 if scale is None else scale
-    group_pad = max(16, triton.next_power_of_2(group))
-    if head_chunk is None:  # keep the fp32 accumulator within ~8K values a program (MLA: 16 heads x 512)
-        head_chunk = max(16, min(group_pad, 8192 // dv))
-    elif head_chunk < 16 or head_chunk & (head_chunk - 1):
-        raise ValueError(f"paged_decode: head_chunk must be a power of two >= 16, got {head_chunk}")
-    chunks = math.ceil(group / head_chunk)
-    _split_kernel[(batch, kv_heads * chunks, splits)](
+    _split_kernel[cfg.split_grid](
         q,
         k_cache,
         v_cache,
@@ -346,26 +434,17 @@ def paged_decode(
         out_part.stride(2),
         lse_part.stride(0),
         lse_part.stride(1),
-        GROUP=group,
-        GROUP_PAD=min(group_pad, head_chunk),
-        CHUNKS=chunks,
-        HEAD_DIM=head_dim,
-        D_MAIN=d_main,
-        D_TAIL=d_tail,
-        V_DIM=vd,
-        DV=dv,
-        PAGE=page,
-        BLOCK_N=block_n,
-        SPLIT=tokens,
-        COMPUTE=_compute_dtype(q, k_cache),
+        **cfg.split_constexprs,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
     out = torch.empty(batch, q_heads, vd, dtype=q.dtype, device=q.device)
-    _merge_kernel[(batch, q_heads)](
+    _merge_kernel[cfg.merge_grid](
         out_part,
         lse_part,
         out,
         v_scale,
-        splits,
+        cfg.splits,
         out_part.stride(0),
         out_part.stride(1),
         out_part.stride(2),
@@ -373,8 +452,8 @@ def paged_decode(
         lse_part.stride(1),
         out.stride(0),
         out.stride(1),
-        V_DIM=vd,
-        DV=dv,
-        SPLITS_PAD=max(2, triton.next_power_of_2(splits)),
+        **cfg.merge_constexprs,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
     return out

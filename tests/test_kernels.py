@@ -106,6 +106,15 @@ def test_mla_latent_576_with_512_value():
     assert out.shape == (2, 32, 512)
 
 
+def test_merge_loops_over_blocks_of_splits():
+    # MLA merges 8 splits of 512 values at a time: 10 splits take two blocks, the second partial, and
+    # the 45-token sequence leaves most of its splits empty
+    seed = random.randrange(2**31)
+    case = make_case(2, 16, 1, 576, 16, [300, 45], torch.float32, seed, mla=True)
+    out = check(case, torch.float32, seed, v_dim=512, num_splits=10)
+    assert torch.allclose(out, paged_decode(*case, v_dim=512, num_splits=1), atol=1e-5), f"seed {seed}"
+
+
 @pytest.mark.parametrize("head_chunk", [16, 32])
 def test_query_heads_split_across_programs(head_chunk):
     seed = random.randrange(2**31)
