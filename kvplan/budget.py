@@ -43,12 +43,13 @@ def estimate_reserve(
     act_bytes: int,
     cuda_graphs: bool = True,
     version: tuple[int, int] = (0, 33),
+    num_seqs: int = PROFILE_NUM_SEQS,
 ) -> Reserve:
     """Peak non-weight, non-KV memory of one GPU during the engine's profiling forward pass.
 
     Activations: the widest point of a layer for `max_num_batched_tokens` tokens, the
     hidden state a few times plus the MLP's gate/up and activated outputs on this rank.
-    Sampler: fp32 logits over the vocabulary for the profiling batch of sequences.
+    Sampler: fp32 logits over the vocabulary for the profiling batch of `num_seqs` sequences.
     """
     h = spec.hidden_size
     mlp_width = spec.intermediate_size or 4 * h
@@ -60,7 +61,7 @@ def estimate_reserve(
         mlp_width = max(mlp_width if spec.moe.first_dense_layers else 0, routed + shared)
     per_token = act_bytes * (4 * h + 3 * math.ceil(mlp_width / tp))
     activation = max_num_batched_tokens * per_token
-    sampler = PROFILE_NUM_SEQS * spec.vocab_size * 4 * SAMPLER_FP32_COPIES
+    sampler = num_seqs * spec.vocab_size * 4 * SAMPLER_FP32_COPIES
     if version < (0, 7):
         non_torch = NON_TORCH_BYTES_V06 * (2 if tp * pp > 1 else 1)
     else:

@@ -118,7 +118,7 @@ def request_from_log(
         "tp": tp,
         "pp": pp,
         "max_model_len": f.get("max_model_len"),
-        "max_num_batched_tokens": f.get("max_num_batched_tokens", 8192),
+        "max_num_batched_tokens": f.get("max_num_batched_tokens"),
         "block_size": f.get("block_size"),
         "enforce_eager": f.get("enforce_eager", False),
     }

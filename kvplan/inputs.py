@@ -88,7 +88,7 @@ class EstimateFlags:
     enable_prefix_caching: bool = True
     shared_prefix_tokens: str = "0"
     prefix_hit_rate: float = 1.0
-    max_num_batched_tokens: str = "8192"
+    max_num_batched_tokens: str | None = None  # None: the engine's default for the card and --usage
     max_num_seqs: int | None = None
     kv_cache_memory: str | None = None
     reserve_memory: str | None = None
@@ -104,6 +104,7 @@ class EstimateFlags:
     images_per_request: int = 1
     calibration: bool = True
     calibration_file: str | None = None
+    usage: str = "serve"
 
 
 def plan_request(f: EstimateFlags) -> PlanRequest:
@@ -114,7 +115,11 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
 
     gpu, num_gpus, nodes = load_cluster(f.gpus)
     spec = load_model(f.model)
-    mnbt = parse_count(f.max_num_batched_tokens, "--max-num-batched-tokens")
+    mnbt = (
+        parse_count(f.max_num_batched_tokens, "--max-num-batched-tokens")
+        if f.max_num_batched_tokens
+        else None
+    )
     reserve_bytes = parse_bytes(f.reserve_memory, "--reserve-memory") if f.reserve_memory else None
     reserve_source = None
     if (
@@ -125,7 +130,7 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
     ):
         tp, pp = f.tensor_parallel_size, f.pipeline_parallel_size
         reserve_bytes, reserve_source = calibrated_reserve(
-            spec.name, gpu, f.engine.lower(), num_gpus, nodes or 1, tp, pp, mnbt
+            spec.name, gpu, f.engine.lower(), num_gpus, nodes or 1, tp, pp, mnbt or _default_mnbt(f, gpu)
         )
     bandwidth = bandwidth_profile(gpu, f.calibration, f.calibration_file)
     return PlanRequest(
@@ -165,7 +170,19 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
         **bandwidth,
         shared_prefix_tokens=parse_count(f.shared_prefix_tokens, "--shared-prefix-tokens"),
         prefix_hit_rate=f.prefix_hit_rate,
+        usage=f.usage,
     )
+
+
+def _default_mnbt(f: EstimateFlags, gpu: GpuSpec) -> int:
+    """The engine's default --max-num-batched-tokens (the key of a saved calibration)."""
+    from kvplan import engines
+    from kvplan.engines.base import USAGES
+
+    if f.usage not in USAGES:
+        raise UsageError(f"--usage must be {' or '.join(USAGES)}, got {f.usage!r}")
+    cls = engines.engine_class(f.engine.lower())
+    return cls.batch_defaults(gpu, f.usage, cls.parse_version(f.engine_version)).max_num_batched_tokens
 
 
 def bandwidth_profile(gpu: GpuSpec, use_saved: bool, path: str | None) -> dict[str, Any]:

@@ -83,6 +83,8 @@ class Settings:
     max_num_batched_tokens: int
     max_num_seqs: int | None
     enable_prefix_caching: bool
+    usage: str
+    engine_defaults: dict[str, int]  # flags not given, filled from the engine's own default rule
     weight_dtype: str
     expert_weight_dtype: str | None
     weight_formats: dict[str, str | None]  # per component (README, Weight formats)
@@ -517,7 +519,28 @@ def _explain_pool(ex: list[Explain], engine: Engine, budget: Budget, gpu: GpuSpe
 # --- the composition --------------------------------------------------------------------------
 
 
+def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, int], list[str]]:
+    """The request with the engine's batch defaults filled in where the user gave none:
+    (request, {flag: value applied}, assumption lines)."""
+    if req.max_num_batched_tokens is not None:
+        return req, {}, []
+    cls = engines.engine_class(req.engine)
+    d = cls.batch_defaults(req.gpu, req.usage, cls.parse_version(req.engine_version))
+    applied = {"max_num_batched_tokens": d.max_num_batched_tokens}
+    line = f"--max-num-batched-tokens {d.max_num_batched_tokens:,}"
+    if req.max_num_seqs is None and d.max_num_seqs is not None:
+        applied["max_num_seqs"] = d.max_num_seqs
+        line += (
+            f"; its --max-num-seqs default {d.max_num_seqs:,} sizes the sampler's profiling run "
+            "(concurrency is capped only by a --max-num-seqs you give)"
+        )
+    notes = [f"{line}: {d.why}; override with --max-num-batched-tokens / --max-num-seqs"]
+    return dataclasses.replace(req, max_num_batched_tokens=d.max_num_batched_tokens), applied, notes
+
+
 def estimate(req: PlanRequest) -> Plan:
+    req.checked()
+    req, applied, default_notes = engine_defaults(req)
     engine = engines.for_request(req)
     max_len, fmt = req.checked()
     gpu = req.gpu
@@ -525,7 +548,7 @@ def estimate(req: PlanRequest) -> Plan:
     check_tp(req.model, layout.tp, layout.pp)
     tp, pp, dp = layout.tp, layout.pp, layout.dp
     ex: list[Explain] = []
-    notes: list[str] = []
+    notes: list[str] = list(default_notes)
     spec, bs = _engine_view(req, engine, fmt, tp, notes)
     totals = _kv_totals(spec, fmt, max_len, ex)
     weights = _weights(req, spec, tp, pp, notes, ex)
@@ -586,9 +609,11 @@ def estimate(req: PlanRequest) -> Plan:
             engine_version=engines.fmt_version(engine.version),
             gpu_memory_utilization=budget.gpu_memory_utilization,
             mem_fraction_static=budget.mem_fraction_static,
-            max_num_batched_tokens=req.max_num_batched_tokens,
+            max_num_batched_tokens=req.batched_tokens,
             max_num_seqs=req.max_num_seqs,
             enable_prefix_caching=req.enable_prefix_caching,
+            usage=req.usage,
+            engine_defaults=applied,
             weight_dtype=weights.weight_fmt.name,
             expert_weight_dtype=weights.expert_fmt.name if weights.params.routed_experts else None,
             weight_formats=component_formats(spec, weights.weight_fmt, weights.expert_fmt)

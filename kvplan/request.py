@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvplan.engines.base import USAGES
 from kvplan.errors import ContextTooLong, UsageError
 from kvplan.formats import Format, kv_format
 from kvplan.limits import MAX_GPUS, MAX_NODES, MAX_TOKENS, MAX_USERS
@@ -30,7 +31,7 @@ class PlanRequest:
     kv_cache_memory_bytes: int | None = None
     reserve_bytes: int | None = None
     reserve_source: str | None = None  # where a given reserve came from (a calibration file)
-    max_num_batched_tokens: int = 8192
+    max_num_batched_tokens: int | None = None  # None: the engine's default for the card and usage
     max_num_seqs: int | None = None
     block_size: int | None = None  # None: the engine's default for this model and GPU
     engine: str = "vllm"
@@ -51,6 +52,14 @@ class PlanRequest:
     enable_prefix_caching: bool = True
     shared_prefix_tokens: int = 0
     prefix_hit_rate: float = 1.0
+    usage: str = "serve"  # vLLM's usage context: serve (`vllm serve`) or offline (the LLM class)
+
+    @property
+    def batched_tokens(self) -> int:
+        """--max-num-batched-tokens once estimate() has filled in the engine's default."""
+        if self.max_num_batched_tokens is None:
+            raise ValueError("max_num_batched_tokens is resolved by plan.estimate before use")
+        return self.max_num_batched_tokens
 
     def checked(self) -> tuple[int, Format]:
         """(max_model_len, KV format) once every engine-independent value is in range."""
@@ -58,7 +67,9 @@ class PlanRequest:
         if self.block_size is not None and not 1 <= self.block_size <= MAX_TOKENS:
             raise UsageError(f"--block-size must be between 1 and {MAX_TOKENS:,}, got {self.block_size}")
         self._check_counts()
-        if self.max_num_batched_tokens < 1:
+        if self.usage not in USAGES:
+            raise UsageError(f"--usage must be {' or '.join(USAGES)}, got {self.usage!r}")
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
             raise UsageError("--max-num-batched-tokens must be >= 1")
         if self.max_num_seqs is not None and self.max_num_seqs < 1:
             raise UsageError("--max-num-seqs must be >= 1")

@@ -91,6 +91,13 @@ CalibrationFile = Annotated[
     str | None,
     typer.Option("--calibration-file", help="A `kvplan calibrate` profile to take decode bandwidth from."),
 ]
+Usage = Annotated[
+    str,
+    typer.Option(
+        "--usage",
+        help="vLLM's usage context: serve (`vllm serve`) or offline (the LLM class); picks its batch defaults.",
+    ),
+]
 Explain = Annotated[bool, typer.Option("--explain", help="Trace each number to its formula and spec field.")]
 
 
@@ -112,7 +119,7 @@ def estimate(
     enable_prefix_caching: EnablePrefixCaching = True,
     shared_prefix_tokens: o.SharedPrefixTokens = "0",
     prefix_hit_rate: o.PrefixHitRate = 1.0,
-    max_num_batched_tokens: o.MaxNumBatchedTokens = "8192",
+    max_num_batched_tokens: o.MaybeMaxNumBatchedTokens = None,
     max_num_seqs: MaxNumSeqs = None,
     kv_cache_memory: o.KvCacheMemory = None,
     reserve_memory: ReserveMemory = None,
@@ -128,6 +135,7 @@ def estimate(
     images_per_request: ImagesPerRequest = 1,
     calibration: Calibration = True,
     calibration_file: CalibrationFile = None,
+    usage: Usage = "serve",
     json_out: o.Json = False,
     explain: Explain = False,
 ) -> None:

@@ -41,7 +41,8 @@ def _kv_cache_dtype() -> Any:
 
 def _max_num_batched_tokens() -> Any:
     return typer.Option(
-        "--max-num-batched-tokens", help="Tokens per forward pass; sizes the activation reserve (vLLM: 8192)."
+        "--max-num-batched-tokens",
+        help="Tokens per forward pass; sizes the activation reserve (default: the engine's for the card and --usage).",
     )
 
 

@@ -126,6 +126,18 @@ class StageCache:
     kv_budget_bytes: int
 
 
+@dataclass(frozen=True)
+class BatchDefaults:
+    """What the engine's scheduler takes when --max-num-batched-tokens / --max-num-seqs are not given."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int | None  # None: the engine has no default cap kvplan models
+    why: str  # the rule, for the assumptions
+
+
+USAGES = ("serve", "offline")  # vLLM's UsageContext: OPENAI_API_SERVER (`vllm serve`) or LLM_CLASS
+
+
 class Engine(ABC):
     """An engine's accounting, bound to one request (model, GPU, flags, release)."""
 
@@ -153,6 +165,11 @@ class Engine(ABC):
                 f"({fmt_version(cls.latest)}); give {fmt_version(cls.latest)} or older"
             )
         return version
+
+    @classmethod
+    def batch_defaults(cls, gpu: GpuSpec, usage: str, version: Version) -> BatchDefaults:
+        """The engine's default tokens per forward pass and running-sequence cap on this card."""
+        return BatchDefaults(8192, None, f"kvplan's default for {cls.display_name}")
 
     @property
     def label(self) -> str:

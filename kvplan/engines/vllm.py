@@ -14,6 +14,7 @@ from typing import Any
 from kvplan import kv
 from kvplan.budget import Reserve, estimate_reserve, requested_bytes
 from kvplan.engines.base import (
+    BatchDefaults,
     Budget,
     Engine,
     EngineReport,
@@ -55,6 +56,54 @@ def default_utilization(version: Version) -> float:
 def counts_cuda_graphs(version: Version) -> bool:
     # vLLM log "CUDA graph memory profiling is enabled (default since v0.21.0)"; engines.md (~0.20)
     return version >= (0, 21)
+
+
+# vllm/engine/arg_utils.py, EngineArgs._set_default_args (0.10-0.11; EngineArgs.get_batch_defaults
+# from ~0.12): when the user gives no --max-num-batched-tokens / --max-num-seqs, the defaults depend on
+# the usage context (UsageContext.OPENAI_API_SERVER for `vllm serve`, LLM_CLASS for the offline LLM
+# class) and the card: "device_memory >= 70 * GiB_bytes and 'a100' not in device_name" takes the large
+# values (A100 excluded: PR #17885 measured lower throughput there); max_num_seqs is then
+# min(default, max_num_batched_tokens). Before 0.9 the large values went to H100/H200 by name only.
+# (usage, large card) -> (max_num_batched_tokens, max_num_seqs)
+BATCH_DEFAULTS: dict[tuple[str, bool], tuple[int, int]] = {
+    ("offline", True): (16384, 1024),
+    ("serve", True): (8192, 1024),
+    ("offline", False): (8192, 256),
+    ("serve", False): (2048, 256),
+}
+LARGE_CARD_BYTES = 70 * GiB
+
+
+def large_card(gpu: GpuSpec, version: Version) -> bool:
+    """vLLM's "H100-class" test for its larger batch defaults (arg_utils.py, see BATCH_DEFAULTS)."""
+    name = f"{gpu.name} {gpu.display_name}".lower()
+    if version < (0, 9):  # _set_default_args_v1, 0.8
+        return "h100" in name or "h200" in name
+    return gpu.memory_bytes >= LARGE_CARD_BYTES and "a100" not in name
+
+
+def vllm_batch_defaults(gpu: GpuSpec, usage: str, version: Version) -> BatchDefaults:
+    if version < (0, 8):
+        # V0 (vllm/config.py SchedulerConfig): max_num_seqs 256; without chunked prefill the batch is
+        # max(max_model_len, 2048) tokens, which kvplan keeps at its former 8192
+        return BatchDefaults(8192, 256, "vLLM V0's defaults (before 0.8), batched tokens taken as 8192")
+    large = large_card(gpu, version)
+    tokens, seqs = BATCH_DEFAULTS[(usage, large)]
+    command = "`vllm serve`" if usage == "serve" else "the offline LLM class"
+    card = (
+        "a card of >= 70 GiB other than A100"
+        if large and version >= (0, 9)
+        else "an H100/H200"
+        if large
+        else "an A100 or a card under 70 GiB"
+        if version >= (0, 9)
+        else "a card other than H100/H200"
+    )
+    return BatchDefaults(
+        tokens,
+        min(seqs, tokens),
+        f"vLLM's defaults for {command} on {card} (vllm/engine/arg_utils.py)",
+    )
 
 
 def tokens_from_concurrency(version: Version) -> bool:
@@ -405,6 +454,17 @@ class Vllm(Engine):
     def utilization(self) -> float:
         return self.req.gpu_memory_utilization or default_utilization(self.version)
 
+    @classmethod
+    def batch_defaults(cls, gpu: GpuSpec, usage: str, version: Version) -> BatchDefaults:
+        return vllm_batch_defaults(gpu, usage, version)
+
+    def profile_num_seqs(self, gpu: GpuSpec) -> int:
+        """Sequences of vLLM's dummy sampler run: min(max_num_seqs, max_num_batched_tokens)
+        (vllm/v1/worker/gpu_model_runner.py _dummy_run: num_reqs = min(num_tokens, max_num_seqs))."""
+        req = self.req
+        seqs = req.max_num_seqs or self.batch_defaults(gpu, req.usage, self.version).max_num_seqs or 256
+        return min(seqs, req.batched_tokens)
+
     def block_size(self, spec: ModelSpec, gpu: GpuSpec) -> tuple[int, str | None]:
         bs, why = default_block_size(spec, gpu)
         return (
@@ -463,7 +523,14 @@ class Vllm(Engine):
             act_bytes = 4 if spec.activation_dtype == "fp32" else 2
             graphs = counts_cuda_graphs(self.version) and not req.enforce_eager
             reserve = estimate_reserve(
-                spec, tp, pp, req.max_num_batched_tokens, act_bytes, cuda_graphs=graphs, version=self.version
+                spec,
+                tp,
+                pp,
+                req.batched_tokens,
+                act_bytes,
+                cuda_graphs=graphs,
+                version=self.version,
+                num_seqs=self.profile_num_seqs(gpu),
             )
         return Budget(
             requested_bytes(gpu.memory_bytes, util), reserve, True, util, None, f"{gpu.name} x {util:g}"
@@ -479,7 +546,8 @@ class Vllm(Engine):
         else:
             notes = [
                 f"activation/workspace reserve per GPU estimated at {fmt_gib(r.total)} "
-                f"(activations for {req.max_num_batched_tokens:,} batched tokens, sampler, NCCL/cuBLAS"
+                f"(activations for {req.batched_tokens:,} batched tokens, sampler for "
+                f"{self.profile_num_seqs(gpu):,} sequences, NCCL/cuBLAS"
                 + (", CUDA graphs" if r.cuda_graph_bytes else "")
                 + "); override with --reserve-memory or calibrate with check-log"
             ]
@@ -499,9 +567,7 @@ class Vllm(Engine):
     def prepare(self, layers: list[Layer], fmt: Format, block_size: int, tp: int, max_len: int) -> None:
         hybrid = not self.req.disable_hybrid_kv_cache_manager
         self.layers = list(layers)
-        self.layout = vllm_layout(
-            layers, fmt, block_size, tp, max_len, self.req.max_num_batched_tokens, hybrid
-        )
+        self.layout = vllm_layout(layers, fmt, block_size, tp, max_len, self.req.batched_tokens, hybrid)
 
     def block_bytes(self, layer_ids: range, layers: list[Layer], fmt: Format, tp: int) -> int | None:
         return self.layout.block_bytes(set(layer_ids), layers, fmt, tp) if self.layout else None
@@ -528,7 +594,7 @@ class Vllm(Engine):
         if layout.blocks_per_request != layout.held_blocks_per_request:
             notes.append(
                 f"vLLM charges a request {layout.blocks_per_request:,} blocks at admission (a sliding-window "
-                f"or chunked layer is charged window + --max-num-batched-tokens {self.req.max_num_batched_tokens:,} "
+                f"or chunked layer is charged window + --max-num-batched-tokens {self.req.batched_tokens:,} "
                 f"tokens); at full length it holds {layout.held_blocks_per_request:,}, which is what kvplan counts"
             )
         if layout.padding_layers:

@@ -1,0 +1,227 @@
+"""kvplan's default prediction of vLLM's "Available KV cache memory" against real startup logs.
+
+For every real vLLM log in tests/fixtures/logs/real/ whose GPU is known and whose model kvplan can
+plan, run `kvplan estimate` with only what the user typed before launch: the model, the GPU, the
+engine version and the flags the log's "non-default args" line shows (TP, max-model-len,
+gpu-memory-utilization, quantization, kv-cache-dtype, max-num-seqs, max-num-batched-tokens,
+enforce-eager) and the usage context (`vllm serve` or the offline `LLM` class). Nothing the engine
+resolved itself (its engine-config line, the memory it measured) is read. Then compare kvplan's
+available KV memory per GPU with the logged one.
+
+The logs are split in two halves by their sorted file names: odd positions (1st, 3rd, ...) are the
+fitting half, even positions the held-out half. Nothing in kvplan may be tuned on the held-out half.
+
+Run: python benchmarks/log_predictions.py
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+LOGS = REPO / "tests" / "fixtures" / "logs" / "real"
+HF = REPO / "tests" / "fixtures" / "hf"
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str  # what the user passes as --model
+    gpu: str  # shipped GPU name
+    why: str  # how the model and the GPU are known
+    usage: str = "serve"  # vLLM usage context: serve (OpenAI server) or offline (LLM class)
+
+
+# log -> the model config and GPU, mapped by hand (the GPU from SOURCES.tsv)
+CASES: dict[str, Case] = {
+    "vllm_0.10.1.1_gpt-oss-120b_a100-80gb_tp4.log": Case(
+        "gpt-oss-120b", "A100-80GB", "shipped spec; A100 80GB stated in the file name and repo README"
+    ),
+    "vllm_0.10.1.1_qwen2-7b-instruct_a100-40gb_tp2.log": Case(
+        str(HF / "corpus" / "qwen2.5-7b.json"),
+        "A100-40GB",
+        "Qwen2-7B-Instruct has Qwen2.5-7B's shapes (hidden 3584, 28 layers, 4 KV heads, MLP 18944, "
+        "vocab 152064, untied): corpus qwen2.5-7b.json; A100 40GB stated in the file name",
+    ),
+    "vllm_0.10.1.1_qwen2-7b-instruct_a100-80gb_tp1.log": Case(
+        str(HF / "corpus" / "qwen2.5-7b.json"), "A100-80GB", "as above; A100 80GB stated in the file name"
+    ),
+    "vllm_0.10.1.1_qwen2-7b-instruct_a100-80gb_tp2.log": Case(
+        str(HF / "corpus" / "qwen2.5-7b.json"), "A100-80GB", "as above; A100 80GB stated in the file name"
+    ),
+    "vllm_0.10.2_qwen3-next-80b-a3b_h200_tp2.log": Case(
+        "qwen3-next-80b-a3b", "H200", "shipped spec; H200 from the fused_moe config name and 139.81 GiB"
+    ),
+    "vllm_0.11.0_llama-3.1-8b-instruct_l4_tp1.log": Case(
+        "llama3.1-8b", "L4", "shipped spec; L4 from the repository name (demo_env_l4)"
+    ),
+    "vllm_0.11.2_llama-3-8b-instruct_h200_tp1.log": Case(
+        "llama3-8b", "H200", "shipped spec; H200 inferred from memory (SOURCES.tsv)"
+    ),
+    "vllm_0.16.0_llama-3-70b-instruct-awq_l40s_tp2.log": Case(
+        "llama3-70b", "L40S", "shipped spec, AWQ int4 weights; L40S stated in the title"
+    ),
+}
+
+# logs left out, and why
+SKIPPED: dict[str, str] = {
+    "vllm_0.10.2_llama-3.1-8b-instruct_jetson-thor_tp1.log": "GPU not shipped (Jetson Thor, unified memory)",
+    "vllm_0.10.2_llava-v1.6-mistral-7b_unknowngpu_tp1.log": "GPU unknown (80GB class); no LLaVA config",
+    "vllm_0.10.2_qwen2-vl-2b_unknowngpu_tp1.log": "GPU unknown (16GB consumer card under WSL)",
+    "vllm_0.10.2_qwen3-4b_unknowngpu_tp1.log": "GPU unknown (80GB class); no Qwen3-4B config",
+    "vllm_0.11.0_granite-4.0-micro-fp8_l40s_tp1.log": "no granite-4.0-micro config in the fixtures",
+    "vllm_0.11.0_mistral-7b-gptq_dgxspark-gb10_tp1.log": "GPU not shipped (GB10, unified memory)",
+    "vllm_0.11.0_qwen3-vl-30b-a3b_rtx3090_tp4.log": "GPU not shipped (RTX 3090); no Qwen3-VL config",
+    "vllm_0.11.0_qwen3-vl-embedding-2b_t4_tp1.log": "GPU not shipped (T4); pooling model, no config",
+    "vllm_0.13.0_gpt-oss-20b-mxfp4_dgxspark-gb10_tp1.log": "GPU not shipped (GB10, unified memory)",
+    "vllm_0.13.0_qwen2.5-14b-instruct-awq_unknowngpu_tp1.log": "GPU unknown (~24 GB consumer card)",
+    "vllm_0.13.0_qwen3-30b-a3b-fp8_dgxspark-gb10_tp1.log": "GPU not shipped (GB10, unified memory)",
+    "vllm_0.17.0_qwen3-8b-awq_unknowngpu_tp2.log": "GPU unknown (Ada card, not stated)",
+    "vllm_0.17.1_llama-3.1-8b-instruct_unknowngpu_tp1.log": "GPU unknown (80GB class)",
+    "vllm_0.19.1rc1.dev329_glm-5.1-fp8_h200_tp8.log": "log tail only: no command line or engine config",
+}
+
+_ARGS = re.compile(r"non-default args: (\{.*?\})", re.S)
+_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|[^,}]+)")
+_VERSION = re.compile(r"vLLM (?:API server )?version:? v?(\d+\.\d+(?:\.\d+)?)|\(v(\d+\.\d+(?:\.\d+)?)")
+
+
+def user_args(text: str) -> dict[str, str]:
+    """The 'non-default args: {...}' dict vLLM prints (what the user typed), across hard-wrapped lines."""
+    m = _ARGS.search(text)
+    if not m:
+        return {}
+    body = m.group(1).replace("\n", "")  # terminal copies hard-wrap the line
+    return {k: v.strip().strip("'") for k, v in _PAIR.findall(body)}
+
+
+def halves() -> tuple[list[str], list[str]]:
+    names = sorted(CASES)
+    return names[0::2], names[1::2]
+
+
+@dataclass(frozen=True)
+class Result:
+    log: str
+    half: str
+    version: str
+    tp: int
+    flags: dict[str, Any]
+    logged_bytes: int
+    predicted_bytes: int
+    assumptions: tuple[str, ...]
+
+    @property
+    def error(self) -> float:
+        return (self.predicted_bytes - self.logged_bytes) / self.logged_bytes
+
+
+def flags_for(name: str) -> tuple[dict[str, Any], str]:
+    """(EstimateFlags keywords, engine version) for a log: only what the user typed."""
+    from kvplan.checklog import _QUANT
+    from kvplan.logparse import parse
+
+    text = (LOGS / name).read_text(errors="replace")
+    facts = parse(text).facts
+    args = user_args(text)
+    case = CASES[name]
+    version = name.split("_")[1]
+    tp = int(args.get("tensor_parallel_size", 1))
+    flags: dict[str, Any] = {
+        "model": case.model,
+        "gpus": f"{tp}x{case.gpu}",
+        "tensor_parallel_size": tp,
+        "engine": "vllm",
+        "engine_version": ".".join(version.split(".")[:2]),
+        "calibration": False,
+    }
+    if "max_model_len" in args:
+        flags["max_model_len"] = args["max_model_len"]
+    for key in ("gpu_memory_utilization",):
+        if key in args:
+            flags[key] = float(args[key])
+    for key in ("max_num_seqs",):
+        if key in args:
+            flags[key] = int(args[key])
+    if "max_num_batched_tokens" in args:
+        flags["max_num_batched_tokens"] = args["max_num_batched_tokens"]
+    if args.get("enforce_eager") == "True":
+        flags["enforce_eager"] = True
+    if args.get("kv_cache_dtype", "auto") != "auto":
+        flags["kv_cache_dtype"] = args["kv_cache_dtype"]
+    quant = _QUANT.get(args.get("quantization") or str(facts.get("quantization")))
+    if quant and quant not in ("mxfp4",):  # the gpt-oss spec is already mxfp4
+        flags["weight_dtype"] = quant
+    usage_flag = usage_keyword()
+    if usage_flag:
+        flags[usage_flag] = case.usage
+    return flags, version
+
+
+def usage_keyword() -> str | None:
+    from kvplan.inputs import EstimateFlags
+
+    return "usage" if "usage" in EstimateFlags.__dataclass_fields__ else None
+
+
+def predict(name: str) -> Result:
+    from kvplan.errors import RequestDoesNotFit
+    from kvplan.inputs import EstimateFlags, plan_request
+    from kvplan.logparse import parse
+    from kvplan.plan import estimate
+
+    flags, version = flags_for(name)
+    try:
+        plan = estimate(plan_request(EstimateFlags(**flags)))
+    except RequestDoesNotFit:
+        # kvplan's budget is too small for one request at the logged length; the budget itself does
+        # not depend on --max-model-len, so read it at a length that fits
+        plan = estimate(plan_request(EstimateFlags(**{**flags, "max_model_len": "1024"})))
+    logged = parse((LOGS / name).read_text(errors="replace")).facts["available_kv_bytes"]
+    fit, _ = halves()
+    assert plan.engine.available_kv_bytes is not None
+    return Result(
+        name,
+        "fit" if name in fit else "held-out",
+        version,
+        int(flags["tensor_parallel_size"]),
+        flags,
+        logged,
+        plan.engine.available_kv_bytes,
+        tuple(plan.assumptions),
+    )
+
+
+def summary(results: list[Result]) -> tuple[float, float, float]:
+    """(median |error|, worst |error|, share within 5%)."""
+    errs = [abs(r.error) for r in results]
+    return statistics.median(errs), max(errs), sum(e <= 0.05 for e in errs) / len(errs)
+
+
+def main() -> int:
+    results = [predict(n) for n in sorted(CASES)]
+    gib = 2**30
+    print(f"{'log':<52} {'half':<9} {'logged GiB':>10} {'kvplan GiB':>10} {'error':>8}")
+    for r in results:
+        print(
+            f"{r.log.removesuffix('.log'):<52} {r.half:<9} {r.logged_bytes / gib:>10.2f} "
+            f"{r.predicted_bytes / gib:>10.2f} {r.error:>+8.1%}"
+        )
+    for half in ("fit", "held-out"):
+        med, worst, within = summary([r for r in results if r.half == half])
+        print(f"{half}: median |error| {med:.1%}, worst {worst:.1%}, within 5%: {within:.0%}")
+    med, worst, within = summary(results)
+    print(f"all: median |error| {med:.1%}, worst {worst:.1%}, within 5%: {within:.0%}")
+    print("skipped:")
+    for name, why in sorted(SKIPPED.items()):
+        print(f"  {name}: {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    sys.exit(main())

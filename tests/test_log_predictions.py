@@ -1,0 +1,126 @@
+"""kvplan's default prediction (no log figures given) of vLLM's "Available KV cache memory" per GPU,
+against the real startup logs in tests/fixtures/logs/real/ (issue 12: within 3%).
+
+The harness is benchmarks/log_predictions.py (run it for the table): only what the user types
+before launch (model, GPU, TP, max-model-len, utilization, quantization, the other flags of the
+log's "non-default args" line, and the usage context) goes into `kvplan estimate`. Logs whose GPU
+is unknown or not shipped, or whose model config is not in the fixtures, are skipped and listed
+there (SKIPPED). Fitting half: the 1st, 3rd, ... log by sorted name; held-out half: the 2nd, 4th, ...
+
+Figures (BOUNDS below hold them; measurements, nothing tuned on the held-out half):
+- baseline (8,192 batched tokens and a 256-sequence sampler always): held-out median |error| 5.4%,
+  worst 19.1%, 1 of 4 within 5%; fitting half 7.5%, 22.5%.
+- vLLM's own batch defaults by card and usage (vllm/engine/arg_utils.py: 2,048 tokens / 256 sequences
+  for `vllm serve` on A100 and cards under 70 GiB, 8,192 / 1,024 on larger ones): held-out median
+  |error| 2.4%, worst 4.9%, 4 of 4 within 5% (issue 12's targets: median <= 3%, >= 80% within 5%);
+  fitting half 4.2%, worst 8.8% (the H200 logs: vLLM's activation peak ~5 GiB, kvplan's ~2.6 GiB).
+- The 1 GiB NCCL/custom-all-reduce reserve at TP > 1 is kept: the fitting half's one direct figure
+  (Qwen3-Next, 2x H200) logs 1.38 GiB of non-torch memory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from helpers import REPO
+
+_spec = importlib.util.spec_from_file_location("log_predictions", REPO / "benchmarks" / "log_predictions.py")
+assert _spec is not None and _spec.loader is not None
+lp = importlib.util.module_from_spec(_spec)
+sys.modules["log_predictions"] = lp
+_spec.loader.exec_module(lp)
+
+# (median |error|, worst |error|) each half must stay within: what kvplan reaches now
+BOUNDS = {"fit": (0.045, 0.09), "held-out": (0.025, 0.05)}
+
+
+def test_every_real_vllm_log_is_evaluated_or_skipped_with_a_reason():
+    logs = {p.name for p in lp.LOGS.glob("vllm_*.log")}
+    assert logs == set(lp.CASES) | set(lp.SKIPPED)
+    assert not set(lp.CASES) & set(lp.SKIPPED)
+    assert all(why for why in lp.SKIPPED.values())
+
+
+def test_the_halves_split_the_cases():
+    fit, held = lp.halves()
+    assert sorted(fit + held) == sorted(lp.CASES)
+    assert len(held) >= 4 and not set(fit) & set(held)
+
+
+def test_user_args_reads_a_hard_wrapped_line():
+    text = (lp.LOGS / "vllm_0.10.1.1_qwen2-7b-instruct_a100-40gb_tp2.log").read_text()
+    args = lp.user_args(text)
+    assert args["model"] == "Qwen2-7B-Instruct"
+    assert args["max_model_len"] == "16384" and args["tensor_parallel_size"] == "2"
+
+
+@pytest.fixture(scope="module")
+def results():
+    return [lp.predict(name) for name in sorted(lp.CASES)]
+
+
+@pytest.mark.parametrize("half", ["fit", "held-out"])
+def test_prediction_error_per_half(results, half):
+    median, worst, _ = lp.summary([r for r in results if r.half == half])
+    max_median, max_worst = BOUNDS[half]
+    assert median <= max_median, f"{half}: median |error| {median:.1%}"
+    assert worst <= max_worst, f"{half}: worst |error| {worst:.1%}"
+
+
+def test_only_typed_flags_reach_the_prediction(results):
+    # the engine-config line's resolved max_num_batched_tokens never goes in unless the user typed it
+    typed = {r.log: r.flags for r in results}
+    assert all("max_num_batched_tokens" not in f for f in typed.values())
+
+
+def test_held_out_half_meets_the_issue_targets(results):
+    median, _, within = lp.summary([r for r in results if r.half == "held-out"])
+    assert median <= 0.03 and within >= 0.8
+
+
+def test_the_defaults_applied_are_stated(results):
+    for r in results:
+        assert any("--max-num-batched-tokens" in a and "arg_utils.py" in a for a in r.assumptions), r.log
+
+
+@pytest.mark.parametrize(
+    ("gpu", "usage", "version", "expected"),
+    [
+        ("H100", "serve", "0.11", (8192, 1024)),
+        ("H200", "offline", "0.11", (16384, 1024)),
+        ("A100-80GB", "serve", "0.11", (2048, 256)),
+        ("A100-80GB", "offline", "0.11", (8192, 256)),
+        ("L40S", "serve", "0.16", (2048, 256)),
+        ("H20", "serve", "0.11", (8192, 1024)),  # >= 70 GiB and not an A100
+        ("H20", "serve", "0.8", (2048, 256)),  # 0.8: H100/H200 by name only
+        ("H100", "serve", "0.6", (8192, 256)),  # V0: kvplan's former 8,192
+    ],
+)
+def test_vllm_batch_defaults_follow_arg_utils(gpu, usage, version, expected):
+    from kvplan.engines.base import parse_version_text
+    from kvplan.engines.vllm import vllm_batch_defaults
+    from kvplan.specs.registry import load_gpu
+
+    d = vllm_batch_defaults(load_gpu(gpu), usage, parse_version_text(version))
+    assert (d.max_num_batched_tokens, d.max_num_seqs) == expected
+
+
+def test_estimate_json_says_which_defaults_it_applied(cli):
+    got = cli("estimate", "-m", "llama3-8b", "-g", "L4", "--max-model-len", "8K", "--json").json()
+    assert got["settings"]["usage"] == "serve"
+    assert got["settings"]["engine_defaults"] == {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
+    assert got["settings"]["max_num_batched_tokens"] == 2048
+    given = cli(
+        "estimate", "-m", "llama3-8b", "-g", "L4", "--max-model-len", "8K", "--max-num-batched-tokens", "4096",
+        "--usage", "offline", "--json",
+    ).json()  # fmt: skip
+    assert given["settings"]["engine_defaults"] == {} and given["settings"]["max_num_batched_tokens"] == 4096
+    assert given["settings"]["usage"] == "offline"
+
+
+def test_usage_is_checked(cli):
+    r = cli("estimate", "-m", "llama3-8b", "--usage", "batch")
+    assert r.exit_code != 0 and "--usage must be serve or offline" in r.stdout + r.stderr
