@@ -6,7 +6,6 @@ Planning cost must not grow with an absurd claim: a spec of 10^12 layers, a 10^9
 
 from __future__ import annotations
 
-import math
 import os
 import stat
 from pathlib import Path
@@ -46,12 +45,6 @@ def limit_for(name: str) -> int:
     if any(w in low for w in ("head", "expert", "group")):
         return MAX_HEADS
     return MAX_TOKENS  # contexts, windows, chunks, ratios, counts
-
-
-def check_finite(value: float, what: str) -> float:
-    if not math.isfinite(value):
-        raise UsageError(f"{what}: {value} is not a finite number")
-    return value
 
 
 def check_range(value: int, what: str, low: int, high: int) -> int:
