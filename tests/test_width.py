@@ -19,6 +19,7 @@ def _run(width: int, *args: str):
     "args",
     [
         ("models",),
+        ("gpus",),
         ("compare", "table"),
         (
             "solve",
@@ -42,6 +43,10 @@ def test_no_cell_is_cut(width, args):
     assert "0.…" not in out and "…" not in out
     if args == ("models",):
         assert "deepseek-v3" in out and "growing" in out
+    if args == ("gpus",):
+        # every shipped GPU name whole on one line; aliases shown only where they fit
+        assert "A100-80GB-PCIe" in out and "H100-SXM" in out
+        assert ("NVIDIA A100-PCIE-40GB" in out) == (width >= 110)
     if "--price" in args:
         assert "in the unit of --price" in out
 

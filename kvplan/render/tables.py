@@ -243,18 +243,27 @@ def render_models(models: list, console: Console) -> None:
 
 
 def render_gpus(gpus: list, console: Console) -> None:
-    t = _table("Shipped GPUs", "name", "aliases", "memory", "runtime total", "HBM bandwidth", "bf16 dense")
+    # a GPU's name is what the user types: never cut it. The aliases need ~50 columns; below
+    # 110 they are left to --json rather than squeezed to nothing.
+    aliases = console.width >= 110
+    cols = ["name", *(["aliases"] if aliases else []), "memory", "runtime total", "HBM bandwidth", "bf16 dense"]
+    t = _table("Shipped GPUs", *cols)
     for g in gpus:
         t.add_row(
             g.name,
-            ", ".join(g.aliases[:3]),
+            *([", ".join(g.aliases[:3])] if aliases else []),
             g.memory_marketing,
             f"{g.memory_bytes / GiB:,.2f} GiB",
             f"{g.hbm_bytes_per_s / 1e9:,.0f} GB/s",
             f"{g.bf16_dense_flops / 1e12:,.0f} TFLOP/s",
         )
-    t.columns[1].no_wrap = False
+    t.columns[0].no_wrap = True
+    t.columns[0].min_width = max((len(g.name) for g in gpus), default=4)
+    if aliases:
+        t.columns[1].no_wrap = False
     console.print(t)
+    if not aliases:
+        console.print("aliases: kvplan gpus --json (or a terminal of 110+ columns)")
 
 
 def _cell(unit: str, value: float | None) -> str:
