@@ -342,6 +342,9 @@ def launch_config(
     # at most 4K partial values a merge tile (MLA: 8 splits x 512; 128 heads: 32 x 128)
     splits_block = max(2, min(triton.next_power_of_2(splits), 4096 // dv))
     merge_constexprs = {"V_DIM": v_dim, "DV": dv, "SPLITS_BLOCK": splits_block}
+    # an 8K-value fp32 accumulator (MLA: 16 heads x 512) is 64 registers a thread with 4 warps, and
+    # with the 576-wide K tile it spills on sm_100 (kernels/aot_check.py); 8 warps halve it
+    wide = min(group_pad, head_chunk) * dv >= 8192
     return LaunchConfig(
         splits=splits,
         tokens=tokens,
@@ -349,6 +352,7 @@ def launch_config(
         split_constexprs=split_constexprs,
         merge_grid=(batch, q_heads),
         merge_constexprs=merge_constexprs,
+        num_warps=8 if wide else 4,
     )
 
 
