@@ -38,6 +38,18 @@ class Case:
 
 # log -> the model config and GPU, mapped by hand (the GPU from SOURCES.tsv)
 CASES: dict[str, Case] = {
+    "vllm_0.10.0_qwen3-235b-a22b-fp8_h100_tp8.log": Case(
+        str(HF / "corpus" / "qwen3-235b-a22b-fp8.json"),
+        "H100-SXM",
+        "corpus qwen3-235b-a22b-fp8.json (Qwen/Qwen3-235B-A22B-FP8); H100 SXM from the fused_moe config name "
+        "device_name=NVIDIA_H100_80GB_HBM3 printed by all 8 workers",
+    ),
+    "vllm_0.10.0_qwen3-32b_h100_tp8.log": Case(
+        "qwen3-32b",
+        "H100-SXM",
+        "shipped spec; H100 SXM inferred from the sibling log of the same repo and session "
+        "(vllm_judge.log, same cluster paths, 20 minutes later, device_name=NVIDIA_H100_80GB_HBM3)",
+    ),
     "vllm_0.10.1.1_gpt-oss-120b_a100-80gb_tp4.log": Case(
         "gpt-oss-120b", "A100-80GB", "shipped spec; A100 80GB stated in the file name and repo README"
     ),
@@ -55,6 +67,38 @@ CASES: dict[str, Case] = {
     ),
     "vllm_0.10.2_qwen3-next-80b-a3b_h200_tp2.log": Case(
         "qwen3-next-80b-a3b", "H200", "shipped spec; H200 from the fused_moe config name and 139.81 GiB"
+    ),
+    "vllm_0.10.1.1_qwen2-7b-instruct_a100-80gb_tp1_util0.5.log": Case(
+        str(HF / "corpus" / "qwen2.5-7b.json"), "A100-80GB", "as above; A100 80GB stated in the file name"
+    ),
+    "vllm_0.10.1.1_qwen2-7b-instruct_a100-80gb_tp2_util0.25.log": Case(
+        str(HF / "corpus" / "qwen2.5-7b.json"), "A100-80GB", "as above; A100 80GB stated in the file name"
+    ),
+    "vllm_0.10.2_qwen3-30b-a3b-instruct-2507_h100_tp1.log": Case(
+        str(HF / "corpus" / "qwen3-coder-30b-a3b-instruct.json"),
+        "H100-SXM",
+        "Qwen3-30B-A3B-Instruct-2507 has Qwen3-Coder-30B-A3B-Instruct's shapes (48 layers, 4 KV heads x 128, "
+        "128 experts x 768, hidden 2048, vocab 151936, untied, 262144 positions): corpus "
+        "qwen3-coder-30b-a3b-instruct.json; H100 SXM from device_name=NVIDIA_H100_80GB_HBM3 and 79.18 GiB",
+    ),
+    "vllm_0.12.0_qwen3-30b-a3b_h100_tp2.log": Case(
+        str(HF / "corpus" / "qwen3-coder-30b-a3b-instruct.json"),
+        "H100-SXM",
+        "Qwen3-30B-A3B has the same layer shapes as Qwen3-Coder-30B-A3B-Instruct (only max positions 40960 and "
+        "rope theta differ; the user set --max-model-len): corpus qwen3-coder-30b-a3b-instruct.json; H100 SXM "
+        "from device_name=NVIDIA_H100_80GB_HBM3",
+    ),
+    "vllm_0.22.1_qwen3-30b-a3b-instruct-2507-fp8_h100_tp1.log": Case(
+        str(HF / "corpus" / "qwen3-coder-30b-a3b-instruct.json"),
+        "H100-SXM",
+        "as the 0.10.2 Qwen3-30B-A3B-Instruct-2507 log, with online --quantization fp8; H100 SXM from "
+        "device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8",
+    ),
+    "vllm_0.26.1rc1.dev156_qwen3-coder-30b-a3b-instruct_a100-80gb_tp1.log": Case(
+        str(HF / "corpus" / "qwen3-coder-30b-a3b-instruct.json"),
+        "A100-80GB",
+        "corpus qwen3-coder-30b-a3b-instruct.json (the model's own config); A100 80GB from "
+        "device_name=NVIDIA_A100-SXM4-80GB and 'Free memory on device (78.84/79.25 GiB)'",
     ),
     "vllm_0.11.0_llama-3.1-8b-instruct_l4_tp1.log": Case(
         "llama3.1-8b", "L4", "shipped spec; L4 from the repository name (demo_env_l4)"
@@ -78,6 +122,8 @@ SKIPPED: dict[str, str] = {
     "vllm_0.11.0_qwen3-vl-30b-a3b_rtx3090_tp4.log": "GPU not shipped (RTX 3090); no Qwen3-VL config",
     "vllm_0.11.0_qwen3-vl-embedding-2b_t4_tp1.log": "GPU not shipped (T4); pooling model, no config",
     "vllm_0.13.0_gpt-oss-20b-mxfp4_dgxspark-gb10_tp1.log": "GPU not shipped (GB10, unified memory)",
+    "vllm_0.13.0_llama-3-8b-instruct_unknowngpu_tp4.log": "GPU not stated: compute capability 8.0 and ~80 GiB "
+    "(A100-80GB or A800-80GB; not told apart)",
     "vllm_0.13.0_qwen2.5-14b-instruct-awq_unknowngpu_tp1.log": "GPU unknown (~24 GB consumer card)",
     "vllm_0.13.0_qwen3-30b-a3b-fp8_dgxspark-gb10_tp1.log": "GPU not shipped (GB10, unified memory)",
     "vllm_0.17.0_qwen3-8b-awq_unknowngpu_tp2.log": "GPU unknown (Ada card, not stated)",
