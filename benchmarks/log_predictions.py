@@ -1,4 +1,5 @@
-"""kvplan's default prediction of vLLM's "Available KV cache memory" against real startup logs.
+"""kvplan's default prediction of vLLM's "Available KV cache memory" (and SGLang's KV pool) against
+real startup logs.
 
 For every real vLLM log in tests/fixtures/logs/real/ whose GPU is known and whose model kvplan can
 plan, run `kvplan estimate` with only what the user typed before launch: the model, the GPU, the
@@ -7,6 +8,11 @@ gpu-memory-utilization, quantization, kv-cache-dtype, max-num-seqs, max-num-batc
 enforce-eager) and the usage context (`vllm serve` or the offline `LLM` class). Nothing the engine
 resolved itself (its engine-config line, the memory it measured) is read. Then compare kvplan's
 available KV memory per GPU with the logged one.
+
+SGLang logs print every ServerArgs field, resolved defaults included, so an SGLang case names the
+flags of the launch command (Case.typed: tp_size, context_length, mem_fraction_static) as the source
+shows them; the comparison is kvplan's KV budget per GPU against the pool the log allocated
+("KV Cache is allocated": K size + V size, or KV size for MLA).
 
 The logs are split in two halves by their sorted file names: odd positions (1st, 3rd, ...) are the
 fitting half, even positions the held-out half. Nothing in kvplan may be tuned on the held-out half.
@@ -34,6 +40,9 @@ class Case:
     gpu: str  # shipped GPU name
     why: str  # how the model and the GPU are known
     usage: str = "serve"  # vLLM usage context: serve (OpenAI server) or offline (LLM class)
+    # SGLang only: the flags the user typed on the launch command (server_args prints every field,
+    # resolved defaults included), keyed by ServerArgs name: tp_size, context_length, mem_fraction_static
+    typed: tuple[tuple[str, str], ...] = ()
 
 
 # log -> the model config and GPU, mapped by hand (the GPU from SOURCES.tsv)
@@ -129,6 +138,12 @@ SKIPPED: dict[str, str] = {
     "vllm_0.17.0_qwen3-8b-awq_unknowngpu_tp2.log": "GPU unknown (Ada card, not stated)",
     "vllm_0.17.1_llama-3.1-8b-instruct_unknowngpu_tp1.log": "GPU unknown (80GB class)",
     "vllm_0.19.1rc1.dev329_glm-5.1-fp8_h200_tp8.log": "log tail only: no command line or engine config",
+    "sglang_0.4.3.post4_qwq-32b_l4_tp4.log": "no QwQ-32B (Qwen2.5-32B shapes) config in the fixtures",
+    "sglang_0.5.2rc2_grok-2-fp8_h100_tp8.log": "no Grok-2 config in the fixtures",
+    "sglang_unknownver_deepseek-r1-distill-qwen-7b_rtx3090_tp1.log": "GPU not shipped (RTX 3090)",
+    "sglang_unknownver_llama-3.1-8b-instruct_unknowngpu_tp1.log": "GPU unknown",
+    "sglang_unknownver_qwen3-0.6b_rtx5080_tp1.log": "GPU not shipped (RTX 5080); no Qwen3-0.6B config",
+    "sglang_unknownver_qwen3-14b_unknowngpu_tp2.log": "GPU unknown; log cut off mid CUDA-graph capture",
 }
 
 _ARGS = re.compile(r"non-default args: (\{.*?\})", re.S)
@@ -166,8 +181,36 @@ class Result:
         return (self.predicted_bytes - self.logged_bytes) / self.logged_bytes
 
 
+def engine_of(name: str) -> str:
+    return name.split("_")[0]
+
+
+def sglang_flags_for(name: str) -> tuple[dict[str, Any], str]:
+    """(EstimateFlags keywords, engine version) for an SGLang log: only the flags of the launch command."""
+    case = CASES[name]
+    typed = dict(case.typed)
+    version = name.split("_")[1]
+    tp = int(typed.get("tp_size", 1))
+    flags: dict[str, Any] = {
+        "model": case.model,
+        "gpus": f"{tp}x{case.gpu}",
+        "tensor_parallel_size": tp,
+        "engine": "sglang",
+        "calibration": False,
+    }
+    if version != "unknownver":
+        flags["engine_version"] = ".".join(version.split(".")[:2])
+    if "context_length" in typed:
+        flags["max_model_len"] = typed["context_length"]
+    if "mem_fraction_static" in typed:
+        flags["mem_fraction_static"] = float(typed["mem_fraction_static"])
+    return flags, version
+
+
 def flags_for(name: str) -> tuple[dict[str, Any], str]:
     """(EstimateFlags keywords, engine version) for a log: only what the user typed."""
+    if engine_of(name) == "sglang":
+        return sglang_flags_for(name)
     from kvplan.checklog import _QUANT
     from kvplan.logparse import parse
 
@@ -217,7 +260,6 @@ def usage_keyword() -> str | None:
 def predict(name: str) -> Result:
     from kvplan.errors import RequestDoesNotFit
     from kvplan.inputs import EstimateFlags, plan_request
-    from kvplan.logparse import parse
     from kvplan.plan import estimate
 
     flags, version = flags_for(name)
@@ -227,7 +269,7 @@ def predict(name: str) -> Result:
         # kvplan's budget is too small for one request at the logged length; the budget itself does
         # not depend on --max-model-len, so read it at a length that fits
         plan = estimate(plan_request(EstimateFlags(**{**flags, "max_model_len": "1024"})))
-    logged = parse((LOGS / name).read_text(errors="replace")).facts["available_kv_bytes"]
+    logged = logged_kv_bytes(name)
     fit, _ = halves()
     assert plan.engine.available_kv_bytes is not None
     return Result(
@@ -240,6 +282,19 @@ def predict(name: str) -> Result:
         plan.engine.available_kv_bytes,
         tuple(plan.assumptions),
     )
+
+
+def logged_kv_bytes(name: str) -> int:
+    """vLLM: "Available KV cache memory" (the budget, per GPU). SGLang: the pool it allocated per GPU,
+    K size + V size (MLA: KV size) of "KV Cache is allocated", GiB to 2 decimals."""
+    from kvplan.logparse import parse
+
+    facts = parse((LOGS / name).read_text(errors="replace")).facts
+    if engine_of(name) == "sglang":
+        if "kv_size_bytes" in facts:
+            return int(facts["kv_size_bytes"])
+        return int(facts["k_size_bytes"] + facts["v_size_bytes"])
+    return int(facts["available_kv_bytes"])
 
 
 def summary(results: list[Result]) -> tuple[float, float, float]:
