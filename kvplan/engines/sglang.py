@@ -384,8 +384,13 @@ class Sglang(Engine):
 
     def kv_budget_cap(self, kv_bytes: int, layers: list[Layer], fmt: Format, tp: int) -> int:
         cap = self.req.max_total_tokens
-        cell = _cell_bytes(layers, fmt, tp)
-        if cap is None or not cell:
+        if cap is None:
+            return kv_bytes
+        try:
+            cell = _cell_bytes(layers, fmt, tp)
+        except EngineUnsupported:
+            return kv_bytes  # no SGLang pool modelled: the cap has nothing to act on
+        if not cell:
             return kv_bytes
         profiled = kv_bytes // cell
         self.profiled_tokens = (
