@@ -20,6 +20,7 @@ from kvplan.errors import UsageError
 from kvplan.formats import normalize_dtype_name
 from kvplan.logparse import ParsedLog
 from kvplan.plan import Plan, PlanRequest, estimate
+from kvplan.request import model_dtype_name
 from kvplan.specs.models import GpuSpec, ModelSpec
 from kvplan.units import GiB
 
@@ -128,6 +129,10 @@ def request_from_log(
     quant = _QUANT.get(str(f.get("quantization")))
     if quant and quant not in (model.weight_dtype, model.expert_weight_dtype):
         kw["weight_dtype"] = quant  # the spec describes the unquantized checkpoint
+    if f.get("cpu_offload_gb"):  # vLLM non-default args / SGLang ServerArgs
+        kw["cpu_offload_gb"] = f["cpu_offload_gb"]
+    if model_dtype_name(str(f.get("dtype", "auto"))) not in (None, "auto"):
+        kw["dtype"] = str(f["dtype"])
     kw.update(engine.log_settings(f))
     kw.update({k: v for k, v in overrides.items() if v is not None})
     if kw.get("max_model_len") and kw["max_model_len"] > model.max_context:

@@ -105,6 +105,23 @@ class EstimateFlags:
     calibration: bool = True
     calibration_file: str | None = None
     usage: str = "serve"
+    dtype: str = "auto"
+    cpu_offload_gb: float = 0.0
+    max_total_tokens: int | None = None
+    max_running_requests: int | None = None
+    chunked_prefill_size: int | None = None
+    env: list[str] | None = None  # NAME=VALUE, as typed
+
+
+def parse_env(items: list[str] | None) -> tuple[tuple[str, str], ...]:
+    """--env NAME=VALUE (repeatable) -> ((NAME, VALUE), ...); a name given twice keeps the last."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Z_][A-Z0-9_]{0,127}", name.strip()) or len(value) > 64:
+            raise UsageError(f"--env: cannot read {item[:80]!r}; write NAME=VALUE, e.g. --env VLLM_FOO=1")
+        out[name.strip()] = value.strip()
+    return tuple(out.items())
 
 
 def plan_request(f: EstimateFlags) -> PlanRequest:
@@ -171,6 +188,12 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
         shared_prefix_tokens=parse_count(f.shared_prefix_tokens, "--shared-prefix-tokens"),
         prefix_hit_rate=f.prefix_hit_rate,
         usage=f.usage,
+        dtype=f.dtype,
+        cpu_offload_gb=f.cpu_offload_gb,
+        max_total_tokens=f.max_total_tokens,
+        max_running_requests=f.max_running_requests,
+        chunked_prefill_size=f.chunked_prefill_size,
+        env=parse_env(f.env),
     )
 
 

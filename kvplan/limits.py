@@ -6,6 +6,7 @@ Planning cost must not grow with an absurd claim: a spec of 10^12 layers, a 10^9
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 from pathlib import Path
@@ -29,6 +30,7 @@ MAX_BYTES = 2**60  # any byte count (memory, state, weights)
 MAX_GPUS = 4096  # GPUs of one deployment, and solve's --max-gpus
 MAX_NODES = 512
 MAX_USERS = 2**31
+MAX_GIB = 2**30  # a GiB figure typed as a number (--cpu-offload-gb): MAX_BYTES in GiB
 
 
 def limit_for(name: str) -> int:
@@ -52,6 +54,13 @@ def check_range(value: int, what: str, low: int, high: int) -> int:
         raise UsageError(f"{what} must be >= {low}")
     if value > high:
         raise UsageError(f"{what} must be at most {high:,}, got {value:,}")
+    return value
+
+
+def check_number(value: float, what: str, low: float, high: float, hint: str) -> float:
+    """A typed number within [low, high]; NaN and infinities are refused with the same one line."""
+    if not math.isfinite(value) or not low <= value <= high:
+        raise UsageError(f"{what} must be between {low:g} and {high:,g}, got {value}; {hint}")
     return value
 
 

@@ -79,7 +79,10 @@ _VLLM_NUMBERS: list[tuple[re.Pattern, str, Any, str]] = [
         _f,
         "first",
     ),
-    (re.compile(r"max_num_batched_tokens=" + _NUM), "max_num_batched_tokens", lambda s: int(_f(s)), "first"),
+    # "Chunked prefill is enabled with max_num_batched_tokens=N" is printed once before the usage
+    # context's defaults are applied (EngineArgs, vllm/engine/arg_utils.py) and again after; the
+    # engine config runs with the last value printed
+    (re.compile(r"max_num_batched_tokens=" + _NUM), "max_num_batched_tokens", lambda s: int(_f(s)), "last"),
     (re.compile(r"Add " + _NUM + r" padding layers"), "padding_layers", lambda s: int(_f(s)), "first"),
 ]
 _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x")
@@ -146,6 +149,8 @@ _CONFIG_KEYS = {
     "kv_cache_memory_bytes": "kv_cache_memory_bytes",
     "swa_full_tokens_ratio": "swa_full_tokens_ratio",
     "disable_hybrid_swa_memory": "disable_hybrid_swa_memory",
+    "cpu_offload_gb": "cpu_offload_gb",
+    "max_total_tokens": "max_total_tokens",
 }
 _INT_FACTS = {
     "max_model_len",
@@ -157,8 +162,9 @@ _INT_FACTS = {
     "max_num_seqs",
     "num_gpu_blocks_override",
     "kv_cache_memory_bytes",
+    "max_total_tokens",
 }
-_FLOAT_FACTS = {"gpu_memory_utilization", "mem_fraction_static", "swa_full_tokens_ratio"}
+_FLOAT_FACTS = {"gpu_memory_utilization", "mem_fraction_static", "swa_full_tokens_ratio", "cpu_offload_gb"}
 _BOOL_FACTS = {"enforce_eager", "enable_prefix_caching", "disable_hybrid_swa_memory"}
 
 
@@ -171,6 +177,10 @@ def _value(raw: str) -> Any:
 
 def _config(log: ParsedLog, line: str, pairs: re.Pattern) -> None:
     for key, raw in pairs.findall(line):
+        if key == "chunked_prefill_size":  # SGLang; -1 turns chunking off (no batched-tokens figure)
+            _chunked_prefill(log, line, _value(raw))
+            if _value(raw).startswith("-"):
+                continue
         fact = _CONFIG_KEYS.get(key)
         if fact is None:
             continue
@@ -191,6 +201,14 @@ def _config(log: ParsedLog, line: str, pairs: re.Pattern) -> None:
         if fact == "dtype":
             value = value.replace("torch.", "")
         log.put(fact, value, line)
+
+
+def _chunked_prefill(log: ParsedLog, line: str, value: str) -> None:
+    try:
+        chunk = int(_f(value.lstrip("-"))) * (-1 if value.startswith("-") else 1)
+    except ValueError:
+        return
+    log.put("chunked_prefill_size", chunk, line)
 
 
 def _sglang_line(log: ParsedLog, line: str) -> None:

@@ -10,16 +10,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from kvplan import engines, kv
 from kvplan.capacity import Fragmentation, Pool, PrefixCaching, StagePlan, fragmentation, prefix_caching
 from kvplan.engines import Budget, Engine, EngineReport, EngineUnsupported, StageCache
 from kvplan.errors import NoKvMemoryLeft, RequestDoesNotFit, UsageError, WeightsDoNotFit
 from kvplan.formats import Format, normalize_dtype_name, weight_format
+from kvplan.offload import offload_limit_bytes, offload_stage
 from kvplan.parallel import Layout, check_tp, make_layout, stage_layers, stage_ranges
 from kvplan.params import ParamBreakdown, param_breakdown
-from kvplan.request import PlanRequest
+from kvplan.request import PlanRequest, model_dtype_name
 from kvplan.specs.models import ChunkedAttention, CrossAttention, GpuSpec, ModelSpec, SlidingWindow
 from kvplan.speed_plan import Decode, Prefill, plan_speed
 from kvplan.units import GiB, fmt_bytes, fmt_gib
@@ -84,7 +85,14 @@ class Settings:
     max_num_seqs: int | None
     enable_prefix_caching: bool
     usage: str
-    engine_defaults: dict[str, int]  # flags not given, filled from the engine's own default rule
+    engine_defaults: dict[str, Any]  # flags not given, filled from the engine's own default rule
+    dtype: str  # the model dtype served (--dtype, or the engine's rule for auto)
+    cpu_offload_gb: float
+    max_total_tokens: int | None  # SGLang
+    max_running_requests: int | None  # SGLang
+    chunked_prefill_size: int | None  # SGLang: as given, or its default for the card
+    engine_env: dict[str, str]  # the engine's environment variables that shape the plan
+    max_request_tokens: int  # the longest request the engine serves (< max_model_len: capped)
     weight_dtype: str
     expert_weight_dtype: str | None
     weight_formats: dict[str, str | None]  # per component (README, Weight formats)
@@ -222,6 +230,7 @@ def _engine_view(
     bs, why = engine.hybrid_block_size(spec, fmt, tp, bs)
     if why:
         notes.append(why)
+    notes += engine.view_notes(spec)
     return spec, bs
 
 
@@ -286,6 +295,8 @@ def _weights(
         stages = stage_weights(spec, params, w_fmt, e_fmt, tp, pp)
     else:  # per-matrix formats of a quantized checkpoint; the checkpoint's own total when known
         stages = checkpoint_stage_weights(spec, matrix_stage_weights(spec, tp, pp), tp, notes)
+    if req.cpu_offload_gb:
+        stages = _offload(req, spec, stages, pp, notes)
     if not params.total_stated:
         notes.append(
             f"parameter count {params.total / 1e9:,.2f}B estimated from the architecture (the spec states none)"
@@ -300,6 +311,25 @@ def _weights(
         )
     )
     return Weights(params, w_fmt, e_fmt, stages)
+
+
+def _offload(
+    req: PlanRequest, spec: ModelSpec, stages: list[StageWeights], pp: int, notes: list[str]
+) -> list[StageWeights]:
+    """--cpu-offload-gb: whole decoder layers per GPU moved to CPU memory (kvplan/offload.py)."""
+    limit = offload_limit_bytes(req.cpu_offload_gb)
+    # the LM head (the embedding's shape) sits on the last stage unless it is the tied embedding itself
+    head = stages[0].embedding_bytes_per_gpu if not spec.tie_word_embeddings or pp > 1 else 0
+    out, moved = [], []
+    for w in stages:
+        kept, gone = offload_stage(w, head if w.stage == pp - 1 else 0, limit)
+        out.append(kept)
+        moved.append(gone)
+    notes.append(
+        f"--cpu-offload-gb {req.cpu_offload_gb:g}: {fmt_gib(max(moved))} of weights per GPU in CPU memory "
+        "(whole decoder layers until the limit is reached); decode speed leaves out their transfer over PCIe"
+    )
+    return out
 
 
 def _prepare_engine(
@@ -378,7 +408,7 @@ def _pool(
     for w, rng in zip(weights.stages, stage_ranges(spec.num_layers, pp), strict=False):
         layers = stage_layers(spec, rng)
         engine_block = engine.block_bytes(rng, list(spec.layers), fmt, tp)
-        kv_bytes = _stage_budget(req, budget, w, engine_block, tp, pp)
+        kv_bytes = engine.kv_budget_cap(_stage_budget(req, budget, w, engine_block, tp, pp), layers, fmt, tp)
         block_bytes = sum(n * kv.page_bytes(layer, fmt, bs, tp) for layer, n in kv.grouped(layers))
         stages.append(
             StagePlan(
@@ -426,31 +456,47 @@ class Concurrency:
     request_bytes_per_gpu: int
     max_concurrency: int  # per replica
     limited_by: str
+    request_tokens: int  # the longest request served: max_model_len, or the engine's cap to the pool
 
 
-def _concurrency(req: PlanRequest, pool: Pool, null_blocks: int, max_len: int) -> Concurrency:
+def _concurrency(req: PlanRequest, engine: Engine, pool: Pool, max_len: int, notes: list[str]) -> Concurrency:
+    null_blocks = engine.null_blocks
+    _, bind = pool.requests_fitting(max_len)
+    usable_factor, _ = pool.requests_fitting(max_len, null_blocks)
+    if usable_factor < 1:
+        fit = pool.largest_fitting_len(bind, pool.usable_bytes(bind, null_blocks), max_len)
+        started = engine.oversized_request(max_len, fit)
+        if started is None:
+            _does_not_fit(pool, bind, null_blocks, max_len, fit)
+        max_len, warning = started
+        notes.append(f"WARNING: {warning}")
     conc_factor, bind = pool.requests_fitting(max_len)
     usable_factor, _ = pool.requests_fitting(max_len, null_blocks)
     per_req = pool.request_bytes(bind, max_len)
-    if usable_factor < 1:
-        avail = pool.usable_bytes(bind, null_blocks)
-        fit = pool.largest_fitting_len(bind, avail, max_len)
-        hint = f"; the largest --max-model-len that fits is {fit:,}" if fit else ""
-        digits = 2 if abs(per_req - avail) > 0.01 * GiB else 4
-        raise RequestDoesNotFit(
-            f"one request at --max-model-len {max_len:,} needs {fmt_gib(per_req, digits)} of KV cache "
-            f"per GPU, but only {fmt_gib(avail, digits)} is usable (whole blocks, one kept as the null "
-            f"block){hint}; or add GPUs, or use a smaller --kv-cache-dtype",
-            kv_bytes_per_request_per_gpu=per_req,
-            usable_kv_bytes_per_gpu=avail,
-            largest_fitting_max_model_len=fit,
-            kv_budget_bytes_per_gpu=pool.stages[bind].kv_budget_bytes_per_gpu,
-        )
     kv_limit = math.floor(usable_factor)
-    capped = req.max_num_seqs is not None and req.max_num_seqs < kv_limit
-    max_conc = min(kv_limit, req.max_num_seqs) if req.max_num_seqs is not None else kv_limit
+    cap = engine.request_cap()
+    capped = cap is not None and cap < kv_limit
+    max_conc = min(kv_limit, cap) if cap is not None else kv_limit
     return Concurrency(
-        conc_factor, usable_factor, bind, per_req, max_conc, "max_num_seqs" if capped else "kv_cache"
+        conc_factor, usable_factor, bind, per_req, max_conc, "max_num_seqs" if capped else "kv_cache", max_len
+    )
+
+
+def _does_not_fit(pool: Pool, bind: int, null_blocks: int, max_len: int, fit: int | None) -> NoReturn:
+    """One request at --max-model-len does not fit and the engine refuses to start (vLLM raises in
+    kv_cache_utils.py check_enough_kv_cache_memory)."""
+    per_req = pool.request_bytes(bind, max_len)
+    avail = pool.usable_bytes(bind, null_blocks)
+    hint = f"; the largest --max-model-len that fits is {fit:,}" if fit else ""
+    digits = 2 if abs(per_req - avail) > 0.01 * GiB else 4
+    raise RequestDoesNotFit(
+        f"one request at --max-model-len {max_len:,} needs {fmt_gib(per_req, digits)} of KV cache "
+        f"per GPU, but only {fmt_gib(avail, digits)} is usable (whole blocks, one kept as the null "
+        f"block){hint}; or add GPUs, or use a smaller --kv-cache-dtype",
+        kv_bytes_per_request_per_gpu=per_req,
+        usable_kv_bytes_per_gpu=avail,
+        largest_fitting_max_model_len=fit,
+        kv_budget_bytes_per_gpu=pool.stages[bind].kv_budget_bytes_per_gpu,
     )
 
 
@@ -516,17 +562,26 @@ def _explain_pool(ex: list[Explain], engine: Engine, budget: Budget, gpu: GpuSpe
     ]
 
 
+def _chunked_prefill_size(req: PlanRequest, report: EngineReport) -> int | None:
+    d = report.details
+    if isinstance(d, engines.SglangDetails):
+        return d.chunked_prefill_size
+    return req.chunked_prefill_size
+
+
 # --- the composition --------------------------------------------------------------------------
 
 
-def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, int], list[str]]:
-    """The request with the engine's batch defaults filled in where the user gave none:
-    (request, {flag: value applied}, assumption lines)."""
-    if req.max_num_batched_tokens is not None:
-        return req, {}, []
+def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list[str]]:
+    """The request with the engine's defaults filled in where the user gave none (batch sizes, the
+    model dtype): (request, {flag: value applied}, assumption lines)."""
     cls = engines.engine_class(req.engine)
-    d = cls.batch_defaults(req.gpu, req.usage, cls.parse_version(req.engine_version))
-    applied = {"max_num_batched_tokens": d.max_num_batched_tokens}
+    version = cls.parse_version(req.engine_version)
+    req, applied, notes = _model_dtype(req, cls, version)
+    if req.max_num_batched_tokens is not None:
+        return req, applied, notes
+    d = cls.batch_defaults(req.gpu, req.usage, version)
+    applied["max_num_batched_tokens"] = d.max_num_batched_tokens
     line = f"--max-num-batched-tokens {d.max_num_batched_tokens:,}"
     if req.max_num_seqs is None and d.max_num_seqs is not None:
         applied["max_num_seqs"] = d.max_num_seqs
@@ -534,8 +589,60 @@ def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, int], list
             f"; its --max-num-seqs default {d.max_num_seqs:,} sizes the sampler's profiling run "
             "(concurrency is capped only by a --max-num-seqs you give)"
         )
-    notes = [f"{line}: {d.why}; override with --max-num-batched-tokens / --max-num-seqs"]
+    notes.append(f"{line}: {d.why}; override with --max-num-batched-tokens / --max-num-seqs")
     return dataclasses.replace(req, max_num_batched_tokens=d.max_num_batched_tokens), applied, notes
+
+
+def _model_dtype(
+    req: PlanRequest, cls: type[Engine], version: engines.Version
+) -> tuple[PlanRequest, dict[str, Any], list[str]]:
+    """--dtype: the engine's rule for auto, or the dtype given, applied to the model (activations,
+    the KV cache under --kv-cache-dtype auto, and the weights of an unquantized checkpoint)."""
+    spec = req.model
+    given = model_dtype_name(req.dtype) or "auto"
+    if given == "auto":
+        dtype, why = cls.auto_dtype(spec, version)
+        notes = [why] if why else []
+        applied: dict[str, Any] = {"dtype": dtype}
+    else:
+        dtype, applied = given, {}
+        check_dtype(spec, dtype)
+        notes = [
+            f"--dtype {req.dtype}: activations{', the KV cache (auto)' if req.kv_cache_dtype == 'auto' else ''}"
+            f"{' and the weights' if _unquantized(spec) else ''} in {dtype}"
+        ]
+    if dtype == spec.activation_dtype:
+        return req, applied, notes
+    return dataclasses.replace(req, model=with_model_dtype(spec, dtype)), applied, notes
+
+
+def _unquantized(spec: ModelSpec) -> bool:
+    return not spec.weight_formats and spec.weight_dtype in ("bf16", "fp16", "fp32")
+
+
+def with_model_dtype(spec: ModelSpec, dtype: str) -> ModelSpec:
+    """The model served in `dtype`: vllm/config/model.py sets the model's dtype, which the
+    unquantized weights are loaded in and KV cache dtype auto follows (SGLang: model_config.py)."""
+    update: dict[str, Any] = {"activation_dtype": dtype}
+    if _unquantized(spec):
+        update["weight_dtype"] = dtype
+        if spec.expert_weight_dtype in ("bf16", "fp16", "fp32"):
+            update["expert_weight_dtype"] = dtype
+    return spec.model_copy(update=update)
+
+
+# vllm/config/model.py _FLOAT16_NOT_SUPPORTED_MODELS: --dtype float16 raises for these (numerical
+# instability); by architecture as kvplan's specs name it
+FLOAT16_REFUSED = ("Gemma2", "Gemma3", "Glm4", "Plamo2")
+
+
+def check_dtype(spec: ModelSpec, dtype: str) -> None:
+    arch = spec.architecture or ""
+    if dtype == "fp16" and arch.startswith(FLOAT16_REFUSED):
+        raise UsageError(
+            f"--dtype float16: {arch} does not support float16 (numerical instability, "
+            "vllm/config/model.py); use bfloat16 or float32"
+        )
 
 
 def estimate(req: PlanRequest) -> Plan:
@@ -558,26 +665,27 @@ def estimate(req: PlanRequest) -> Plan:
         raise UsageError(f"--num-gpu-blocks-override needs vLLM's block accounting: {problem}")
     pool, caches = _pool(req, spec, engine, budget, weights, fmt, bs, tp, pp)
     source = _budget_source(req, engine, budget, tp, pp, notes)
-    conc = _concurrency(req, pool, engine.null_blocks, max_len)
+    conc = _concurrency(req, engine, pool, max_len, notes)
+    req_len = conc.request_tokens  # max_len, or the engine's cap when one request overflows the pool
     binding = pool.stages[conc.binding_stage]
     _explain_pool(ex, engine, budget, gpu, source, pool, conc, dp, max_len)
     avg = _avg_context(req, pool, engine.null_blocks, conc.binding_stage, dp)
     prefix = None
     if req.shared_prefix_tokens:
         prefix = prefix_caching(
-            pool, req.shared_prefix_tokens, req.prefix_hit_rate, max_len, engine.null_blocks,
-            req.max_num_seqs, dp, conc.usable_factor,
+            pool, min(req.shared_prefix_tokens, req_len), req.prefix_hit_rate, req_len, engine.null_blocks,
+            engine.request_cap(), dp, conc.usable_factor,
         )  # fmt: skip
         notes.append(
             f"prefix caching: {req.shared_prefix_tokens:,}-token shared prefix hit by "
             f"{req.prefix_hit_rate:.0%} of requests; only full blocks are shared and stored once"
         )
     frag = fragmentation(
-        pool, conc.binding_stage, req.avg_context_tokens or max_len, max_len,
+        pool, conc.binding_stage, min(req.avg_context_tokens or req_len, req_len), req_len,
         pool.usable_bytes(conc.binding_stage, engine.null_blocks),
     )  # fmt: skip
     report = _engine_report(engine, problem, caches, fmt, bs, tp, max_len, math.floor(conc.usable_factor))
-    decode, prefill = plan_speed(req, spec, weights.stages, weights.params, weights.weight_fmt, tp, pp, max_len,
+    decode, prefill = plan_speed(req, spec, weights.stages, weights.params, weights.weight_fmt, tp, pp, req_len,
                                  conc.max_concurrency, conc.request_bytes_per_gpu, avg)  # fmt: skip
     notes.append(
         f"decode speed at {decode.bandwidth_source}; prefill at {prefill.mfu:.0%} of "
@@ -613,7 +721,14 @@ def estimate(req: PlanRequest) -> Plan:
             max_num_seqs=req.max_num_seqs,
             enable_prefix_caching=req.enable_prefix_caching,
             usage=req.usage,
-            engine_defaults=applied,
+            engine_defaults={**applied, **engine.defaults_applied()},
+            dtype=spec.activation_dtype,
+            cpu_offload_gb=req.cpu_offload_gb,
+            max_total_tokens=req.max_total_tokens,
+            max_running_requests=req.max_running_requests,
+            chunked_prefill_size=_chunked_prefill_size(req, report),
+            engine_env=engine.env_applied(req.model),
+            max_request_tokens=req_len,
             weight_dtype=weights.weight_fmt.name,
             expert_weight_dtype=weights.expert_fmt.name if weights.params.routed_experts else None,
             weight_formats=component_formats(spec, weights.weight_fmt, weights.expert_fmt)

@@ -7,9 +7,18 @@ from dataclasses import dataclass
 
 from kvplan.engines.base import USAGES
 from kvplan.errors import ContextTooLong, UsageError
-from kvplan.formats import Format, kv_format
-from kvplan.limits import MAX_GPUS, MAX_NODES, MAX_TOKENS, MAX_USERS
+from kvplan.formats import Format, kv_format, normalize_dtype_name
+from kvplan.limits import MAX_GIB, MAX_GPUS, MAX_NODES, MAX_TOKENS, MAX_USERS, check_number
 from kvplan.specs.models import GpuSpec, ModelSpec
+
+
+def model_dtype_name(text: str) -> str | None:
+    """--dtype as kvplan names it: auto, bf16, fp16 or fp32 (None: not a model dtype). The names are
+    vLLM's (vllm/config/model.py _STR_DTYPE_TO_TORCH_DTYPE: half, float16, float, float32, bfloat16);
+    SGLang's --dtype takes the same."""
+    key = normalize_dtype_name(text)
+    key = "fp32" if key == "float" else key
+    return key if key in ("auto", "bf16", "fp16", "fp32") else None
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,12 @@ class PlanRequest:
     shared_prefix_tokens: int = 0
     prefix_hit_rate: float = 1.0
     usage: str = "serve"  # vLLM's usage context: serve (`vllm serve`) or offline (the LLM class)
+    dtype: str = "auto"  # --dtype: the model dtype (activations, auto KV, unquantized weights)
+    cpu_offload_gb: float = 0.0  # --cpu-offload-gb: GiB of weights per GPU kept in CPU memory
+    max_total_tokens: int | None = None  # SGLang: a cap on the KV pool's tokens
+    max_running_requests: int | None = None  # SGLang: a cap on running requests
+    chunked_prefill_size: int | None = None  # SGLang; None: its default for the card, -1: no chunking
+    env: tuple[tuple[str, str], ...] = ()  # the engine's environment variables (--env NAME=VALUE)
 
     @property
     def batched_tokens(self) -> int:
@@ -96,6 +111,7 @@ class PlanRequest:
             )
         if self.reserve_bytes is not None and self.reserve_bytes < 0:
             raise UsageError("--reserve-memory must be >= 0")
+        self._check_engine_settings()
         fmt = kv_format(
             self.kv_cache_dtype,
             spec.activation_dtype,
@@ -126,6 +142,28 @@ class PlanRequest:
         ):
             if fraction is not None and not math.isfinite(fraction):
                 raise UsageError(f"{what}: {fraction} is not a finite number")
+
+    def _check_engine_settings(self) -> None:
+        """The engines' own settings that every engine shares (--dtype, --cpu-offload-gb) and the
+        ranges of SGLang's; which engine may take which is engines.for_request's check."""
+        if model_dtype_name(self.dtype) is None:
+            raise UsageError(
+                f"--dtype must be auto, bfloat16, float16 (half) or float32 (float), got {self.dtype!r}"
+            )
+        check_number(
+            self.cpu_offload_gb, "--cpu-offload-gb", 0, MAX_GIB, "give the GiB of weights per GPU to offload"
+        )
+        for what, value, low, high in (
+            ("--max-total-tokens", self.max_total_tokens, 1, MAX_TOKENS),
+            ("--max-running-requests", self.max_running_requests, 1, MAX_USERS),
+        ):
+            if value is not None and not low <= value <= high:
+                raise UsageError(f"{what} must be between {low} and {high:,}, got {value:,}")
+        chunk = self.chunked_prefill_size
+        if chunk is not None and chunk != -1 and not 1 <= chunk <= MAX_TOKENS:
+            raise UsageError(
+                f"--chunked-prefill-size must be -1 (no chunking) or between 1 and {MAX_TOKENS:,}, got {chunk:,}"
+            )
 
     def _check_workload(self, max_len: int) -> None:
         avg = self.avg_context_tokens

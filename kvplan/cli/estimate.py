@@ -98,6 +98,44 @@ Usage = Annotated[
         help="vLLM's usage context: serve (`vllm serve`) or offline (the LLM class); picks its batch defaults.",
     ),
 ]
+Dtype = Annotated[
+    str,
+    typer.Option(
+        "--dtype",
+        help="Model dtype: auto, bfloat16, float16 (half), float32 (float). Sets the activations, the KV "
+        "cache under --kv-cache-dtype auto and an unquantized checkpoint's weights (auto: the config's; "
+        "float32 configs: vLLM bfloat16, SGLang float16).",
+    ),
+]
+CpuOffloadGb = Annotated[
+    float,
+    typer.Option(
+        "--cpu-offload-gb",
+        help="GiB of weights per GPU kept in CPU memory (vLLM and SGLang: whole layers until reached).",
+    ),
+]
+MaxTotalTokens = Annotated[
+    int | None, typer.Option("--max-total-tokens", help="SGLang: cap on the KV pool's tokens per GPU.")
+]
+MaxRunningRequests = Annotated[
+    int | None, typer.Option("--max-running-requests", help="SGLang: cap on running requests.")
+]
+ChunkedPrefillSize = Annotated[
+    int | None,
+    typer.Option(
+        "--chunked-prefill-size",
+        help="SGLang: prefill chunk in tokens (-1: no chunking); sizes its default --mem-fraction-static "
+        "(default: 2K-16K by card).",
+    ),
+]
+Env = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--env",
+        help="An engine environment variable NAME=VALUE (repeatable), e.g. "
+        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 (default: the release's).",
+    ),
+]
 Explain = Annotated[bool, typer.Option("--explain", help="Trace each number to its formula and spec field.")]
 
 
@@ -136,6 +174,12 @@ def estimate(
     calibration: Calibration = True,
     calibration_file: CalibrationFile = None,
     usage: Usage = "serve",
+    dtype: Dtype = "auto",
+    cpu_offload_gb: CpuOffloadGb = 0.0,
+    max_total_tokens: MaxTotalTokens = None,
+    max_running_requests: MaxRunningRequests = None,
+    chunked_prefill_size: ChunkedPrefillSize = None,
+    env: Env = None,
     json_out: o.Json = False,
     explain: Explain = False,
 ) -> None:

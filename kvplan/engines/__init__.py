@@ -72,6 +72,14 @@ def for_request(req: PlanRequest) -> Engine:
             value = getattr(req, attr)
             if value not in (None, False, other.own_flag_defaults.get(attr)):
                 raise UsageError(f"{flag} is a {other.name} flag; add --engine {other.name} or drop it")
+    for name, _ in req.env:
+        if name in cls.own_env:
+            continue
+        owner = next((e for e in ENGINES.values() if name in e.own_env), None)
+        if owner is not None:
+            raise UsageError(f"--env {name} is a {owner.name} setting; add --engine {owner.name} or drop it")
+        known = ", ".join(n for e in ENGINES.values() for n in e.own_env)
+        raise UsageError(f"--env {name}: kvplan models no such variable; it knows {known}")
     engine = cls(req, cls.parse_version(req.engine_version))
     engine.check_flags()
     return engine

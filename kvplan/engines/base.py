@@ -83,6 +83,9 @@ class SglangDetails:
     v_buffer_bytes: int
     mamba_cache_slots: int | None = None  # recurrent-state pool: sequences it holds
     mamba_state_bytes_per_request: int | None = None  # conv + SSM state of one sequence, all layers
+    max_total_tokens: int | None = None  # --max-total-tokens as given
+    max_req_len: int | None = None  # tp_worker.py: min(context_len - 1, max_total_num_tokens - 1)
+    max_req_input_len: int | None = None  # max_req_len - 5: the longest prompt the scheduler takes
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,7 @@ class Engine(ABC):
     null_blocks: ClassVar[int]  # blocks the engine keeps out of use (vLLM's null block)
     own_flags: ClassVar[dict[str, str]]  # flag -> PlanRequest field only this engine reads
     own_flag_defaults: ClassVar[dict[str, object]] = {}
+    own_env: ClassVar[tuple[str, ...]] = ()  # environment variables (--env) this engine reads
     launch_command: ClassVar[str]
     launch_flags: ClassVar[tuple[str, str, str, str, str]]  # TP, PP, DP, context, request cap
 
@@ -170,6 +174,41 @@ class Engine(ABC):
     def batch_defaults(cls, gpu: GpuSpec, usage: str, version: Version) -> BatchDefaults:
         """The engine's default tokens per forward pass and running-sequence cap on this card."""
         return BatchDefaults(8192, None, f"kvplan's default for {cls.display_name}")
+
+    @classmethod
+    def auto_dtype(cls, spec: ModelSpec, version: Version) -> tuple[str, str | None]:
+        """(the model dtype --dtype auto serves, why when it is not the config's own torch_dtype)."""
+        return spec.activation_dtype, None
+
+    def env(self, name: str) -> str | None:
+        """The value the user gave an environment variable with --env, or None."""
+        return dict(self.req.env).get(name)
+
+    def env_applied(self, spec: ModelSpec) -> dict[str, str]:
+        """The environment variables that shape this plan: {name: value}, given or the release's default."""
+        return {}
+
+    def view_notes(self, spec: ModelSpec) -> list[str]:
+        """Assumptions about how the engine stores this model's layers, one line each."""
+        return []
+
+    def request_cap(self) -> int | None:
+        """The cap on running requests a flag sets (None: only the KV cache caps them)."""
+        return self.req.max_num_seqs
+
+    def oversized_request(self, max_len: int, fitting_len: int | None) -> tuple[int, str] | None:
+        """When one request at --max-model-len does not fit the pool (`fitting_len`: the longest that
+        does): (the length the engine caps requests to, a warning) if it starts anyway; None if it
+        refuses to start."""
+        return None
+
+    def kv_budget_cap(self, kv_bytes: int, layers: list[Layer], fmt: Format, tp: int) -> int:
+        """A stage's KV budget once a flag capping the pool (SGLang --max-total-tokens) applies."""
+        return kv_bytes
+
+    def defaults_applied(self) -> dict[str, Any]:
+        """The engine's own defaults this plan took where no flag was given (after budget())."""
+        return {}
 
     @property
     def label(self) -> str:

@@ -6,6 +6,7 @@ Sources: shared/reference/engines.md (SGLang), read from python/sglang/srt/serve
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -83,10 +84,21 @@ class SglangMemory:
     reserved_mib: float | None  # the reserve behind the default fraction
 
 
+# server_args.py: --max-prefill-tokens default; what the activation reserve is sized by when
+# --chunked-prefill-size -1 turns chunking off
+MAX_PREFILL_TOKENS = 16384
+
+
 def memory_settings(
-    memory_bytes: int, tp: int, pp: int, mem_fraction_static: float | None = None
+    memory_bytes: int,
+    tp: int,
+    pp: int,
+    mem_fraction_static: float | None = None,
+    chunked_prefill_size: int | None = None,
 ) -> SglangMemory:
-    """SGLang 0.5.x default --mem-fraction-static from the card's memory (server_args, GPU memory settings)."""
+    """SGLang 0.5.x default --mem-fraction-static from the card's memory (server_args.py
+    _handle_gpu_memory_settings): chunked_prefill_size and cuda_graph_max_bs by card size where not
+    given, then a reserve sized by them."""
     gpu_mib = memory_bytes / MiB
     if gpu_mib < 20 * 1024:
         chunk, graph_bs = 2048, 16 if tp < 4 else 64
@@ -98,10 +110,13 @@ def memory_settings(
         chunk, graph_bs = 8192, 256 if tp < 4 else 512
     else:
         chunk, graph_bs = 16384, 512
+    chunk = chunk if chunked_prefill_size is None else chunked_prefill_size
     if mem_fraction_static is not None:
         return SglangMemory(mem_fraction_static, True, chunk, graph_bs, None)
-    # reserved MiB: metadata 512 + activations 1.5 x chunk + CUDA graphs 2 x max bs + parallelism
-    reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
+    # reserved MiB: metadata 512 + activations 1.5 x chunk (chunking off: x --max-prefill-tokens)
+    # + CUDA graphs 2 x max bs + parallelism
+    prefill = chunk if chunk > 0 else MAX_PREFILL_TOKENS
+    reserved = 512 + max(prefill, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     return SglangMemory(round((gpu_mib - reserved) / gpu_mib, 3), False, chunk, graph_bs, reserved)
@@ -178,16 +193,34 @@ def _mamba_pool(layers: list[Layer], budget: int, tp: int) -> MambaPool | None:
     return MambaPool(slots, conv, ssm)
 
 
-def _pool_tokens(layers: list[Layer], budget: int, fmt: Format, tp: int, page: int, swa: bool, ratio: float):
+def _cell_bytes(layers: Sequence[Layer], fmt: Format, tp: int) -> int:
+    """Bytes of one token in the stage's KV pool on one GPU (model_runner.py get_cell_size_per_token)."""
+    k, v, _, _ = _cells(layers, fmt, tp)
+    # DSA models add the indexer key per layer (index_head_dim + index_head_dim // 128 * 4)
+    return k + v + ceil_div(sum(kv.indexer_bits(layer) for layer in layers), 8)
+
+
+def _pool_tokens(
+    layers: list[Layer],
+    budget: int,
+    fmt: Format,
+    tp: int,
+    page: int,
+    swa: bool,
+    ratio: float,
+    max_total_tokens: int | None = None,
+):
     """(full-attention pool tokens, SWA pool tokens or None, state pool or None) of one stage."""
     mamba = _mamba_pool(layers, budget, tp)
     if mamba is not None:
         budget -= mamba.slots * mamba.bytes_per_request  # the KV pool gets the rest
-    k, v, n, _ = _cells(layers, fmt, tp)
-    # DSA models add the indexer key per layer (get_cell_size_per_token: index_head_dim + index_head_dim // 128 * 4)
-    cell = k + v + ceil_div(sum(kv.indexer_bits(layer) for layer in layers), 8)
+    _, _, n, _ = _cells(layers, fmt, tp)
+    cell = _cell_bytes(layers, fmt, tp)
     # engines.md: max_total_num_tokens = available // cell_size, floored to the page size
     tokens = budget // cell if cell else 0
+    if max_total_tokens is not None:
+        # model_runner.py: --max-total-tokens caps the profiled figure before the page floor
+        tokens = min(tokens, max_total_tokens)
     swa_tokens = None
     if swa:
         n_swa = sum(1 for layer in layers if isinstance(layer, SlidingWindow))
@@ -217,6 +250,15 @@ def _pool_line(layers: Sequence[Layer], size: int, fmt: Format, tp: int, page: i
     return head + f"K size: {slots * k / GiB:.2f} GB, V size: {slots * v / GiB:.2f} GB", slots * k, slots * v
 
 
+def request_limits(context_len: int, max_total_num_tokens: int) -> tuple[int, int]:
+    """(max_req_len, max_req_input_len): the longest request SGLang serves and the longest prompt
+    its scheduler takes. managers/tp_worker.py: max_req_len = min(context_len - 1,
+    max_total_num_tokens - 1), max_req_input_len = max_req_len - 5; SGLang starts whenever both are
+    > 0 ("Memory pool size is too small" otherwise), so a pool smaller than one request caps it."""
+    max_req_len = min(context_len - 1, max_total_num_tokens - 1)
+    return max_req_len, max_req_len - 5
+
+
 def sglang_report(
     stage_layer_lists: list[list[Layer]],
     fmt: Format,
@@ -228,10 +270,11 @@ def sglang_report(
     swa: bool,
     swa_full_tokens_ratio: float,
     mem: SglangMemory,
+    max_total_tokens: int | None = None,
 ) -> EngineReport:
     """SGLang's max_total_num_tokens and its KV-pool log line (engines.md, SGLang)."""
     pools = [
-        _pool_tokens(layers, budget, fmt, tp, page_size, swa, swa_full_tokens_ratio)
+        _pool_tokens(layers, budget, fmt, tp, page_size, swa, swa_full_tokens_ratio, max_total_tokens)
         for layers, budget in zip(stage_layer_lists, stage_budgets, strict=True)
     ]
     best_stage = min(range(len(pools)), key=lambda s: pools[s][0])  # the first stage with the fewest
@@ -269,8 +312,13 @@ def sglang_report(
         v_buffer_bytes=v_bytes,
         mamba_cache_slots=mamba.slots if mamba else None,
         mamba_state_bytes_per_request=mamba.bytes_per_request if mamba else None,
+        max_total_tokens=max_total_tokens,
+        max_req_len=request_limits(max_model_len, tokens)[0],
+        max_req_input_len=request_limits(max_model_len, tokens)[1],
     )
-    per_request_tokens = ceil_div(max_model_len, page_size) * page_size
+    # a request longer than the pool is capped to max_req_len tokens (request_limits)
+    request_tokens = min(max_model_len, max(tokens - 1, 1))
+    per_request_tokens = ceil_div(request_tokens, page_size) * page_size
     concurrency = tokens / per_request_tokens
     if mamba is not None:  # requests also need state slots
         concurrency = min(concurrency, mamba.max_running_requests)
@@ -297,12 +345,69 @@ class Sglang(Engine):
         "--mem-fraction-static": "mem_fraction_static",
         "--disable-hybrid-swa-memory": "disable_hybrid_swa_memory",
         "--swa-full-tokens-ratio": "swa_full_tokens_ratio",
+        "--max-total-tokens": "max_total_tokens",
+        "--max-running-requests": "max_running_requests",
+        "--chunked-prefill-size": "chunked_prefill_size",
     }
     own_flag_defaults = {"swa_full_tokens_ratio": SWA_FULL_TOKENS_RATIO}
     launch_command = "python -m sglang.launch_server --model-path {model}"
     launch_flags = ("--tp-size", "--pp-size", "--dp-size", "--context-length", "--max-running-requests")
 
     memory: SglangMemory | None = None
+    profiled_tokens: int | None = None  # the pool before --max-total-tokens (fewest over stages)
+
+    @classmethod
+    def auto_dtype(cls, spec: ModelSpec, version: Version) -> tuple[str, str | None]:
+        # python/sglang/srt/configs/model_config.py _get_and_verify_dtype: "auto" serves a float32
+        # checkpoint in float16 ("Following the common practice")
+        if spec.config_dtype == "fp32":
+            return "fp16", "--dtype auto: SGLang serves a float32 checkpoint in float16"
+        return spec.activation_dtype, None
+
+    def request_cap(self) -> int | None:
+        # managers/tp_worker.py: max_running_requests = min(--max-running-requests, the request pool)
+        caps = [c for c in (self.req.max_num_seqs, self.req.max_running_requests) if c is not None]
+        return min(caps) if caps else None
+
+    def oversized_request(self, max_len: int, fitting_len: int | None) -> tuple[int, str] | None:
+        # the pool holds `fitting_len` tokens (SGLang has no null block); tp_worker.py asserts
+        # max_req_len > 0 and max_req_input_len > 0 ("Memory pool size is too small")
+        limit, prompt = request_limits(max_len, fitting_len or 0)
+        if prompt <= 0:
+            return None
+        return limit, (
+            f"SGLang starts although one request of --context-length {max_len:,} tokens does not fit its "
+            f"KV pool of {fitting_len:,} tokens: it caps each request at max_req_len {limit:,} tokens "
+            f"(prompts at {prompt:,}; longer ones are refused unless --allow-auto-truncate; "
+            "managers/tp_worker.py, managers/scheduler.py)"
+        )
+
+    def kv_budget_cap(self, kv_bytes: int, layers: list[Layer], fmt: Format, tp: int) -> int:
+        cap = self.req.max_total_tokens
+        if cap is None:
+            return kv_bytes
+        try:
+            cell = _cell_bytes(layers, fmt, tp)
+        except EngineUnsupported:
+            return kv_bytes  # no SGLang pool modelled: the cap has nothing to act on
+        if not cell:
+            return kv_bytes
+        profiled = kv_bytes // cell
+        self.profiled_tokens = (
+            profiled if self.profiled_tokens is None else min(self.profiled_tokens, profiled)
+        )
+        return min(kv_bytes, cap * cell)
+
+    def defaults_applied(self) -> dict[str, Any]:
+        mem = self.memory
+        if mem is None:
+            return {}
+        out: dict[str, Any] = {"cuda_graph_max_bs": mem.cuda_graph_max_bs}
+        if self.req.chunked_prefill_size is None:
+            out["chunked_prefill_size"] = mem.chunked_prefill_size
+        if not mem.given:
+            out["mem_fraction_static"] = mem.mem_fraction_static
+        return out
 
     @property
     def swa_ratio(self) -> float:
@@ -317,6 +422,9 @@ class Sglang(Engine):
         }
         if "swa_full_tokens_ratio" in facts:
             out["swa_full_tokens_ratio"] = facts["swa_full_tokens_ratio"]
+        for key in ("max_total_tokens", "chunked_prefill_size"):  # ServerArgs(...)
+            if facts.get(key) is not None:
+                out[key] = facts[key]
         return out
 
     @classmethod
@@ -373,7 +481,9 @@ class Sglang(Engine):
         return f"SGLang has no windowed pool for {spec.architecture or 'this model'}"
 
     def budget(self, spec: ModelSpec, gpu: GpuSpec, tp: int, pp: int) -> Budget:
-        self.memory = mem = memory_settings(gpu.memory_bytes, tp, pp, self.req.mem_fraction_static)
+        self.memory = mem = memory_settings(
+            gpu.memory_bytes, tp, pp, self.req.mem_fraction_static, self.req.chunked_prefill_size
+        )
         given = self.req.reserve_bytes
         reserve = (
             Reserve(given, 0, 0, 0, given=True)
@@ -418,7 +528,7 @@ class Sglang(Engine):
     ) -> EngineReport:
         if self.memory is None:
             raise EngineUnsupported("no SGLang memory settings")
-        return sglang_report(
+        report = sglang_report(
             [s.layers for s in stages],
             fmt,
             tp,
@@ -429,7 +539,14 @@ class Sglang(Engine):
             hybrid_swa(self.req.model, self.req.disable_hybrid_swa_memory),
             self.swa_ratio,
             self.memory,
+            self.req.max_total_tokens,
         )
+        cap, profiled = self.req.max_total_tokens, self.profiled_tokens
+        if cap is None or profiled is None or cap <= profiled:
+            return report
+        # model_runner.py logs this and keeps the profiled figure
+        line = f"max_total_tokens={cap} is larger than the profiled value {profiled}. Use the profiled value instead."
+        return dataclasses.replace(report, log_lines=[line, *report.log_lines])
 
     def differences(self, report: EngineReport, kvplan_concurrency: int) -> list[str]:
         notes = []

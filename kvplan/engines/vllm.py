@@ -106,6 +106,36 @@ def vllm_batch_defaults(gpu: GpuSpec, usage: str, version: Version) -> BatchDefa
     )
 
 
+# vllm/envs.py: whether Llama-4's chunked-local attention layers go through the hybrid KV cache
+# manager (vllm/config/vllm.py disables the manager otherwise, with a latency-regression warning).
+# The gate and its default "0" came with PR #21761 (merged 2025-07-28, first in 0.10.1; docs.vllm.ai
+# v0.12.0 vllm.envs: False); PR #29627 (merged 2025-12-16, after the 0.13 branch) made it "1"
+# (docs.vllm.ai v0.16.0 vllm.envs: True). Before the gate the manager took chunked layers as they came.
+CHUNKED_HYBRID_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
+CHUNKED_HYBRID_OFF = ((0, 10), (0, 13))  # releases whose default is "0"
+
+
+def chunked_hybrid_default(version: Version) -> bool:
+    low, high = CHUNKED_HYBRID_OFF
+    return not low <= version <= high
+
+
+def chunked_hybrid_why(version: Version) -> str:
+    if version < CHUNKED_HYBRID_OFF[0]:
+        return "no such gate before 0.10.1"
+    if version <= CHUNKED_HYBRID_OFF[1]:
+        return "its default from 0.10.1 to 0.13, vLLM PR #21761"
+    return "its default since 0.14, vLLM PR #29627"
+
+
+def env_flag(name: str, text: str) -> bool:
+    """vllm/envs.py reads these flags as bool(int(value))."""
+    try:
+        return bool(int(text))
+    except ValueError:
+        raise UsageError(f"--env {name}={text}: vLLM reads it as an integer; give 0 or 1") from None
+
+
 def tokens_from_concurrency(version: Version) -> bool:
     # engines.md: 0.21 to 0.25 printed int(C * L) as the KV cache size in tokens
     return (0, 21) <= version <= (0, 25)
@@ -397,6 +427,7 @@ class Vllm(Engine):
         "--num-gpu-blocks-override": "num_gpu_blocks_override",
         "--disable-hybrid-kv-cache-manager": "disable_hybrid_kv_cache_manager",
     }
+    own_env = (CHUNKED_HYBRID_ENV,)
     launch_command = "vllm serve {model}"
     launch_flags = (
         "--tensor-parallel-size",
@@ -424,6 +455,42 @@ class Vllm(Engine):
             raise UsageError("--num-gpu-blocks-override must be >= 2 (one block is the null block)")
         if req.num_gpu_blocks_override is not None and req.kv_cache_memory_bytes is not None:
             raise UsageError("give --kv-cache-memory or --num-gpu-blocks-override, not both")
+        given = self.env(CHUNKED_HYBRID_ENV)
+        if given is not None:
+            env_flag(CHUNKED_HYBRID_ENV, given)
+
+    @classmethod
+    def auto_dtype(cls, spec: ModelSpec, version: Version) -> tuple[str, str | None]:
+        # vllm/config/model.py _resolve_auto_dtype: a float32 config is served in the platform's first
+        # supported dtype (bf16 on every GPU kvplan ships, Ampere on); before 0.10.1 it was float16
+        if spec.config_dtype != "fp32":
+            return spec.activation_dtype, None
+        if version < (0, 10):
+            return "fp16", f"--dtype auto: {fmt_version(version)} serves a float32 checkpoint in float16"
+        return "bf16", None
+
+    def chunked_hybrid(self) -> tuple[bool, str]:
+        """Whether chunked-local layers get the hybrid KV cache manager, and where that comes from."""
+        given = self.env(CHUNKED_HYBRID_ENV)
+        if given is not None:
+            return env_flag(CHUNKED_HYBRID_ENV, given), "given with --env"
+        return chunked_hybrid_default(self.version), f"{self.label}: {chunked_hybrid_why(self.version)}"
+
+    def env_applied(self, spec: ModelSpec) -> dict[str, str]:
+        if not any(isinstance(layer, ChunkedAttention) for layer in spec.layers):
+            return {}
+        return {CHUNKED_HYBRID_ENV: "1" if self.chunked_hybrid()[0] else "0"}
+
+    def view_notes(self, spec: ModelSpec) -> list[str]:
+        if not self.env_applied(spec) or self.req.disable_hybrid_kv_cache_manager:
+            return []
+        on, why = self.chunked_hybrid()
+        if not on:
+            return []  # the "keeps every token" note says it
+        return [
+            f"{CHUNKED_HYBRID_ENV}=1 ({why}): the hybrid KV cache manager keeps only the current chunk's "
+            f"KV in the chunked-local layers; --env {CHUNKED_HYBRID_ENV}=0 keeps every token"
+        ]
 
     @classmethod
     def log_settings(cls, facts: dict[str, Any]) -> dict[str, Any]:
@@ -473,7 +540,14 @@ class Vllm(Engine):
         )
 
     def windows_kept(self, spec: ModelSpec) -> str | None:
-        return "--disable-hybrid-kv-cache-manager" if self.req.disable_hybrid_kv_cache_manager else None
+        if self.req.disable_hybrid_kv_cache_manager:
+            return "--disable-hybrid-kv-cache-manager"
+        if self.env_applied(spec) and not self.chunked_hybrid()[0]:
+            # vllm/config/vllm.py: chunked-local attention without the env var disables the manager
+            # for every layer ("There is a latency regression when using chunked local attention ...")
+            why = self.chunked_hybrid()[1]
+            return f"{CHUNKED_HYBRID_ENV}=0, {why}; --env {CHUNKED_HYBRID_ENV}=1 enables it"
+        return None
 
     def state_dtypes(self, spec: ModelSpec, layer: RecurrentState) -> tuple[str, str, str | None]:
         # vllm/config/cache.py: mamba_cache_dtype / mamba_ssm_cache_dtype "auto" = the model dtype
@@ -556,6 +630,9 @@ class Vllm(Engine):
                 f"--gpu-memory-utilization {budget.gpu_memory_utilization:g}: {self.label}'s default"
             )
         return notes
+
+    def defaults_applied(self) -> dict[str, Any]:
+        return {} if self.req.gpu_memory_utilization else {"gpu_memory_utilization": self.utilization()}
 
     def budget_formula(self, budget: Budget, gpu: GpuSpec) -> tuple[str, str]:
         return (

@@ -259,6 +259,9 @@ class ModelSpec(_Strict):
     weight_dtype: str = "bf16"
     expert_weight_dtype: str | None = None
     activation_dtype: str = "bf16"
+    # the config's torch_dtype when it is not what an engine serves by default (a float32 checkpoint:
+    # activation_dtype then holds bf16, and each engine's --dtype auto rule decides)
+    config_dtype: str | None = None
     # Per-component weight formats of a quantized checkpoint (README, Weight formats): keys
     # `component`, `component.matrix`, `component.matrix@layer`; unlisted weights: weight_dtype.
     weight_formats: dict[str, str] = {}

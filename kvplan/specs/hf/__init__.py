@@ -73,9 +73,10 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     if act is None:
         notes.append(f"torch_dtype {raw_dtype!r} not recognised; activations assumed bf16")
         act = "bf16"
-    elif act == "fp32":
+    config_dtype = None
+    if act == "fp32":
         notes.append("checkpoint is float32; served in bf16 as engines do by default")
-        act = "bf16"
+        act, config_dtype = "bf16", "fp32"
     quant, quant_where = q.quant_config(top, cfg, path)
     scheme = q.read_scheme(quant, quant_where, 16 if act != "fp32" else 32, notes)
 
@@ -115,6 +116,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "weight_dtype": act,
         "checkpoint_weight_bytes": q.checkpoint_weight_bytes(path),
         "activation_dtype": act,
+        "config_dtype": config_dtype,
         "layer_types": layer_types,
         "layer_pattern": pattern,
         "mlp_pattern": layers.mlp_pattern,
