@@ -198,6 +198,7 @@ def _prediction_rows(
             else "weights as loaded differ (quantization, padding): try --weight-dtype or its config.json"
         )
         rows.append(Row("weights per GPU", "bytes", weights_log, pred.weight_bytes_per_gpu, cause))
+    rows += _reserve_rows(f, pred)
     logged_kv = engine.logged_kv_bytes(f, pred)
     measured = None
     if logged_kv is not None and pred.kv_budget_source == "computed":
@@ -233,6 +234,30 @@ def _prediction_rows(
         cause = "" if off < 0.01 else "a different GPU than --gpus? pass the right --gpus"
         rows.append(Row("total GPU memory", "bytes", total, pred.memory_bytes_per_gpu, cause))
     return rows, measured
+
+
+def _reserve_rows(f: dict[str, Any], pred: Plan) -> list[Row]:
+    """The profiler's own breakdown (vLLM >= 0.10.2 prints it) beside kvplan's estimate of each part."""
+    r = pred.reserve
+    if not r.estimated:
+        return []
+    rows = []
+    parts = (
+        ("activation_bytes", "profiled peak (forward or sampler)", r.profile_peak_bytes),
+        ("non_torch_bytes", "non-torch memory", r.non_torch_bytes),
+        ("cuda_graph_bytes", "CUDA graph memory", r.cuda_graph_bytes),
+    )
+    for key, label, mine in parts:
+        if f.get(key) is None:
+            continue
+        if key == "cuda_graph_bytes" and not mine:
+            cause = "not taken from the KV memory by this release (vLLM subtracts its estimate from 0.20)"
+        elif abs(mine - f[key]) <= max(0.05 * f[key], 0.02 * GiB):
+            cause = "matches"
+        else:
+            cause = "kvplan's estimate differs"
+        rows.append(Row(label, "bytes", f[key], mine, cause))
+    return rows
 
 
 def check(log: ParsedLog, req: PlanRequest) -> CheckResult:

@@ -85,6 +85,17 @@ _VLLM_NUMBERS: list[tuple[re.Pattern, str, Any, str]] = [
     (re.compile(r"max_num_batched_tokens=" + _NUM), "max_num_batched_tokens", lambda s: int(_f(s)), "last"),
     (re.compile(r"Add " + _NUM + r" padding layers"), "padding_layers", lambda s: int(_f(s)), "first"),
 ]
+# vLLM >= 0.10.2 (vllm/v1/worker/gpu_worker.py, after the CUDA graph capture): the profiler's breakdown
+_USAGE = re.compile(
+    r"Actual usage is " + _NUM + r" ?GiB for weight, " + _NUM + r" ?GiB for peak activation, " + _NUM
+    + r" ?GiB for non-torch memory, and " + _NUM + r" ?GiB for CUDAGraph memory"
+)  # fmt: skip
+_FREE_AT_START = re.compile(r"Free memory on device \(" + _NUM + r"/" + _NUM + r" ?GiB\) on startup")
+# vllm/v1/sample/ops/topk_topp_sampler.py: which top-k/top-p sampler the profiling run used
+_SAMPLER = (
+    (re.compile(r"Using FlashInfer for top-p & top-k sampling"), "flashinfer"),
+    (re.compile(r"PyTorch-native implementation of top-p & top-k sampling"), "native"),
+)
 _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x")
 _VERSION = re.compile(
     r"(?:LLM engine|vLLM API server version|vLLM version)\D*?v?(\d+\.\d+(?:\.\d+)?[\w.+-]*)"
@@ -247,6 +258,21 @@ def _vllm_line(log: ParsedLog, line: str) -> None:
         m = pattern.search(line)
         if m:
             log.put(fact, conv(m.group(1)), line, keep=keep)
+    _vllm_profile_line(log, line)
+
+
+def _vllm_profile_line(log: ParsedLog, line: str) -> None:
+    """The profiler's own breakdown of the non-KV memory, where the version prints it."""
+    m = _USAGE.search(line)
+    if m:
+        for fact, group in (("activation_bytes", 2), ("non_torch_bytes", 3), ("cuda_graph_bytes", 4)):
+            log.put(fact, _gib(m.group(group)), line, keep="last")
+    m = _FREE_AT_START.search(line)
+    if m:
+        log.put("total_gpu_memory_bytes", _gib(m.group(2)), line)
+    for pattern, sampler in _SAMPLER:
+        if pattern.search(line):
+            log.put("sampler", sampler, line)
 
 
 def _vllm_format(log: ParsedLog, text: str) -> None:

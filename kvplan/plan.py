@@ -106,6 +106,8 @@ class ReserveSummary:
     cuda_graph_bytes: int
     estimated: bool
     used: bool
+    profile_peak_bytes: int = 0  # the larger of forward and sampler (vLLM >= 0.10), else their sum
+    sampler_path: str | None = None  # the engine's top-k/top-p path its profiling run takes
 
 
 @dataclass(frozen=True)
@@ -284,7 +286,7 @@ class Weights:
 
 
 def _weights(
-    req: PlanRequest, spec: ModelSpec, tp: int, pp: int, notes: list[str], ex: list[Explain]
+    req: PlanRequest, engine: Engine, spec: ModelSpec, tp: int, pp: int, notes: list[str], ex: list[Explain]
 ) -> Weights:
     params = param_breakdown(spec)
     w_name = normalize_dtype_name(req.weight_dtype) if req.weight_dtype else spec.weight_dtype
@@ -295,6 +297,7 @@ def _weights(
         stages = stage_weights(spec, params, w_fmt, e_fmt, tp, pp)
     else:  # per-matrix formats of a quantized checkpoint; the checkpoint's own total when known
         stages = checkpoint_stage_weights(spec, matrix_stage_weights(spec, tp, pp), tp, notes)
+    stages = _as_loaded(engine, spec, stages, e_fmt, tp, notes)
     if req.cpu_offload_gb:
         stages = _offload(req, spec, stages, pp, notes)
     if not params.total_stated:
@@ -311,6 +314,25 @@ def _weights(
         )
     )
     return Weights(params, w_fmt, e_fmt, stages)
+
+
+def _as_loaded(
+    engine: Engine, spec: ModelSpec, stages: list[StageWeights], e_fmt: Format, tp: int, notes: list[str]
+) -> list[StageWeights]:
+    """The routed experts as the engine's kernels hold them (padding), where that differs."""
+    factor, why = engine.loaded_expert_factor(spec, engine.req.gpu, tp, e_fmt.name)
+    if why is None:
+        return stages
+    notes.append(why)
+    out = []
+    for w in stages:
+        extra = round(w.expert_bytes_per_gpu * (factor - 1))
+        out.append(
+            dataclasses.replace(
+                w, bytes_per_gpu=w.bytes_per_gpu + extra, expert_bytes_per_gpu=w.expert_bytes_per_gpu + extra
+            )
+        )
+    return out
 
 
 def _offload(
@@ -658,7 +680,7 @@ def estimate(req: PlanRequest) -> Plan:
     notes: list[str] = list(default_notes)
     spec, bs = _engine_view(req, engine, fmt, tp, notes)
     totals = _kv_totals(spec, fmt, max_len, ex)
-    weights = _weights(req, spec, tp, pp, notes, ex)
+    weights = _weights(req, engine, spec, tp, pp, notes, ex)
     budget = engine.budget(spec, gpu, tp, pp)
     problem = _prepare_engine(engine, spec, fmt, bs, tp, max_len)
     if req.num_gpu_blocks_override is not None and problem is not None:
@@ -760,6 +782,8 @@ def estimate(req: PlanRequest) -> Plan:
             reserve.cuda_graph_bytes,
             estimated=not reserve.given,
             used=used,
+            profile_peak_bytes=reserve.peak_bytes,
+            sampler_path=budget.sampler_path,
         ),  # fmt: skip
         kv_budget_bytes_per_gpu=binding.kv_budget_bytes_per_gpu,
         kv_budget_source=source,

@@ -39,7 +39,10 @@ def stage_weights(
     Layers are assumed equal in size except for MoE vs dense layers; everything is
     split evenly over TP (vocab-parallel embedding and LM head too). The embedding sits
     on the first stage, the LM head on the last; a tied LM head is stored once when
-    PP = 1 and twice (first and last stage) when PP > 1.
+    PP = 1 and twice (first and last stage) when PP > 1. A quantized format covers the
+    blocks' linear layers only: AWQ, GPTQ, fp8, MXFP4 and NVFP4 checkpoints keep the
+    embedding and the LM head in the model dtype (vLLM's VocabParallelEmbedding and
+    ParallelLMHead take no quantization method unless a config names them).
     """
     n = spec.num_layers
     moe_layers = [i for i in range(n) if is_moe_layer(spec, i)]
@@ -47,18 +50,20 @@ def stage_weights(
     body_per_layer = params.body / n
     head_params = params.lm_head if not spec.tie_word_embeddings else params.embedding
     moe_set = set(moe_layers)
+    edge_fmt = weight_fmt
+    model_fmt = weight_format(spec.activation_dtype)
+    if weight_fmt.bits_per_value < model_fmt.bits_per_value:
+        edge_fmt = model_fmt
     out = []
     for s, stage in enumerate(stage_ranges(n, pp)):
         body = body_per_layer * len(stage)
         experts = expert_per_moe_layer * sum(1 for i in stage if i in moe_set)
-        dense = body
-        if s == 0:
-            dense += params.embedding
+        edges = params.embedding if s == 0 else 0
         if s == pp - 1 and (not spec.tie_word_embeddings or pp > 1):
-            dense += head_params
+            edges += head_params
         expert_bytes = param_bytes(round(experts), expert_fmt)
-        total = param_bytes(round(dense), weight_fmt) + expert_bytes
-        embedding = param_bytes(params.embedding, weight_fmt) if s == 0 else 0
+        total = param_bytes(round(body), weight_fmt) + param_bytes(edges, edge_fmt) + expert_bytes
+        embedding = param_bytes(params.embedding, edge_fmt) if s == 0 else 0
         out.append(
             StageWeights(s, stage, ceil_div(total, tp), ceil_div(expert_bytes, tp), ceil_div(embedding, tp))
         )

@@ -217,9 +217,13 @@ def test_vllm_release_conventions():
         "GPU KV cache size: 327,360 tokens",
         "Maximum concurrency for 8,200 tokens per request: 39.92x",
     ]
-    # CUDA graphs enter the estimated reserve from 0.21 on, never with --enforce-eager
-    assert plan("llama3-8b", num_gpus=1, engine_version="0.20").reserve.cuda_graph_bytes == 0
-    assert plan("llama3-8b", num_gpus=1, engine_version="0.21").reserve.cuda_graph_bytes > 0
+    # CUDA graphs enter the estimated reserve from 0.20 on (the 0.20.0 wheel's vllm/envs.py defaults
+    # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS to 1), in 0.18-0.19 only when set, never with --enforce-eager
+    assert plan("llama3-8b", num_gpus=1, engine_version="0.19").reserve.cuda_graph_bytes == 0
+    env = (("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1"),)
+    assert plan("llama3-8b", num_gpus=1, engine_version="0.19", env=env).reserve.cuda_graph_bytes > 0
+    assert plan("llama3-8b", num_gpus=1, engine_version="0.17", env=env).reserve.cuda_graph_bytes == 0
+    assert plan("llama3-8b", num_gpus=1, engine_version="0.20").reserve.cuda_graph_bytes > 0
     assert plan("llama3-8b", num_gpus=1, enforce_eager=True).reserve.cuda_graph_bytes == 0
 
 

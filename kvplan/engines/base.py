@@ -115,6 +115,7 @@ class Budget:
     gpu_memory_utilization: float | None
     mem_fraction_static: float | None
     usable_label: str  # "H100-SXM x 0.92": what `requested_bytes` is, for messages
+    sampler_path: str | None = None  # "PyTorch sort (38.5 B a logit)": how the sampler was profiled
 
     def kv_bytes(self, weight_bytes: int) -> int:
         return self.requested_bytes - weight_bytes - (self.reserve.total if self.reserve_after_weights else 0)
@@ -236,6 +237,13 @@ class Engine(ABC):
     @abstractmethod
     def windows_kept(self, spec: ModelSpec) -> str | None:
         """Why this engine keeps every token of windowed layers (None: it drops them)."""
+
+    def loaded_expert_factor(
+        self, spec: ModelSpec, gpu: GpuSpec, tp: int, expert_format: str
+    ) -> tuple[float, str | None]:
+        """How much larger the routed experts are in GPU memory than in the checkpoint (kernel
+        padding or repacking), and why; (1.0, None) when they load as stored."""
+        return 1.0, None
 
     @abstractmethod
     def budget(self, spec: ModelSpec, gpu: GpuSpec, tp: int, pp: int) -> Budget:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvplan import kv
-from kvplan.budget import Reserve, estimate_reserve, requested_bytes
+from kvplan.budget import CUDA_GRAPH_BYTES, estimate_reserve, given_reserve, requested_bytes
+from kvplan.engines import vllm_memory as vm
 from kvplan.engines.base import (
     BatchDefaults,
     Budget,
@@ -51,11 +52,6 @@ DEFAULT_BLOCK_SIZE = 16  # engines.md: block_size default 16
 def default_utilization(version: Version) -> float:
     # engines.md: default 0.9 up to 0.18, 0.92 from 0.20 on
     return 0.92 if version >= (0, 20) else 0.9
-
-
-def counts_cuda_graphs(version: Version) -> bool:
-    # vLLM log "CUDA graph memory profiling is enabled (default since v0.21.0)"; engines.md (~0.20)
-    return version >= (0, 21)
 
 
 # vllm/engine/arg_utils.py, EngineArgs._set_default_args (0.10-0.11; EngineArgs.get_batch_defaults
@@ -427,7 +423,12 @@ class Vllm(Engine):
         "--num-gpu-blocks-override": "num_gpu_blocks_override",
         "--disable-hybrid-kv-cache-manager": "disable_hybrid_kv_cache_manager",
     }
-    own_env = (CHUNKED_HYBRID_ENV,)
+    own_env = (
+        CHUNKED_HYBRID_ENV,
+        vm.FLASHINFER_SAMPLER_ENV,
+        vm.RUNNER_V2_ENV,
+        vm.CUDA_GRAPH_ENV,
+    )
     launch_command = "vllm serve {model}"
     launch_flags = (
         "--tensor-parallel-size",
@@ -589,25 +590,83 @@ class Vllm(Engine):
         )
         return raised, why if raised != block_size else None
 
+    def loaded_expert_factor(
+        self, spec: ModelSpec, gpu: GpuSpec, tp: int, expert_format: str
+    ) -> tuple[float, str | None]:
+        if expert_format != "mxfp4" or spec.moe is None or self.version < (0, 10):
+            return 1.0, None
+        factor, backend = vm.mxfp4_expert_factor(
+            self.version, gpu, spec.hidden_size, spec.moe.expert_intermediate_size, tp
+        )
+        if factor == 1.0:
+            return 1.0, None
+        return factor, (
+            f"MXFP4 experts load {100 * (factor - 1):.1f}% larger than stored: {self.label} runs them with "
+            f"its {backend} kernel on {gpu.name}, which pads hidden and intermediate sizes (mxfp4.py)"
+        )
+
+    def env_bool(self, name: str) -> bool | None:
+        given = self.env(name)
+        return None if given is None else env_flag(name, given)
+
+    def profile_sampler(self, spec: ModelSpec, gpu: GpuSpec) -> vm.SamplerPath:
+        """The top-k/top-p path vLLM's profiling sampler takes for this model (engines/vllm_memory.py)."""
+        v2 = self.env_bool(vm.RUNNER_V2_ENV)
+        if v2 is None:
+            hybrid = any(isinstance(layer, RecurrentState) for layer in spec.layers)
+            v2, _ = vm.runner_v2(self.version, spec.architecture, spec.moe is not None, hybrid)
+        return vm.sampler_path(
+            self.version,
+            self.profile_num_seqs(gpu),
+            runner_v2=v2,
+            flashinfer=self.env_bool(vm.FLASHINFER_SAMPLER_ENV),
+        )
+
+    def counts_cuda_graphs(self) -> bool:
+        if self.req.enforce_eager:
+            return False
+        return vm.counts_cuda_graphs(self.version, self.env_bool(vm.CUDA_GRAPH_ENV))
+
     def budget(self, spec: ModelSpec, gpu: GpuSpec, tp: int, pp: int) -> Budget:
         req, util = self.req, self.utilization()
+        act_bytes = 4 if spec.activation_dtype == "fp32" else 2
+        rows = self.profile_num_seqs(gpu)
+        path = None
         if req.reserve_bytes is not None:
-            reserve = Reserve(req.reserve_bytes, 0, 0, 0, given=True)
-        else:
-            act_bytes = 4 if spec.activation_dtype == "fp32" else 2
-            graphs = counts_cuda_graphs(self.version) and not req.enforce_eager
+            reserve = given_reserve(req.reserve_bytes)
+        elif self.version < (0, 10):
             reserve = estimate_reserve(
                 spec,
                 tp,
-                pp,
                 req.batched_tokens,
                 act_bytes,
-                cuda_graphs=graphs,
-                version=self.version,
-                num_seqs=self.profile_num_seqs(gpu),
+                sampler_rows=rows,
+                sampler_bytes_per_logit=vm.LEGACY_SAMPLER_BYTES,
+                non_torch=vm.legacy_non_torch_bytes(self.version, tp, pp),
+                cuda_graphs=0,
+                sequential=False,
+            )
+        else:
+            sampler = self.profile_sampler(spec, gpu)
+            path = f"{sampler.name}, {sampler.bytes_per_logit:g} B/logit"
+            reserve = estimate_reserve(
+                spec,
+                tp,
+                req.batched_tokens,
+                act_bytes,
+                sampler_rows=rows,
+                sampler_bytes_per_logit=sampler.bytes_per_logit,
+                non_torch=vm.non_torch_bytes(self.version, gpu, tp, pp),
+                cuda_graphs=CUDA_GRAPH_BYTES if self.counts_cuda_graphs() else 0,
             )
         return Budget(
-            requested_bytes(gpu.memory_bytes, util), reserve, True, util, None, f"{gpu.name} x {util:g}"
+            requested_bytes(gpu.memory_bytes, util),
+            reserve,
+            True,
+            util,
+            None,
+            f"{gpu.name} x {util:g}",
+            sampler_path=path,
         )
 
     def budget_notes(self, budget: Budget, gpu: GpuSpec, tp: int, pp: int) -> list[str]:
@@ -618,13 +677,18 @@ class Vllm(Engine):
                 + (f" ({req.reserve_source})" if req.reserve_source else "")
             ]
         else:
+            how = "the larger of" if r.sequential else "the sum of"
+            path = f", {budget.sampler_path}" if budget.sampler_path else ""
             notes = [
                 f"activation/workspace reserve per GPU estimated at {fmt_gib(r.total)} "
-                f"(activations for {req.batched_tokens:,} batched tokens, sampler for "
-                f"{self.profile_num_seqs(gpu):,} sequences, NCCL/cuBLAS"
+                f"({how} the forward pass over {req.batched_tokens:,} batched tokens and the sampler over "
+                f"{self.profile_num_seqs(gpu):,} sequences{path}; NCCL/cuBLAS"
                 + (", CUDA graphs" if r.cuda_graph_bytes else "")
                 + "); override with --reserve-memory or calibrate with check-log"
             ]
+            sampler_hint = vm.sampler_note(self.version, budget.sampler_path or "")
+            if sampler_hint:
+                notes.append(sampler_hint)
         if req.gpu_memory_utilization is None:
             notes.append(
                 f"--gpu-memory-utilization {budget.gpu_memory_utilization:g}: {self.label}'s default"

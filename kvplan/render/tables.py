@@ -83,12 +83,11 @@ def _memory_table(plan: Plan, console: Console) -> None:
             (f"- activation/workspace reserve{est}", plan.reserve_bytes_per_gpu),
         ]
         if r.estimated:
+            larger = r.profile_peak_bytes != r.activation_bytes + r.sampler_bytes or not r.sampler_bytes
             rows += [
-                (
-                    f"    activation peak ({s.max_num_batched_tokens:,} batched tokens)",
-                    r.activation_bytes,
-                ),
-                ("    sampler (fp32 logits)", r.sampler_bytes),
+                ("    profiled peak: " + ("the larger of" if larger else "the sum of"), r.profile_peak_bytes),
+                (f"      forward pass ({s.max_num_batched_tokens:,} batched tokens)", r.activation_bytes),
+                ("      sampler" + (f": {r.sampler_path}" if r.sampler_path else ""), r.sampler_bytes),
                 ("    non-torch (CUDA/cuBLAS workspaces, NCCL)", r.non_torch_bytes),
             ]
             if r.cuda_graph_bytes:
@@ -246,7 +245,14 @@ def render_gpus(gpus: list, console: Console) -> None:
     # a GPU's name is what the user types: never cut it. The aliases need ~50 columns; below
     # 110 they are left to --json rather than squeezed to nothing.
     aliases = console.width >= 110
-    cols = ["name", *(["aliases"] if aliases else []), "memory", "runtime total", "HBM bandwidth", "bf16 dense"]
+    cols = [
+        "name",
+        *(["aliases"] if aliases else []),
+        "memory",
+        "runtime total",
+        "HBM bandwidth",
+        "bf16 dense",
+    ]
     t = _table("Shipped GPUs", *cols)
     for g in gpus:
         t.add_row(

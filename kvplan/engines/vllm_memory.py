@@ -1,0 +1,196 @@
+"""What vLLM's startup memory profile charges beside the weights and the KV cache, by release.
+
+vLLM v1 (vllm/v1/worker/gpu_worker.py, determine_available_memory) sizes the KV cache as
+    requested - (weights + torch peak increase during profile_run + non-torch increase)
+    [- its CUDA graph estimate, from 0.20 on].
+profile_run runs the model over max_num_batched_tokens tokens, then the sampler over
+min(max_num_seqs, max_num_batched_tokens) rows of logits; the two run one after the other, so the torch
+peak is the larger of the two (the forward's hidden states stay alive during the sampler).
+
+The rules below were read in the released wheels 0.10.0 to 0.33.0 (`pip download vllm==X`), each
+file named where it is used. Pure functions; nothing here imports vLLM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.engines.base import Version
+from kvplan.specs.models import GpuSpec
+from kvplan.units import GiB, MiB
+
+# Bytes alive per logit (one row of the vocabulary for one sequence) at the sampler's peak, by path
+# (vllm/v1/sample/sampler.py, vllm/v1/sample/ops/topk_topp_sampler.py; the dummy run sets temperature
+# 0.5, top_p 0.9 and top_k vocab-1, so the full top-k/top-p path runs):
+# - PyTorch sort: bf16 logits 2 + fp32 copy 4 + sorted values 4 + int64 indices 8 + the sort's own
+#   index array 8 and CUB scratch (~12). Fitted to three real logs whose profiler printed its peak
+#   (vLLM 0.10.2 Qwen3-Next-80B on 2x H200: 5.58 GiB; 0.10.2 Qwen3-4B: 5.59 GiB; 0.11.2 Llama-3-8B on
+#   H200: 4.9 GiB less non-torch; all 1024 sequences): 38.5 B.
+# - Triton top-k/top-p (topk_topp_triton.py, from 0.17) and FlashInfer's sampler: 2 + 4 + softmax 4 +
+#   exponential noise 4 = 14 B (derived from the source, not measured).
+# - Model runner V2 (vllm/v1/worker/gpu/model_runner.py) up to 0.32: its dummy run adds no request, so
+#   the sampler only sees the bf16 logits: 2 B. In 0.33 a warm-up pass with every sampling parameter
+#   and 5 logprobs: ~16 B (estimated from the source).
+SORT_BYTES = 38.5
+FUSED_BYTES = 14.0
+RUNNER_V2_BYTES = 2.0
+RUNNER_V2_WARMUP_BYTES = 16.0
+
+FLASHINFER_SAMPLER_ENV = "VLLM_USE_FLASHINFER_SAMPLER"
+RUNNER_V2_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+CUDA_GRAPH_ENV = "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"
+
+# Model runner V2's default by release (vllm/config/vllm.py use_v2_model_runner): opt-in from 0.12;
+# by architecture from 0.22; every non-MoE model plus these MoE ones from 0.25; every model from 0.29.
+RUNNER_V2_ARCHITECTURES: tuple[tuple[Version, frozenset[str]], ...] = (
+    ((0, 22), frozenset({"Qwen3ForCausalLM"})),
+    ((0, 23), frozenset({"LlamaForCausalLM", "MistralForCausalLM"})),
+    ((0, 24), frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"})),
+    ((0, 27), frozenset({"KimiK3ForCausalLM"})),
+    ((0, 28), frozenset({"DeepseekV4ForCausalLM"})),
+)
+RUNNER_V2_NON_MOE = (0, 25)
+RUNNER_V2_ALL = (0, 29)
+
+
+@dataclass(frozen=True)
+class SamplerPath:
+    name: str
+    bytes_per_logit: float
+    why: str
+
+
+def runner_v2(version: Version, architecture: str | None, moe: bool, hybrid: bool) -> tuple[bool, str]:
+    """Whether vLLM runs this model with model runner V2 by default, and why."""
+    if version < (0, 22):
+        return False, "model runner V2 is opt-in before 0.22"
+    if version >= RUNNER_V2_ALL:
+        return True, "model runner V2 is the default for every model from 0.29"
+    if version >= RUNNER_V2_NON_MOE and not moe and not hybrid:
+        return True, "model runner V2 is the default for non-MoE models from 0.25"
+    listed = set().union(*(archs for since, archs in RUNNER_V2_ARCHITECTURES if version >= since))
+    if architecture in listed:
+        return True, f"model runner V2 is the default for {architecture} in this release"
+    return False, "this release keeps the V1 model runner for this architecture"
+
+
+def sampler_path(version: Version, num_reqs: int, *, runner_v2: bool, flashinfer: bool | None) -> SamplerPath:
+    """Which top-k/top-p path vLLM's profiling sampler takes. `flashinfer`: the user's
+    VLLM_USE_FLASHINFER_SAMPLER (None: the release's default)."""
+    if runner_v2:
+        if version >= (0, 33):
+            return SamplerPath("runner V2 warm-up", RUNNER_V2_WARMUP_BYTES, "0.33's sampler warm-up pass")
+        return SamplerPath("runner V2", RUNNER_V2_BYTES, "its dummy run samples the bf16 logits only")
+    triton = version >= (0, 30) or (version >= (0, 17) and num_reqs >= 8)
+    fused = SamplerPath(
+        "Triton top-k/p" if triton else "FlashInfer", FUSED_BYTES, "no sort of the vocabulary"
+    )
+    if version >= (0, 22):
+        # a second dummy call with a seeded generator forces the native path (Triton where it applies)
+        return fused if triton else SamplerPath("PyTorch sort", SORT_BYTES, "fewer than 8 sequences")
+    if flashinfer is None:
+        # 0.10.0-0.11.0: on when flashinfer is installed, which `pip install vllm` does not do (an extra);
+        # 0.11.1-0.20: off unless VLLM_USE_FLASHINFER_SAMPLER=1 (PR #26859); 0.21: on (PR #40376)
+        flashinfer = version >= (0, 21)
+    if flashinfer:
+        return SamplerPath("FlashInfer", FUSED_BYTES, f"{FLASHINFER_SAMPLER_ENV}=1 or its default")
+    if triton:
+        return fused
+    return SamplerPath("PyTorch sort", SORT_BYTES, "the PyTorch-native top-k/top-p sort")
+
+
+def sampler_note(version: Version, path: str) -> str | None:
+    """What the user can change where the install decides the path."""
+    if (0, 10) <= version <= (0, 11) and path.startswith("PyTorch sort"):
+        return (
+            "sampler profiled on the PyTorch sort path (a pip install without FlashInfer); the "
+            f"vllm/vllm-openai image has FlashInfer: --env {FLASHINFER_SAMPLER_ENV}=1"
+        )
+    return None
+
+
+# Non-torch memory (CUDA context excluded: it is in vLLM's baseline). One GPU: cuBLAS/Triton workspaces
+# and module loads, ~0.07 GiB in the profiler's own breakdown (vLLM 0.10.2 logs: 0.07, 0.07, 0.02 GiB).
+NON_TORCH_BYTES = int(0.07 * GiB)
+# With TP/PP > 1: NCCL's communicators (not sized in vLLM's source), custom all-reduce IPC buffers
+# (custom_all_reduce.py: 2 x max_size, 8 MiB by default) and, from 0.11 on Hopper/Blackwell, the
+# symmetric-memory all-reduce buffer (symm_mem.py SYMM_MEM_ALL_REDUCE_MAX_SIZES, in MiB by TP).
+CUSTOM_ALL_REDUCE_BYTES = 16 * MiB
+SYMM_MEM_MIB: dict[str, dict[int, int]] = {
+    "hopper": {2: 64, 4: 32, 6: 64, 8: 64},
+    "blackwell": {2: 8, 4: 32, 6: 128, 8: 128},
+}
+# NCCL's own buffers (not sized in vLLM's source), fitted to the fitting half of
+# benchmarks/log_predictions.py. On Hopper/Blackwell SXM boards NCCL adds NVLink-SHARP (NVLS) buffers,
+# which grow with the peers: 0.28 GiB x TP (Qwen3-235B at TP 8 on H100: 2.2 GiB; Qwen3-30B at TP 2:
+# 0.6 GiB). A100's NVSwitch and PCIe cards have no NVLS: 0.05 GiB (Qwen2-7B at TP 2 on A100).
+NCCL_NVLS_BYTES_PER_RANK = int(0.28 * GiB)
+NCCL_OTHER_BYTES = int(0.05 * GiB)
+
+
+def nccl_kind(gpu: GpuSpec) -> str:
+    link = gpu.interconnect.kind if gpu.interconnect else ""
+    sxm = link.startswith("NVLink") and "bridge" not in link
+    return "nvls" if sxm and gpu.arch in ("hopper", "blackwell") else "other"
+
+
+def non_torch_bytes(version: Version, gpu: GpuSpec, tp: int, pp: int) -> int:
+    if tp * pp == 1:
+        return NON_TORCH_BYTES
+    symm = SYMM_MEM_MIB.get(gpu.arch or "", {}).get(tp, 0) * MiB if version >= (0, 11) else 0
+    nccl = NCCL_NVLS_BYTES_PER_RANK * tp if nccl_kind(gpu) == "nvls" else NCCL_OTHER_BYTES
+    return NON_TORCH_BYTES + CUSTOM_ALL_REDUCE_BYTES + symm + nccl
+
+
+# Before vLLM 0.10 (not re-derived from the wheels): three fp32 copies of the logits, added to the
+# forward's peak; non-torch 1.79 GiB a GPU before 0.7 (PR 10511's logs, doubled with TP/PP), then
+# 0.2 GiB plus ~1 GiB of NCCL buffers with TP/PP (PR 12126 and issue logs).
+LEGACY_SAMPLER_BYTES = 12.0
+LEGACY_NON_TORCH_V06 = int(1.79 * GiB)
+LEGACY_NON_TORCH = int(0.2 * GiB)
+LEGACY_NCCL = int(1.0 * GiB)
+
+
+def legacy_non_torch_bytes(version: Version, tp: int, pp: int) -> int:
+    if version < (0, 7):
+        return LEGACY_NON_TORCH_V06 * (2 if tp * pp > 1 else 1)
+    return LEGACY_NON_TORCH + (LEGACY_NCCL if tp * pp > 1 else 0)
+
+
+def counts_cuda_graphs(version: Version, given: bool | None) -> bool:
+    """vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS: the estimate exists from 0.18 (PR #30515),
+    default "0" in 0.18-0.19 and "1" from 0.20 (its log says 'default since v0.21.0'; the 0.20.0 wheel
+    already defaults to 1)."""
+    if version < (0, 18):
+        return False
+    return given if given is not None else version >= (0, 20)
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+# vllm/model_executor/layers/quantization/mxfp4.py (Mxfp4MoEMethod.create_weights): MXFP4 experts are
+# padded for the kernel that runs them: (backend, intermediate-per-rank multiple, hidden multiple).
+# Marlin (no native FP4: A100, Ada; Hopper until 0.11, whose wheels lack the Triton MoE path);
+# Triton matmul_ogs on Hopper from 0.12 (triton_kernels vendored); FlashInfer on Blackwell.
+MXFP4_BACKENDS = {"marlin": (128, 256), "triton": (64, 1), "flashinfer": (256, 256)}
+
+
+def mxfp4_backend(version: Version, gpu: GpuSpec) -> str:
+    if gpu.arch == "blackwell":
+        return "flashinfer"
+    if gpu.arch == "hopper" and version >= (0, 12):
+        return "triton"
+    return "marlin"
+
+
+def mxfp4_expert_factor(
+    version: Version, gpu: GpuSpec, hidden: int, inter: int, tp: int
+) -> tuple[float, str]:
+    """Loaded / stored size of MXFP4 routed experts (weights and block scales pad alike)."""
+    backend = mxfp4_backend(version, gpu)
+    m_inter, m_hidden = MXFP4_BACKENDS[backend]
+    per_rank = -(-inter // tp)
+    padded = _round_up(per_rank, m_inter) * _round_up(hidden, m_hidden)
+    return padded / (per_rank * hidden), backend

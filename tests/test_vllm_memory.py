@@ -1,0 +1,111 @@
+"""vLLM's startup memory profile by release (kvplan/engines/vllm_memory.py) against real logs and the
+released wheels' source: the sampler's peak, non-torch memory, CUDA graphs, MXFP4 padding, and the
+embedding/LM head a quantized checkpoint keeps in bf16."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import REPO, plan
+from kvplan.engines import vllm_memory as vm
+from kvplan.logparse import parse
+from kvplan.specs.registry import load_gpu
+from kvplan.units import GiB, MiB
+
+LOGS = REPO / "tests" / "fixtures" / "logs" / "real"
+
+
+@pytest.mark.parametrize(
+    ("version", "rows", "v2", "flashinfer", "name", "per_logit"),
+    [
+        ((0, 10), 1024, False, None, "PyTorch sort", 38.5),  # pip install: no FlashInfer
+        ((0, 10), 1024, False, True, "FlashInfer", 14.0),  # the Docker image has it
+        ((0, 16), 1024, False, None, "PyTorch sort", 38.5),  # 0.11.1-0.20: off unless asked (PR #26859)
+        ((0, 17), 1024, False, None, "Triton top-k/p", 14.0),  # topk_topp_triton.py from 0.17, >= 8 rows
+        ((0, 17), 4, False, None, "PyTorch sort", 38.5),  # below 8 rows the sort stays
+        ((0, 21), 1024, False, None, "FlashInfer", 14.0),  # on by default from 0.21 (PR #40376)
+        ((0, 23), 1024, True, None, "runner V2", 2.0),  # its dummy run samples the bf16 logits only
+        ((0, 33), 1024, True, None, "runner V2 warm-up", 16.0),
+    ],
+)
+def test_sampler_path_by_release(version, rows, v2, flashinfer, name, per_logit):
+    path = vm.sampler_path(version, rows, runner_v2=v2, flashinfer=flashinfer)
+    assert (path.name, path.bytes_per_logit) == (name, per_logit)
+
+
+def test_model_runner_v2_defaults_by_architecture():
+    assert vm.runner_v2((0, 21), "Qwen3ForCausalLM", False, False)[0] is False
+    assert vm.runner_v2((0, 22), "Qwen3ForCausalLM", False, False)[0] is True
+    assert vm.runner_v2((0, 22), "LlamaForCausalLM", False, False)[0] is False
+    assert vm.runner_v2((0, 23), "LlamaForCausalLM", False, False)[0] is True
+    assert vm.runner_v2((0, 25), "Qwen3MoeForCausalLM", True, False)[0] is False  # MoE not listed
+    assert vm.runner_v2((0, 25), "GemmaForCausalLM", False, False)[0] is True  # every non-MoE model
+    assert vm.runner_v2((0, 29), "Qwen3MoeForCausalLM", True, True)[0] is True
+
+
+def test_the_profilers_own_breakdown_is_read_and_matched():
+    # vLLM 0.10.2 prints "Actual usage is 74.28 GiB for weight, 5.58 GiB for peak activation, 1.38 GiB
+    # for non-torch memory, and 2.37 GiB for CUDAGraph memory" (Qwen3-Next-80B on 2x H200)
+    f = parse((LOGS / "vllm_0.10.2_qwen3-next-80b-a3b_h200_tp2.log").read_text()).facts
+    assert f["activation_bytes"] == round(5.58 * GiB)
+    assert f["non_torch_bytes"] == round(1.38 * GiB)
+    assert f["cuda_graph_bytes"] == round(2.37 * GiB)
+    assert f["sampler"] == "native" and f["total_gpu_memory_bytes"] == round(139.81 * GiB)
+    # kvplan's peak: the sampler over min(1024 sequences, 8192 tokens) rows of the 151,936-token
+    # vocabulary at 38.5 B a logit = 5.58 GiB, plus the forward's 8,192 x 2,048 bf16 hidden states
+    p = plan("qwen3-next-80b-a3b", "H200", num_gpus=2, engine_version="0.10", max_model_len=8192)
+    assert p.reserve.sampler_bytes == round(1024 * 151936 * 38.5)
+    assert p.reserve.profile_peak_bytes == p.reserve.sampler_bytes + 8192 * 2048 * 2
+    assert p.reserve.profile_peak_bytes == pytest.approx(5.58 * GiB, rel=0.01)
+
+
+def test_sampler_peak_on_a_held_out_log():
+    # vLLM 0.11.2, Llama-3-8B on one H200 (not one of the three logs SORT_BYTES was fitted to): requested
+    # 0.9 x 139.80 = 125.82 GiB - 14.96 GiB weights - 105.97 GiB KV = 4.89 GiB of non-KV memory; kvplan:
+    # 1,024 x 128,256 x 38.5 B = 4.71 GiB sampler (> 0.91 GiB forward) + 0.07 GiB non-torch
+    p = plan("llama3-8b", "H200", num_gpus=1, engine_version="0.11", max_model_len=1024)
+    assert p.reserve_bytes_per_gpu == pytest.approx(4.89 * GiB, rel=0.02)
+
+
+def test_non_torch_memory_by_card_and_tp():
+    h100, a100 = load_gpu("H100"), load_gpu("A100-80GB")
+    assert vm.non_torch_bytes((0, 12), h100, 1, 1) == vm.NON_TORCH_BYTES
+    # NVLS buffers grow with TP on Hopper SXM; symmetric-memory all-reduce from 0.11 (64 MiB at TP 2)
+    assert (
+        vm.non_torch_bytes((0, 10), h100, 8, 1)
+        == vm.NON_TORCH_BYTES + 16 * MiB + 8 * vm.NCCL_NVLS_BYTES_PER_RANK
+    )
+    assert vm.non_torch_bytes((0, 12), h100, 2, 1) == vm.NON_TORCH_BYTES + 16 * MiB + 64 * MiB + 2 * int(
+        0.28 * GiB
+    )
+    # A100's NVSwitch has no NVLS and its compute capability no symmetric-memory table
+    assert vm.non_torch_bytes((0, 12), a100, 2, 1) == vm.NON_TORCH_BYTES + 16 * MiB + vm.NCCL_OTHER_BYTES
+
+
+def test_gpt_oss_mxfp4_experts_load_padded_as_real_logs_show():
+    # vLLM 0.10.1.1 on 4x A100-80GB logs "Model loading took 17.2217 GiB": Marlin pads the expert
+    # intermediate 2880/4 = 720 -> 768 and hidden 2880 -> 3072 (mxfp4.py), +13.8% on the experts:
+    # kvplan 17.13 GiB (15.1 GiB stored); the 0.09 GiB left is the rotary cache and Marlin workspaces
+    p = plan("gpt-oss-120b", "A100-80GB", num_gpus=4, engine_version="0.10", max_model_len=8192)
+    assert p.weight_bytes_per_gpu == pytest.approx(17.2217 * GiB, rel=0.01)
+    assert any("MXFP4 experts load 13.8% larger" in a for a in p.assumptions)
+    # one H100: Marlin until 0.11 (64-66 GiB in real logs), Triton without padding from 0.12
+    m = plan("gpt-oss-120b", "H100", num_gpus=1, engine_version="0.10", max_model_len=1024, max_num_seqs=16)
+    t = plan("gpt-oss-120b", "H100", num_gpus=1, engine_version="0.12", max_model_len=1024, max_num_seqs=16)
+    assert 64 * GiB < m.weight_bytes_per_gpu < 66 * GiB
+    assert t.weight_bytes_per_gpu < 61 * GiB
+
+
+def test_awq_keeps_embedding_and_head_in_bf16():
+    # vLLM 0.16.0, Llama-3-70B-Instruct-AWQ at TP 2 on L40S logs "Model loading took 18.55 GiB"
+    p = plan("llama3-70b", "L40S", num_gpus=2, weight_dtype="int4", engine_version="0.16", max_model_len=1024)
+    assert p.weight_bytes_per_gpu == pytest.approx(18.55 * GiB, rel=0.02)
+
+
+def test_install_dependent_sampler_is_stated_and_settable():
+    p = plan("llama3-8b", "H100", num_gpus=1, engine_version="0.10", max_model_len=1024)
+    assert any("--env VLLM_USE_FLASHINFER_SAMPLER=1" in a for a in p.assumptions)
+    env = (("VLLM_USE_FLASHINFER_SAMPLER", "1"),)
+    q = plan("llama3-8b", "H100", num_gpus=1, engine_version="0.10", max_model_len=1024, env=env)
+    assert q.reserve.sampler_path == "FlashInfer, 14 B/logit"
+    assert q.reserve.sampler_bytes == round(1024 * 128256 * 14)
