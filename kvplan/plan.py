@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvplan import engines, kv
 from kvplan.capacity import Fragmentation, Pool, PrefixCaching, StagePlan, fragmentation, prefix_caching
@@ -23,6 +23,9 @@ from kvplan.request import PlanRequest
 from kvplan.specs.models import ChunkedAttention, CrossAttention, GpuSpec, ModelSpec, SlidingWindow
 from kvplan.speed_plan import Decode, Prefill, plan_speed
 from kvplan.units import GiB, fmt_bytes, fmt_gib
+
+if TYPE_CHECKING:
+    from kvplan.calibration import CalibrationUse
 from kvplan.weights import (
     StageWeights,
     checkpoint_stage_weights,
@@ -152,6 +155,7 @@ class Plan:
     decode: Decode
     prefill: Prefill
     explain: list[Explain] = field(default_factory=list)
+    calibration: CalibrationUse | None = None  # the `kvplan calibrate` profile used, if any
 
     @property
     def engine_kv_cache_tokens(self) -> int | None:
@@ -666,4 +670,5 @@ def estimate(req: PlanRequest) -> Plan:
         decode=decode,
         prefill=prefill,
         explain=ex,
+        calibration=req.calibration_use,
     )

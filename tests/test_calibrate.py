@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from helpers import run_cli
-from kvplan import calibrate
+from kvplan import calibrate, calibrate_dist, calibrate_gemm, calibration
 from kvplan.specs.registry import all_gpus
 
 
@@ -38,33 +38,82 @@ def test_device_names_match_shipped_gpus(device_name, memory_gib, expected):
     assert (spec.name if spec else None) == expected
 
 
-def test_cpu_pipeline_measures_fits_saves_and_estimate_reads_it(tmp_path):
+def test_cpu_pipeline_measures_every_part_saves_and_estimate_reads_it(tmp_path):
+    """Real measurements on this CPU: the kernel sweep, decode GEMMs, the launch floor, and a gloo
+    all-reduce over two processes started by torchrun (the GPU path's launcher)."""
     pytest.importorskip("torch")
     path = tmp_path / "cpu.yaml"
-    r = run_cli("calibrate", "--device", "cpu", "--quick", "--output", str(path))
+    r = run_cli(
+        "calibrate", "--device", "cpu", "--quick", "--only", "kernel,gemm,launch,allreduce",
+        "--output", str(path),
+    )  # fmt: skip
     assert r.exit_code == 0, r.stderr
     assert "saved" in r.stdout and "CPU profile" in r.stdout
-    assert "[4/4]" in r.stderr  # progress while it runs
+    assert "[4/4]" in r.stderr and "allreduce: gloo x2" in r.stderr  # progress while it runs
     data = yaml.safe_load(path.read_text())
-    assert data["schema"] == "kvplan.calibration/1" and data["device"] == "cpu"
+    assert data["schema"] == "kvplan.calibration/2" and data["device"] == "cpu"
     assert {"torch", "triton", "measured_on", "layout", "ceilings", "points", "fit"} <= set(data)
     assert len(data["points"]) == 4 and all(p["seconds"] > 0 for p in data["points"])
     assert data["ceilings"]["copy_bytes_per_s"] > 0 and data["ceilings"]["read_bytes_per_s"] > 0
+    shapes = calibrate_gemm.GEMM_SHAPES[("cpu", True)]
+    assert len(data["gemm"]) == 2 * len(shapes) * len(calibrate_gemm.GEMM_BATCHES)  # bf16, fp16
+    assert {g["dtype"] for g in data["gemm"]} == {"bf16", "fp16"}  # fp8 skipped on a CPU, with a note
+    assert any("fp8 skipped" in n for n in data["notes"])
+    (ar,) = data["allreduce"]
+    assert (ar["backend"], ar["world_size"], ar["nodes"]) == ("gloo", 2, 1)
+    assert [p["bytes"] for p in ar["points"]] == list(calibrate_dist.QUICK_MESSAGE_BYTES)
+    assert ar["bytes_per_s"] > 0 and ar["latency_seconds"] >= 0
+    assert data["launch"]["seconds"] > 0 and data["launch"]["graph_seconds"] is None
     assert [p.name for p in tmp_path.iterdir()] == ["cpu.yaml"]  # written atomically, nothing left over
-    prof = calibrate.load(path)
 
-    j = run_cli(
-        "estimate", "-m", "llama3-8b", "--context", "8K", "--calibration-file", str(path), "--json"
-    ).json()
+    # round trip: the loaded profile gives back the very figures on disk
+    prof = calibration.load(path)
+    again = tmp_path / "again.yaml"
+    calibration.save(prof, again)
+    assert calibration.load(again) == prof and yaml.safe_load(again.read_text()) == data
+    g = data["gemm"][0]
+    assert prof.gemm_seconds(g["dtype"], g["batch"], g["k"], g["n"]) == pytest.approx(g["seconds"])
+    assert prof.gemm_seconds("fp8", 1, 4096, 4096) is None
+    big = ar["points"][-1]["bytes"]
+    assert prof.allreduce_seconds(big, 2) == pytest.approx(ar["latency_seconds"] + big / ar["bytes_per_s"])
+    assert prof.allreduce_seconds(big, 8) is None and prof.allreduce_seconds(big, 1) == 0.0
+    assert prof.launch_seconds == data["launch"]["seconds"] and prof.device_kind == "cpu"
+
+    # a CPU profile never describes an H100 silently: refused in one line, or used when forced
+    est = (
+        "estimate",
+        "-m",
+        "llama3-8b",
+        "--gpus",
+        "1xH100",
+        "--context",
+        "8K",
+        "--calibration-file",
+        str(path),
+    )
+    refused = run_cli(*est, "--json")
+    assert (
+        refused.exit_code == 2
+        and "a CPU profile" in refused.stderr
+        and "--force-calibration" in refused.stderr
+    )
+    assert len(refused.stderr.strip().splitlines()) == 1 and "cpu.yaml" in refused.stderr
+    forced = run_cli(*est, "--force-calibration", "--json")
+    assert forced.exit_code == 0, forced.stderr
+    assert forced.stderr.startswith("warning: calibration") and "--force-calibration" in forced.stderr
+    j = forced.json()
+    assert j["calibration"]["forced"] and not j["calibration"]["matches_gpu"]
+    assert j["calibration"]["device"] == "cpu" and j["calibration"]["path"] == str(path)
     d = j["decode"]
     assert d["measured"] and "CPU profile" in d["bandwidth_source"]
     one = d["batch_1"]
     streamed = one["weight_bytes_read"] + one["kv_bytes_read"]
+    assert prof.fit is not None
     bandwidth = prof.fit.bandwidth(streamed)
     assert one["tpot_ms"] == pytest.approx(streamed / bandwidth * 1e3 + 0.2, rel=1e-6)
-    # a CPU profile is never picked up by GPU name, only when named
+    # nor is it picked up by GPU name
     auto = run_cli("estimate", "-m", "llama3-8b", "--context", "8K", "--json").json()
-    assert not auto["decode"]["measured"]
+    assert not auto["decode"]["measured"] and auto["calibration"] is None
 
 
 def test_saved_gpu_profile_is_found_by_gpu_name(tmp_path):
