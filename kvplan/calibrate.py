@@ -281,17 +281,39 @@ def run(
     parts: tuple[str, ...] = ("kernel",),
     nproc: int = 2,
 ) -> Profile:
-    """Measure `parts` of this device (kernel, gemm, launch, allreduce) into one profile."""
-    from kvplan import calibrate_dist, calibrate_gemm
-
+    """Measure `parts` of this device (kernel, gemm, launch, allreduce) into one profile. On a CPU
+    with one torch thread: OpenMP threads that wait on each other stall for a scheduler tick when
+    another process holds a core, which made the figures depend on the machine's other load."""
     torch = _require_torch(device)
     prof = blank_profile(device, quick, gpu_specs)
+    threads = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(1)
+        prof.notes.append("CPU: measured with one torch thread (torchrun's ranks too)")
+    try:
+        _measure_parts(torch, prof, parts, layout, kv_dtypes, nproc, progress)
+    finally:
+        torch.set_num_threads(threads)
+    return prof
+
+
+def _measure_parts(
+    torch,
+    prof: Profile,
+    parts: tuple[str, ...],
+    layout: dict,
+    kv_dtypes: list[str],
+    nproc: int,
+    progress: Callable[[str], None],
+) -> None:
+    from kvplan import calibrate_dist, calibrate_gemm
+
+    device, quick = prof.device, prof.quick
     if "kernel" in parts:
         measure_kernel(prof, layout, kv_dtypes, progress)
     if "gemm" in parts:
-        progress(
-            f"{prof.device_name}: decode GEMMs, batch {', '.join(map(str, calibrate_gemm.GEMM_BATCHES))}"
-        )
+        batches = ", ".join(map(str, calibrate_gemm.GEMM_BATCHES))
+        progress(f"{prof.device_name}: decode GEMMs, batch {batches}")
         prof.gemm, notes = calibrate_gemm.measure_gemms(torch, device, quick, progress)
         prof.notes += notes
     if "launch" in parts:
@@ -304,8 +326,7 @@ def run(
     if "allreduce" in parts:
         if device == "cuda":
             torch.cuda.empty_cache()  # the ranks want GPU 0's memory too
-        prof = prof.with_allreduce(calibrate_dist.spawn(device, nproc, quick, progress))
-    return prof
+        prof.allreduce = prof.with_allreduce(calibrate_dist.spawn(device, nproc, quick, progress)).allreduce
 
 
 def parts_for(device: str, only: str | None, nproc: int | None) -> tuple[tuple[str, ...], int]:

@@ -56,7 +56,10 @@ def _time_allreduce(torch: Any, dist: Any, group: Any, device: str, nbytes: int,
     elem = 2 if device == "cuda" else 4
     msg = torch.zeros(nbytes // elem, dtype=dtype, device=device)  # zeros: sums stay finite
     tick = torch.zeros(1, device=device)
-    iters, reps = (20, 5 if quick else 10) if device == "cuda" else (3, 5)
+    if device == "cuda":
+        iters, reps = 20, 5 if quick else 10
+    else:
+        iters, reps = (10 if nbytes <= 1 << 20 else 3), 5
     for _ in range(3):
         dist.all_reduce(msg, group=group)
     per_call = []

@@ -185,3 +185,64 @@ def test_model_layouts():
     assert math.isclose(
         calibrate.kv_bytes({"kv_heads": 8, "head_dim": 128, "v_dim": 128}, 2, 17, 2), 2 * 32 * 8 * 256 * 2
     )  # 17 tokens occupy two 16-token pages
+
+
+def test_parts_and_processes_are_checked_before_measuring(monkeypatch):
+    pytest.importorskip("torch")
+
+    def boom(*a, **k):
+        raise AssertionError("measured before checking the arguments")
+
+    monkeypatch.setattr(calibrate, "run", boom)
+    bad = run_cli("calibrate", "--device", "cpu", "--only", "gemm,flops")
+    assert bad.exit_code == 2 and "--only: flops" in bad.stderr
+    one = run_cli("calibrate", "--device", "cpu", "--only", "allreduce", "--nproc-per-node", "1")
+    assert one.exit_code == 2 and "at least 2 processes" in one.stderr
+    assert calibrate.parts_for("cpu", None, None) == (("kernel", "gemm", "launch"), 2)
+
+
+def test_calibrate_dist_outside_torchrun_says_how_to_run_it(tmp_path, capsys):
+    assert calibrate_dist.main(["--device", "cpu", "--output", str(tmp_path / "p.yaml")]) == 2
+    assert "torchrun --nproc-per-node" in capsys.readouterr().err
+    assert calibrate_dist.world_sizes(8) == [2, 4, 8] and calibrate_dist.world_sizes(12) == [2, 4, 8, 12]
+    assert calibrate_dist.world_sizes(1) == []
+
+
+def _cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return torch
+
+
+def test_gpu_gemm_and_launch_parts(tmp_path):
+    """On a GPU: GEMMs of every dtype the card has (fp8 on sm89+), the launch floor with and
+    without a CUDA graph, and large bf16 weights streaming at a plausible share of the datasheet."""
+    torch = _cuda()
+    path = tmp_path / "gpu.yaml"
+    r = run_cli("calibrate", "--quick", "--only", "gemm,launch", "--output", str(path), "--json")
+    assert r.exit_code == 0, r.stderr
+    prof = calibration.load(path)
+    fp8 = torch.cuda.get_device_capability(0) >= (8, 9)
+    assert {p.dtype for p in prof.gemm} == ({"bf16", "fp16", "fp8"} if fp8 else {"bf16", "fp16"})
+    assert prof.launch is not None and prof.launch.graph_seconds is not None
+    assert 0 < prof.launch.graph_seconds < prof.launch.seconds < 1e-3
+    big = max(p for p in prof.gemm if p.dtype == "bf16" and p.batch == 1 and p.k * p.n >= 8192 * 28672)
+    if prof.datasheet_bytes_per_s:
+        share = big.weight_bytes_per_s / prof.datasheet_bytes_per_s
+        print(
+            f"bf16 {big.k}x{big.n} batch 1: {big.weight_bytes_per_s / 1e9:,.0f} GB/s, {share:.0%} of datasheet"
+        )
+        assert 0.3 < share < 1.05
+
+
+def test_gpu_allreduce_over_every_gpu(tmp_path):
+    torch = _cuda()
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two or more GPUs")
+    path = tmp_path / "ar.yaml"
+    r = run_cli("calibrate", "--quick", "--only", "allreduce", "--output", str(path))
+    assert r.exit_code == 0, r.stderr
+    prof = calibration.load(path)
+    assert prof.allreduce and all(a.backend == "nccl" for a in prof.allreduce)
+    assert prof.allreduce_seconds(1 << 20, torch.cuda.device_count()) is not None
