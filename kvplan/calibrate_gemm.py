@@ -2,9 +2,9 @@
 
 A decode GEMM is F.linear(x[B, K], W[N, K]) with B (the batch) small: it streams the weight once,
 so its time is weight bytes / bandwidth until B is large enough to be compute-bound. bf16 and fp16
-everywhere; fp8 (e4m3, per-tensor scales, torch._scaled_mm, bf16 out) on sm89 or newer. Each point
-is the median of many runs: CUDA events with L2 flushed before each run on a GPU, perf_counter on
-a CPU. torch is passed in by the caller (kvplan.calibrate), never imported at module level.
+everywhere; fp8 (e4m3, per-tensor scales, torch._scaled_mm, bf16 out) where that runs (sm89+
+GPUs, CPU builds that have it). Each point is the median of many runs: CUDA events with L2 flushed
+before each run on a GPU, perf_counter on a CPU. torch is passed in by the caller (kvplan.calibrate), never imported at module level.
 """
 
 from __future__ import annotations
@@ -60,28 +60,37 @@ def median_seconds(torch: Any, fn: Callable[[], Any], device: str, runs: int, fl
 
 
 def gemm_dtypes(torch: Any, device: str) -> tuple[list[str], list[str]]:
-    """(dtypes to measure, notes): bf16 and fp16; fp8 where torch._scaled_mm runs (sm89+)."""
-    if device != "cuda":
-        return ["bf16", "fp16"], ["GEMM fp8 skipped: torch._scaled_mm's fp8 path needs an sm89+ GPU"]
+    """(dtypes to measure, notes): bf16 and fp16; fp8 where torch._scaled_mm runs: sm89+ GPUs,
+    and CPUs whose torch has an fp8 _scaled_mm (checked on a 16 x 16 product)."""
     if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
         return ["bf16", "fp16"], [f"GEMM fp8 skipped: torch {torch.__version__} has no _scaled_mm"]
-    cap = torch.cuda.get_device_capability(0)
-    if cap < (8, 9):
-        return ["bf16", "fp16"], [f"GEMM fp8 skipped: sm{cap[0]}{cap[1]} has no fp8 tensor cores (sm89+)"]
+    if device == "cuda":
+        cap = torch.cuda.get_device_capability(0)
+        if cap < (8, 9):
+            return ["bf16", "fp16"], [f"GEMM fp8 skipped: sm{cap[0]}{cap[1]} has no fp8 tensor cores (sm89+)"]
+    try:
+        _gemm_fn(torch, device, "fp8", 16, _weight(torch, device, "fp8", 16, 16))()
+    except (RuntimeError, TypeError, NotImplementedError) as exc:
+        return ["bf16", "fp16"], [
+            f"GEMM fp8 skipped: torch._scaled_mm fails here ({str(exc).splitlines()[0][:100]})"
+        ]
     return ["bf16", "fp16", "fp8"], []
 
 
-def _gemm_fn(torch: Any, device: str, dtype: str, batch: int, k: int, n: int) -> Callable[[], Any]:
-    """The decode GEMM x[batch, k] @ W[n, k]^T, its tensors allocated here."""
+def _weight(torch: Any, device: str, dtype: str, k: int, n: int) -> Any:
+    """W[n, k] as a linear layer holds it (fp8: its transpose, column-major [k, n], as _scaled_mm wants)."""
     if dtype == "fp8":
-        e4m3 = torch.float8_e4m3fn
-        x = torch.randn(batch, k, device=device).to(e4m3)
-        w = torch.randn(n, k, device=device).to(e4m3).t()  # column-major [k, n], as _scaled_mm wants
+        return torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()
+    return torch.randn(n, k, device=device, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
+
+
+def _gemm_fn(torch: Any, device: str, dtype: str, batch: int, w: Any) -> Callable[[], Any]:
+    """The decode GEMM x[batch, k] @ W^T with a fresh x."""
+    if dtype == "fp8":
+        x = torch.randn(batch, w.shape[0], device=device).to(torch.float8_e4m3fn)
         one = torch.ones((), device=device, dtype=torch.float32)
         return lambda: torch._scaled_mm(x, w, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-    dt = torch.bfloat16 if dtype == "bf16" else torch.float16
-    x = torch.randn(batch, k, device=device, dtype=dt)
-    w = torch.randn(n, k, device=device, dtype=dt)
+    x = torch.randn(batch, w.shape[1], device=device, dtype=w.dtype)
     linear = torch.nn.functional.linear
     return lambda: linear(x, w)
 
@@ -99,9 +108,10 @@ def measure_gemms(
     for dtype in dtypes:
         for k, n in shapes:
             row = []
+            w = _weight(torch, device, dtype, k, n)
             for batch in GEMM_BATCHES:
                 try:
-                    fn = _gemm_fn(torch, device, dtype, batch, k, n)
+                    fn = _gemm_fn(torch, device, dtype, batch, w)
                     fn()
                 except (RuntimeError, TypeError) as exc:  # unsupported here: say so, keep going
                     notes.append(
