@@ -282,7 +282,7 @@ def use_for(prof: Profile, path: Path, gpu: GpuSpec, force: bool) -> Calibration
     if why and not force:
         raise UsageError(
             f"{path}: {why}, not {gpu.name}: its figures do not describe this plan's GPU; "
-            f"calibrate on a {gpu.name} or pass --force-calibration to use it anyway"
+            f"run `kvplan calibrate` on that GPU, or pass --force-calibration to use it anyway"
         )
     warning = (
         f"calibration {path} is {why}, used for {gpu.name} because of --force-calibration: "
