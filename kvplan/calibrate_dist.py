@@ -135,14 +135,24 @@ def write(path: Path, fits: list[AllreduceFit], device: str, quick: bool, force:
             if not force:
                 raise
     if existing is not None:
-        prof = existing
-        if prof.device != device:
-            raise UsageError(f"--output {path}: a {prof.device} profile; these all-reduces ran on {device}")
-        prof = prof.with_allreduce(fits)
+        _check_merge(path, device)
+        prof = existing.with_allreduce(fits)
     else:
         prof = calibrate.blank_profile(device, quick).with_allreduce(fits)
     calibration.save(prof, path)
     return prof
+
+
+def _check_merge(path: Path, device: str) -> None:
+    """An existing profile at `path` takes these all-reduces only if it describes this device kind."""
+    from kvplan import calibration
+
+    try:
+        prof = calibration.load(path) if path.exists() else None
+    except KvplanError:
+        return  # not a profile: check_output has refused it, or --force replaces it
+    if prof is not None and prof.device != device:
+        raise UsageError(f"--output {path}: a {prof.device} profile; these all-reduces run on {device}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,9 +184,10 @@ def _run(args: argparse.Namespace) -> int:
         )
     out = Path(args.output)
     rank = int(os.environ.get("RANK", "0"))
-    if rank == 0:
-        calibrate.check_output(out, args.force)
     device = args.device or ("cuda" if _cuda_available() else "cpu")
+    if rank == 0:  # before measuring: the other ranks cannot be told of a late failure
+        calibrate.check_output(out, args.force)
+        _check_merge(out, device)
     torch = calibrate._require_torch(device)
     import torch.distributed as dist
 

@@ -170,3 +170,22 @@ def test_another_gpus_profile_is_refused_unless_forced(tmp_path):
     assert forced.exit_code == 0 and forced.json()["calibration"]["forced"]
     assert "warning: calibration" in forced.stderr
     assert run_cli("estimate", "-m", "llama3-8b", "-g", "H100", "--no-calibration").exit_code == 0
+
+
+def test_rank_zero_merges_allreduces_into_an_existing_profile(tmp_path):
+    from kvplan import calibrate_dist
+    from kvplan.errors import UsageError
+
+    path = tmp_path / "p.yaml"
+    calibration.save(_profile(), path)
+    remeasured = AllreduceFit(**{**_allreduce().__dict__, "latency_seconds": 20e-6})
+    two_nodes = AllreduceFit(**{**_allreduce().__dict__, "world_size": 16, "nodes": 2})
+    calibrate_dist.write(path, [remeasured, two_nodes], "cuda", quick=True)
+    prof = calibration.load(path)
+    assert prof.gemm == _profile().gemm and prof.launch == _profile().launch  # the rest kept
+    assert [(a.world_size, a.nodes, a.latency_seconds) for a in prof.allreduce] == [
+        (8, 1, 20e-6),
+        (16, 2, LATENCY),
+    ]
+    with pytest.raises(UsageError, match="a cuda profile; these all-reduces run on cpu"):
+        calibrate_dist.write(path, [remeasured], "cpu", quick=True)
