@@ -65,6 +65,8 @@ def estimate(model: str, **flags: Any) -> Plan:
     req = inputs.plan_request(_flags(inputs.EstimateFlags, {"model": model, **flags}, "estimate"))
     for warning in req.model.warnings:
         warnings.warn(warning, stacklevel=2)
+    if req.calibration_use is not None and req.calibration_use.warning:
+        warnings.warn(req.calibration_use.warning, stacklevel=2)
     return run_estimate(req)
 
 

@@ -13,20 +13,17 @@ import re
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from kvplan.calibration import SCHEMA, Fit, Point, Profile, default_path, find_for, load, save
+from kvplan.errors import KvplanError, UsageError
 
-from kvplan.errors import KvplanError, SpecError, UsageError
-from kvplan.specs.io import load_yaml_text, read_text
-from kvplan.userdata import profile_path, write_atomic
-
-SCHEMA = "kvplan.calibration/1"
+__all__ = ["SCHEMA", "Fit", "Point", "Profile", "default_path", "find_for", "load", "save"]
 STANDARD_LAYOUT = {"q_heads": 32, "kv_heads": 8, "head_dim": 128, "v_dim": 128}  # Llama-3-8B/70B-like GQA
 PAGE = 16
 CALIBRATE_DTYPES = ("bf16", "fp16", "fp8", "int8")
+PARTS = ("kernel", "gemm", "launch", "allreduce")
 
 # (batches, contexts) per sweep; points whose caches do not fit the memory budget are skipped
 SWEEPS = {
@@ -38,58 +35,6 @@ SWEEPS = {
     ("cpu", True): ([1, 4], [128, 512]),
     ("cpu", False): ([1, 4, 16], [128, 512, 2048]),
 }
-
-
-@dataclass
-class Point:
-    kv_dtype: str
-    batch: int
-    context: int
-    bytes: int  # Q + K/V read (whole pages) + output
-    seconds: float  # median
-    bytes_per_s: float
-
-
-@dataclass
-class Fit:
-    """useful bandwidth(B) = peak x B / (B + half), B the bytes one kernel call reads."""
-
-    peak_bytes_per_s: float
-    half_bytes: float
-    rms_relative_error: float
-
-    def bandwidth(self, nbytes: float) -> float:
-        return self.peak_bytes_per_s * nbytes / (nbytes + self.half_bytes)
-
-
-@dataclass
-class Profile:
-    device: str  # cuda | cpu
-    device_name: str
-    gpu_spec: str | None  # the shipped GPU spec it matches
-    memory_bytes: int
-    sm_count: int | None
-    driver: str | None
-    torch: str
-    triton: str | None
-    measured_on: str
-    quick: bool
-    layout: dict[str, Any]
-    ceilings: dict[str, float]
-    points: list[Point]
-    fit: Fit
-    datasheet_bytes_per_s: float | None = None
-    schema: str = SCHEMA
-    notes: list[str] = field(default_factory=list)
-
-    def to_yaml(self) -> str:
-        data = asdict(self)
-        data = {"schema": data.pop("schema"), **data}
-        return yaml.safe_dump(data, sort_keys=False)
-
-    def describe(self, path: Path) -> str:
-        what = "CPU profile" if self.device == "cpu" else self.device_name
-        return f"bandwidth measured by kvplan calibrate on {what} ({self.measured_on[:10]}; {path})"
 
 
 def fit_curve(points: list[tuple[float, float]]) -> Fit:
@@ -230,39 +175,74 @@ def kv_bytes(layout: dict, batch: int, context: int, elem: int) -> int:
     return batch * pages * PAGE * layout["kv_heads"] * (layout["head_dim"] + extra) * elem
 
 
-def run(
-    device: str,
-    quick: bool,
-    layout: dict,
-    kv_dtypes: list[str],
-    gpu_specs: list,
-    progress: Callable[[str], None],
-) -> Profile:
-    torch = _require_torch(device)
+def _identify(torch, device: str) -> tuple[str, int, int | None]:
+    """(name, memory bytes, SM count) of GPU 0, or of this CPU."""
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        return props.name, int(props.total_memory), props.multi_processor_count
     import platform
 
-    triton_version = None
+    return f"CPU {platform.processor() or platform.machine()}", 0, None
+
+
+def _triton_version(required: bool) -> str | None:
     try:
         import triton
-
-        triton_version = str(triton.__version__)
     except ImportError:
-        if device == "cuda":
+        if required:
             raise UsageError(
                 "kvplan calibrate needs triton on a GPU: pip install 'kvplan[calibrate]'"
             ) from None
+        return None
+    return str(triton.__version__)
+
+
+def blank_profile(device: str, quick: bool, gpu_specs: list | None = None) -> Profile:
+    """A profile of this device with nothing measured yet: its name, memory, versions, date."""
+    torch = _require_torch(device)
+    if gpu_specs is None:
+        from kvplan.specs.registry import all_gpus
+
+        gpu_specs = all_gpus()
+    name, memory, sms = _identify(torch, device)
+    spec = match_gpu(name, memory, gpu_specs) if device == "cuda" else None
+    notes = []
+    if device == "cpu":
+        notes.append(
+            "CPU profile: measured on this CPU (the decode kernel with the torch reference); for tests "
+            "and dry runs, never a GPU's figures"
+        )
+    return Profile(
+        device=device,
+        device_name=name,
+        gpu_spec=spec.name if spec else None,
+        memory_bytes=memory,
+        sm_count=sms,
+        driver=_driver() if device == "cuda" else None,
+        torch=str(torch.__version__),
+        triton=_triton_version(required=False),
+        measured_on=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        quick=quick,
+        datasheet_bytes_per_s=spec.hbm_bytes_per_s if spec else None,
+        notes=notes,
+    )
+
+
+def measure_kernel(
+    prof: Profile, layout: dict, kv_dtypes: list[str], progress: Callable[[str], None]
+) -> None:
+    """The paged decode kernel's part: ceilings, the batch x context sweep, the bandwidth fit."""
+    device, quick = prof.device, prof.quick
+    torch = _require_torch(device)
+    _triton_version(required=device == "cuda")
     if device == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        name, memory, sms = props.name, int(props.total_memory), props.multi_processor_count
-        free = torch.cuda.mem_get_info()[0]
-        budget = int(free * 0.4)
+        budget = int(torch.cuda.mem_get_info()[0] * 0.4)
         ceiling_bytes = 1 << 30
     else:
-        name, memory, sms = f"CPU {platform.processor() or platform.machine()}", 0, None
         budget = 256 << 20
         ceiling_bytes = 64 << 20
     runs = 20 if quick else 50
-    progress(f"{name}: ceilings over {ceiling_bytes / 2**20:,.0f} MiB")
+    progress(f"{prof.device_name}: ceilings over {ceiling_bytes / 2**20:,.0f} MiB")
     ceilings = measure_ceilings(device, ceiling_bytes, runs)
     progress(
         f"  copy {ceilings['copy_bytes_per_s'] / 1e9:,.1f} GB/s (read + write), "
@@ -283,32 +263,91 @@ def run(
             f"  [{i}/{len(grid)}] {dt} batch {b:>3} context {c:>6,}: {p.seconds * 1e3:8.3f} ms, "
             f"{p.bytes_per_s / 1e9:8.1f} GB/s"
         )
-    fit = fit_curve([(p.bytes, p.bytes_per_s) for p in points])
-    spec = match_gpu(name, memory, gpu_specs) if device == "cuda" else None
-    notes = [
-        "bytes counted: Q + K/V read in whole pages + output; decimal GB/s",
-        f"{skipped} of {len(grid)} points skipped: their caches exceed {budget / 2**30:.1f} GiB",
+    prof.layout, prof.ceilings, prof.points = layout, ceilings, points
+    prof.fit = fit_curve([(p.bytes, p.bytes_per_s) for p in points])
+    prof.notes += [
+        "decode kernel bytes counted: Q + K/V read in whole pages + output; decimal GB/s",
+        f"{skipped} of {len(grid)} kernel points skipped: their caches exceed {budget / 2**30:.1f} GiB",
     ]
+
+
+def run(
+    device: str,
+    quick: bool,
+    layout: dict,
+    kv_dtypes: list[str],
+    gpu_specs: list,
+    progress: Callable[[str], None],
+    parts: tuple[str, ...] = ("kernel",),
+    nproc: int = 2,
+) -> Profile:
+    """Measure `parts` of this device (kernel, gemm, launch, allreduce) into one profile. On a CPU
+    with one torch thread: OpenMP threads that wait on each other stall for a scheduler tick when
+    another process holds a core, which made the figures depend on the machine's other load."""
+    torch = _require_torch(device)
+    prof = blank_profile(device, quick, gpu_specs)
+    threads = torch.get_num_threads()
     if device == "cpu":
-        notes.append("CPU profile: the torch reference on this CPU, not a GPU kernel; for tests and dry runs")
-    return Profile(
-        device=device,
-        device_name=name,
-        gpu_spec=spec.name if spec else None,
-        memory_bytes=memory,
-        sm_count=sms,
-        driver=_driver() if device == "cuda" else None,
-        torch=str(torch.__version__),
-        triton=triton_version,
-        measured_on=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        quick=quick,
-        layout=layout,
-        ceilings=ceilings,
-        points=points,
-        fit=fit,
-        datasheet_bytes_per_s=spec.hbm_bytes_per_s if spec else None,
-        notes=notes,
-    )
+        torch.set_num_threads(1)
+        prof.notes.append("CPU: measured with one torch thread (torchrun's ranks too)")
+    try:
+        _measure_parts(torch, prof, parts, layout, kv_dtypes, nproc, progress)
+    finally:
+        torch.set_num_threads(threads)
+    return prof
+
+
+def _measure_parts(
+    torch,
+    prof: Profile,
+    parts: tuple[str, ...],
+    layout: dict,
+    kv_dtypes: list[str],
+    nproc: int,
+    progress: Callable[[str], None],
+) -> None:
+    from kvplan import calibrate_dist, calibrate_gemm
+
+    device, quick = prof.device, prof.quick
+    if "kernel" in parts:
+        measure_kernel(prof, layout, kv_dtypes, progress)
+    if "gemm" in parts:
+        batches = ", ".join(map(str, calibrate_gemm.GEMM_BATCHES))
+        progress(f"{prof.device_name}: decode GEMMs, batch {batches}")
+        prof.gemm, notes = calibrate_gemm.measure_gemms(torch, device, quick, progress)
+        prof.notes += notes
+    if "launch" in parts:
+        prof.launch = calibrate_gemm.measure_launch(torch, device)
+        graph = prof.launch.graph_seconds
+        progress(
+            f"  launch floor: {prof.launch.seconds * 1e6:,.2f} us eager"
+            + (f", {graph * 1e6:,.2f} us in a CUDA graph" if graph else "")
+        )
+    if "allreduce" in parts:
+        if device == "cuda":
+            torch.cuda.empty_cache()  # the ranks want GPU 0's memory too
+        prof.allreduce = prof.with_allreduce(calibrate_dist.spawn(device, nproc, quick, progress)).allreduce
+
+
+def parts_for(device: str, only: str | None, nproc: int | None) -> tuple[tuple[str, ...], int]:
+    """(parts to measure, processes for the all-reduce). Default: kernel, gemm and launch, and on
+    a machine with several GPUs the all-reduce over all of them; --only picks parts."""
+    torch = _require_torch(device)
+    gpus = torch.cuda.device_count() if device == "cuda" else 0
+    procs = nproc if nproc is not None else (gpus if device == "cuda" else 2)
+    if only is None:
+        wanted = ["kernel", "gemm", "launch"] + (["allreduce"] if device == "cuda" and procs >= 2 else [])
+    else:
+        wanted = [p.strip() for p in only.split(",") if p.strip()]
+        bad = [p for p in wanted if p not in PARTS]
+        if not wanted or bad:
+            raise UsageError(f"--only: {', '.join(bad) or repr(only)}: choose from {', '.join(PARTS)}")
+    if "allreduce" in wanted:
+        if procs < 2:
+            raise UsageError(f"--nproc-per-node: an all-reduce needs at least 2 processes, got {procs}")
+        if device == "cuda" and procs > gpus:
+            raise UsageError(f"--nproc-per-node {procs}: this machine has {gpus} GPU(s)")
+    return tuple(p for p in PARTS if p in wanted), procs
 
 
 def kv_dtypes_for(device: str, requested: str | None) -> list[str]:
@@ -330,9 +369,12 @@ def measure_and_save(
     output: str | None,
     progress: Callable[[str], None],
     force: bool = False,
+    only: str | None = None,
+    nproc: int | None = None,
 ) -> tuple[Profile, Path]:
-    """`kvplan calibrate`: sweep this device with the model's head layout (or the standard one),
-    save the profile (default: kvplan's data dir, by GPU spec name) and say where."""
+    """`kvplan calibrate`: measure this device (the kernel with the model's head layout, or the
+    standard one; GEMMs; the launch floor; all-reduces), save the profile (default: kvplan's data
+    dir, by GPU spec name) and say where."""
     from kvplan.specs.registry import all_gpus, load_model
 
     if device not in ("cuda", "cpu"):
@@ -344,8 +386,9 @@ def measure_and_save(
         _check_kv_dtypes(kv_dtype)
     layout = model_layout(load_model(model)) if model else dict(STANDARD_LAYOUT)
     _require_torch(device)  # before the dtypes: a missing torch is the error to report
+    parts, procs = parts_for(device, only, nproc)
     dtypes = kv_dtypes_for(device, kv_dtype)
-    prof = run(device, quick, layout, dtypes, all_gpus(), progress)
+    prof = run(device, quick, layout, dtypes, all_gpus(), progress, parts, procs)
     path = Path(output) if output else default_path(prof.gpu_spec or prof.device_name)
     check_output(path, force or not output)  # kvplan's own data dir: its profiles only
     save(prof, path)
@@ -390,107 +433,6 @@ def match_gpu(device_name: str, memory_bytes: int, gpus: list):
     if len(cands) > 1:
         cands.sort(key=lambda g: abs(g.memory_bytes - memory_bytes))
     return cands[0] if cands else None
-
-
-# --- profiles on disk --------------------------------------------------------------------------
-
-
-def default_path(name: str) -> Path:
-    return profile_path(name)
-
-
-def save(profile: Profile, path: Path) -> None:
-    write_atomic(path, profile.to_yaml())
-
-
-def load(path: Path) -> Profile:
-    def bad(what: str) -> SpecError:
-        return SpecError(f"{path}: {what}; re-run `kvplan calibrate` or pass another --calibration")
-
-    if not path.exists() and not path.is_symlink():
-        raise SpecError(f"{path}: no such calibration profile; run `kvplan calibrate` first")
-    try:
-        data = load_yaml_text(read_text(path), path)
-    except SpecError as exc:
-        raise bad(
-            str(exc).removeprefix(f"{path}:").strip().replace("malformed YAML", "not valid YAML")
-        ) from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise bad(f"not a kvplan calibration profile (schema {found!r}, expected {SCHEMA!r})")
-    _check_fields(data, bad)
-    try:
-        fit = Fit(**data["fit"])
-        points = [Point(**p) for p in data["points"]]
-        prof = Profile(**{**data, "fit": fit, "points": points})
-    except (KeyError, TypeError) as exc:
-        raise bad(f"malformed ({exc})") from None
-    if prof.device not in ("cuda", "cpu"):
-        raise bad(f"device {prof.device!r} is neither cuda nor cpu")
-    if not (fit.peak_bytes_per_s > 0 and fit.half_bytes >= 0) or not points:
-        raise bad("fit or points missing or not positive")
-    return prof
-
-
-_TEXT = (str,)
-_NUMBER = (int, float)
-_PROFILE_FIELDS: dict[str, tuple[type, ...]] = {
-    "device": _TEXT,
-    "device_name": _TEXT,
-    "measured_on": _TEXT,
-    "torch": _TEXT,
-    "memory_bytes": (int,),
-    "quick": (bool,),
-    "layout": (dict,),
-    "ceilings": (dict,),
-    "points": (list,),
-    "fit": (dict,),
-}
-_FIT_FIELDS = ("peak_bytes_per_s", "half_bytes", "rms_relative_error")
-_POINT_FIELDS = ("batch", "context", "bytes", "seconds", "bytes_per_s")
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, _NUMBER) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _check_fields(data: dict, bad: Callable[[str], SpecError]) -> None:
-    """Every field a plan reads, of the right type and finite: a corrupt profile is one line
-    naming the field, never a crash in every estimate on that GPU."""
-    for name, types in _PROFILE_FIELDS.items():
-        if name not in data:
-            raise bad(f"malformed: {name}: required field is missing")
-        if not isinstance(data[name], types):
-            raise bad(f"{name}: expected {types[0].__name__}, got {data[name]!r}"[:200])
-    for name in ("gpu_spec", "driver", "triton"):
-        if data.get(name) is not None and not isinstance(data[name], str):
-            raise bad(f"{name}: expected text, got {data[name]!r}"[:200])
-    fit = data["fit"]
-    for name in _FIT_FIELDS:
-        if not _finite(fit.get(name)):
-            raise bad(f"fit.{name}: expected a finite number, got {fit.get(name)!r}"[:200])
-    if data.get("datasheet_bytes_per_s") is not None and not _finite(data["datasheet_bytes_per_s"]):
-        raise bad(f"datasheet_bytes_per_s: expected a finite number, got {data['datasheet_bytes_per_s']!r}")
-    for i, point in enumerate(data["points"]):
-        if not isinstance(point, dict):
-            raise bad(f"points[{i}]: expected a mapping")
-        for name in _POINT_FIELDS:
-            if not _finite(point.get(name)):
-                raise bad(f"points[{i}].{name}: expected a finite number, got {point.get(name)!r}"[:200])
-    for name, value in data["ceilings"].items():
-        if not _finite(value):
-            raise bad(f"ceilings.{name}: expected a finite number, got {value!r}"[:200])
-
-
-def find_for(gpu_name: str) -> tuple[Profile, Path] | None:
-    """A saved GPU profile for this shipped GPU (CPU profiles are only used when named)."""
-    path = default_path(gpu_name)
-    if not path.exists():
-        return None
-    prof = load(path)
-    if prof.device != "cuda" or prof.gpu_spec != gpu_name:
-        return None
-    return prof, path
 
 
 def model_layout(spec) -> dict[str, Any]:

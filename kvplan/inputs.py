@@ -104,6 +104,7 @@ class EstimateFlags:
     images_per_request: int = 1
     calibration: bool = True
     calibration_file: str | None = None
+    force_calibration: bool = False
     usage: str = "serve"
     dtype: str = "auto"
     cpu_offload_gb: float = 0.0
@@ -149,7 +150,7 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
         reserve_bytes, reserve_source = calibrated_reserve(
             spec.name, gpu, f.engine.lower(), num_gpus, nodes or 1, tp, pp, mnbt or _default_mnbt(f, gpu)
         )
-    bandwidth = bandwidth_profile(gpu, f.calibration, f.calibration_file)
+    bandwidth = bandwidth_profile(gpu, f.calibration, f.calibration_file, f.force_calibration)
     return PlanRequest(
         model=spec,
         gpu=gpu,
@@ -208,23 +209,30 @@ def _default_mnbt(f: EstimateFlags, gpu: GpuSpec) -> int:
     return cls.batch_defaults(gpu, f.usage, cls.parse_version(f.engine_version)).max_num_batched_tokens
 
 
-def bandwidth_profile(gpu: GpuSpec, use_saved: bool, path: str | None) -> dict[str, Any]:
-    """PlanRequest fields for a measured decode bandwidth: a named profile, else this GPU's saved one."""
+def bandwidth_profile(gpu: GpuSpec, use_saved: bool, path: str | None, force: bool = False) -> dict[str, Any]:
+    """PlanRequest fields from a `kvplan calibrate` profile: a named one, else this GPU's saved one.
+    A profile of another device (a CPU, another GPU) is refused unless `force`, and then says so."""
     from kvplan.userdata import profile_path
 
     if not path and not (use_saved and profile_path(gpu.name).exists()):
         return {}  # nothing to read: the calibration module need not even load
-    from kvplan import calibrate
+    from kvplan import calibration
 
-    found = (calibrate.load(Path(path)), Path(path)) if path else calibrate.find_for(gpu.name)
+    found = (calibration.load(Path(path)), Path(path)) if path else calibration.find_for(gpu.name)
     if found is None:
         return {}
     prof, where = found
-    return {
-        "decode_bandwidth_bytes_per_s": prof.fit.peak_bytes_per_s,
-        "decode_bandwidth_half_bytes": prof.fit.half_bytes,
-        "decode_bandwidth_source": prof.describe(where),
+    fields: dict[str, Any] = {
+        "calibration": prof,
+        "calibration_use": calibration.use_for(prof, where, gpu, force),
     }
+    if prof.fit is not None:
+        fields.update(
+            decode_bandwidth_bytes_per_s=prof.fit.peak_bytes_per_s,
+            decode_bandwidth_half_bytes=prof.fit.half_bytes,
+            decode_bandwidth_source=prof.describe(where),
+        )
+    return fields
 
 
 def calibrated_reserve(

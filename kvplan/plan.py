@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from kvplan import engines, kv
 from kvplan.capacity import Fragmentation, Pool, PrefixCaching, StagePlan, fragmentation, prefix_caching
@@ -31,6 +31,9 @@ from kvplan.weights import (
     matrix_stage_weights,
     stage_weights,
 )
+
+if TYPE_CHECKING:
+    from kvplan.calibration import CalibrationUse
 
 __all__ = ["SCHEMA", "Plan", "PlanRequest", "StagePlan", "estimate"]
 
@@ -162,6 +165,7 @@ class Plan:
     decode: Decode
     prefill: Prefill
     explain: list[Explain] = field(default_factory=list)
+    calibration: CalibrationUse | None = None  # the `kvplan calibrate` profile used, if any
 
     @property
     def engine_kv_cache_tokens(self) -> int | None:
@@ -805,4 +809,5 @@ def estimate(req: PlanRequest) -> Plan:
         decode=decode,
         prefill=prefill,
         explain=ex,
+        calibration=req.calibration_use,
     )

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kvplan.engines.base import USAGES
 from kvplan.errors import ContextTooLong, UsageError
 from kvplan.formats import Format, kv_format, normalize_dtype_name
 from kvplan.limits import MAX_GIB, MAX_GPUS, MAX_NODES, MAX_TOKENS, MAX_USERS, check_number
 from kvplan.specs.models import GpuSpec, ModelSpec
+
+if TYPE_CHECKING:
+    from kvplan.calibration import CalibrationUse, Profile
 
 
 def model_dtype_name(text: str) -> str | None:
@@ -58,6 +62,9 @@ class PlanRequest:
     )
     decode_bandwidth_half_bytes: float = 0.0  # the measured curve's half-saturation bytes
     decode_bandwidth_source: str | None = None
+    # the `kvplan calibrate` profile in use (GEMMs, all-reduces, launch floor for the step model)
+    calibration: Profile | None = field(default=None, compare=False, repr=False)
+    calibration_use: CalibrationUse | None = None  # which file, and whether forced onto another device
     enable_prefix_caching: bool = True
     shared_prefix_tokens: int = 0
     prefix_hit_rate: float = 1.0

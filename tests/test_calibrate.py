@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from helpers import run_cli
-from kvplan import calibrate
+from kvplan import calibrate, calibrate_dist, calibrate_gemm, calibration
 from kvplan.specs.registry import all_gpus
 
 
@@ -38,33 +38,83 @@ def test_device_names_match_shipped_gpus(device_name, memory_gib, expected):
     assert (spec.name if spec else None) == expected
 
 
-def test_cpu_pipeline_measures_fits_saves_and_estimate_reads_it(tmp_path):
+def test_cpu_pipeline_measures_every_part_saves_and_estimate_reads_it(tmp_path):
+    """Real measurements on this CPU: the kernel sweep, decode GEMMs, the launch floor, and a gloo
+    all-reduce over two processes started by torchrun (the GPU path's launcher)."""
     pytest.importorskip("torch")
     path = tmp_path / "cpu.yaml"
-    r = run_cli("calibrate", "--device", "cpu", "--quick", "--output", str(path))
+    r = run_cli(
+        "calibrate", "--device", "cpu", "--quick", "--only", "kernel,gemm,launch,allreduce",
+        "--output", str(path),
+    )  # fmt: skip
     assert r.exit_code == 0, r.stderr
     assert "saved" in r.stdout and "CPU profile" in r.stdout
-    assert "[4/4]" in r.stderr  # progress while it runs
+    assert "[4/4]" in r.stderr and "allreduce: gloo x2" in r.stderr  # progress while it runs
     data = yaml.safe_load(path.read_text())
-    assert data["schema"] == "kvplan.calibration/1" and data["device"] == "cpu"
+    assert data["schema"] == "kvplan.calibration/2" and data["device"] == "cpu"
     assert {"torch", "triton", "measured_on", "layout", "ceilings", "points", "fit"} <= set(data)
     assert len(data["points"]) == 4 and all(p["seconds"] > 0 for p in data["points"])
     assert data["ceilings"]["copy_bytes_per_s"] > 0 and data["ceilings"]["read_bytes_per_s"] > 0
+    shapes = calibrate_gemm.GEMM_SHAPES[("cpu", True)]
+    dtypes = {g["dtype"] for g in data["gemm"]}
+    assert len(data["gemm"]) == len(dtypes) * len(shapes) * len(calibrate_gemm.GEMM_BATCHES)
+    # fp8 wherever torch._scaled_mm runs (this torch's CPU build has one), else skipped with a note
+    assert dtypes == {"bf16", "fp16", "fp8"} or any("fp8 skipped" in n for n in data["notes"])
+    (ar,) = data["allreduce"]
+    assert (ar["backend"], ar["world_size"], ar["nodes"]) == ("gloo", 2, 1)
+    assert [p["bytes"] for p in ar["points"]] == list(calibrate_dist.QUICK_MESSAGE_BYTES)
+    assert ar["bytes_per_s"] > 0 and ar["latency_seconds"] >= 0
+    assert data["launch"]["seconds"] > 0 and data["launch"]["graph_seconds"] is None
     assert [p.name for p in tmp_path.iterdir()] == ["cpu.yaml"]  # written atomically, nothing left over
-    prof = calibrate.load(path)
 
-    j = run_cli(
-        "estimate", "-m", "llama3-8b", "--context", "8K", "--calibration-file", str(path), "--json"
-    ).json()
+    # round trip: the loaded profile gives back the very figures on disk
+    prof = calibration.load(path)
+    again = tmp_path / "again.yaml"
+    calibration.save(prof, again)
+    assert calibration.load(again) == prof and yaml.safe_load(again.read_text()) == data
+    g = data["gemm"][0]
+    assert prof.gemm_seconds(g["dtype"], g["batch"], g["k"], g["n"]) == pytest.approx(g["seconds"])
+    assert (prof.gemm_seconds("fp8", 1, 4096, 4096) is None) == ("fp8" not in dtypes)
+    big = ar["points"][-1]["bytes"]
+    assert prof.allreduce_seconds(big, 2) == pytest.approx(ar["latency_seconds"] + big / ar["bytes_per_s"])
+    assert prof.allreduce_seconds(big, 8) is None and prof.allreduce_seconds(big, 1) == 0.0
+    assert prof.launch_seconds == data["launch"]["seconds"] and prof.device_kind == "cpu"
+
+    # a CPU profile never describes an H100 silently: refused in one line, or used when forced
+    est = (
+        "estimate",
+        "-m",
+        "llama3-8b",
+        "--gpus",
+        "1xH100",
+        "--context",
+        "8K",
+        "--calibration-file",
+        str(path),
+    )
+    refused = run_cli(*est, "--json")
+    assert (
+        refused.exit_code == 2
+        and "a CPU profile" in refused.stderr
+        and "--force-calibration" in refused.stderr
+    )
+    assert len(refused.stderr.strip().splitlines()) == 1 and "cpu.yaml" in refused.stderr
+    forced = run_cli(*est, "--force-calibration", "--json")
+    assert forced.exit_code == 0, forced.stderr
+    assert forced.stderr.startswith("warning: calibration") and "--force-calibration" in forced.stderr
+    j = forced.json()
+    assert j["calibration"]["forced"] and not j["calibration"]["matches_gpu"]
+    assert j["calibration"]["device"] == "cpu" and j["calibration"]["path"] == str(path)
     d = j["decode"]
     assert d["measured"] and "CPU profile" in d["bandwidth_source"]
     one = d["batch_1"]
     streamed = one["weight_bytes_read"] + one["kv_bytes_read"]
+    assert prof.fit is not None
     bandwidth = prof.fit.bandwidth(streamed)
     assert one["tpot_ms"] == pytest.approx(streamed / bandwidth * 1e3 + 0.2, rel=1e-6)
-    # a CPU profile is never picked up by GPU name, only when named
+    # nor is it picked up by GPU name
     auto = run_cli("estimate", "-m", "llama3-8b", "--context", "8K", "--json").json()
-    assert not auto["decode"]["measured"]
+    assert not auto["decode"]["measured"] and auto["calibration"] is None
 
 
 def test_saved_gpu_profile_is_found_by_gpu_name(tmp_path):
@@ -136,3 +186,64 @@ def test_model_layouts():
     assert math.isclose(
         calibrate.kv_bytes({"kv_heads": 8, "head_dim": 128, "v_dim": 128}, 2, 17, 2), 2 * 32 * 8 * 256 * 2
     )  # 17 tokens occupy two 16-token pages
+
+
+def test_parts_and_processes_are_checked_before_measuring(monkeypatch):
+    pytest.importorskip("torch")
+
+    def boom(*a, **k):
+        raise AssertionError("measured before checking the arguments")
+
+    monkeypatch.setattr(calibrate, "run", boom)
+    bad = run_cli("calibrate", "--device", "cpu", "--only", "gemm,flops")
+    assert bad.exit_code == 2 and "--only: flops" in bad.stderr
+    one = run_cli("calibrate", "--device", "cpu", "--only", "allreduce", "--nproc-per-node", "1")
+    assert one.exit_code == 2 and "at least 2 processes" in one.stderr
+    assert calibrate.parts_for("cpu", None, None) == (("kernel", "gemm", "launch"), 2)
+
+
+def test_calibrate_dist_outside_torchrun_says_how_to_run_it(tmp_path, capsys):
+    assert calibrate_dist.main(["--device", "cpu", "--output", str(tmp_path / "p.yaml")]) == 2
+    assert "torchrun --nproc-per-node" in capsys.readouterr().err
+    assert calibrate_dist.world_sizes(8) == [2, 4, 8] and calibrate_dist.world_sizes(12) == [2, 4, 8, 12]
+    assert calibrate_dist.world_sizes(1) == []
+
+
+def _cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return torch
+
+
+def test_gpu_gemm_and_launch_parts(tmp_path):
+    """On a GPU: GEMMs of every dtype the card has (fp8 on sm89+), the launch floor with and
+    without a CUDA graph, and large bf16 weights streaming at a plausible share of the datasheet."""
+    torch = _cuda()
+    path = tmp_path / "gpu.yaml"
+    r = run_cli("calibrate", "--quick", "--only", "gemm,launch", "--output", str(path), "--json")
+    assert r.exit_code == 0, r.stderr
+    prof = calibration.load(path)
+    fp8 = torch.cuda.get_device_capability(0) >= (8, 9)
+    assert {p.dtype for p in prof.gemm} == ({"bf16", "fp16", "fp8"} if fp8 else {"bf16", "fp16"})
+    assert prof.launch is not None and prof.launch.graph_seconds is not None
+    assert 0 < prof.launch.graph_seconds < prof.launch.seconds < 1e-3
+    big = max(p for p in prof.gemm if p.dtype == "bf16" and p.batch == 1 and p.k * p.n >= 8192 * 28672)
+    if prof.datasheet_bytes_per_s:
+        share = big.weight_bytes_per_s / prof.datasheet_bytes_per_s
+        print(
+            f"bf16 {big.k}x{big.n} batch 1: {big.weight_bytes_per_s / 1e9:,.0f} GB/s, {share:.0%} of datasheet"
+        )
+        assert 0.3 < share < 1.05
+
+
+def test_gpu_allreduce_over_every_gpu(tmp_path):
+    torch = _cuda()
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two or more GPUs")
+    path = tmp_path / "ar.yaml"
+    r = run_cli("calibrate", "--quick", "--only", "allreduce", "--output", str(path))
+    assert r.exit_code == 0, r.stderr
+    prof = calibration.load(path)
+    assert prof.allreduce and all(a.backend == "nccl" for a in prof.allreduce)
+    assert prof.allreduce_seconds(1 << 20, torch.cuda.device_count()) is not None

@@ -27,19 +27,43 @@ def calibrate(
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing --output file that is not a kvplan profile.")
     ] = False,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            "--only",
+            help="Comma list of parts: kernel, gemm, launch, allreduce (default: the first three, and "
+            "allreduce over all local GPUs when there are several).",
+        ),
+    ] = None,
+    nproc_per_node: Annotated[
+        int | None,
+        typer.Option(
+            "--nproc-per-node", help="Processes for the all-reduce, one per GPU (default: every GPU; cpu: 2)."
+        ),
+    ] = None,
     json_out: o.Json = False,
 ) -> None:
-    """Measure what kvplan's paged decode kernel reaches on this GPU and save it for estimate.
+    """Measure this GPU for the decode step model and save a profile that estimate uses.
 
-    --model takes the head layout of that model (default: GQA 32/8 x 128); --output the profile's
-    path (default: kvplan's data dir)."""
+    Parts: kvplan's paged decode kernel (--model takes that model's head layout, default GQA 32/8 x
+    128), decode-shaped GEMMs (bf16, fp16, fp8 on sm89+), the kernel launch floor, and all-reduces
+    over the local GPUs (torchrun; across nodes run `torchrun ... -m kvplan.calibrate_dist`).
+    --output is the profile's path (default: kvplan's data dir)."""
     from rich.console import Console
 
     from kvplan.calibrate import measure_and_save
 
     err = Console(stderr=True, soft_wrap=True)  # progress goes to stderr, so --json stays parseable
     prof, path = measure_and_save(
-        device, quick, model, kv_dtype, output, lambda line: err.print(line, highlight=False), force
+        device,
+        quick,
+        model,
+        kv_dtype,
+        output,
+        lambda line: err.print(line, highlight=False, markup=False),
+        force,
+        only=only,
+        nproc=nproc_per_node,
     )
     if json_out:
         from kvplan.render.jsonout import profile_json, to_json

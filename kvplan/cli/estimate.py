@@ -91,6 +91,14 @@ CalibrationFile = Annotated[
     str | None,
     typer.Option("--calibration-file", help="A `kvplan calibrate` profile to take decode bandwidth from."),
 ]
+ForceCalibration = Annotated[
+    bool,
+    typer.Option(
+        "--force-calibration",
+        help="Use a calibration profile measured on another device (a CPU, another GPU) anyway; the "
+        "output says so.",
+    ),
+]
 Usage = Annotated[
     str,
     typer.Option(
@@ -173,6 +181,7 @@ def estimate(
     images_per_request: ImagesPerRequest = 1,
     calibration: Calibration = True,
     calibration_file: CalibrationFile = None,
+    force_calibration: ForceCalibration = False,
     usage: Usage = "serve",
     dtype: Dtype = "auto",
     cpu_offload_gb: CpuOffloadGb = 0.0,
@@ -191,6 +200,8 @@ def estimate(
     req = inputs.plan_request(inputs.EstimateFlags(**flags))
     for warning in req.model.warnings:  # before planning: an infeasible verdict may rest on them too
         typer.echo(f"warning: {warning}", err=True)
+    if req.calibration_use is not None and req.calibration_use.warning:
+        typer.echo(f"warning: {req.calibration_use.warning}", err=True)
     plan = run_estimate(req)
     if json_out:
         from kvplan.render.jsonout import to_json

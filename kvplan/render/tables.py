@@ -401,6 +401,31 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
 
 def render_profile(prof, path, console: Console) -> None:
     label = "CPU profile" if prof.device == "cpu" else prof.device_name
+    if prof.points:
+        _render_kernel(prof, label, console)
+    if prof.gemm:
+        _render_gemm(prof, label, console)
+    for a in prof.allreduce:
+        console.print(
+            f"all-reduce ({a.backend}, {a.world_size} ranks on {a.nodes} node{'s' if a.nodes > 1 else ''}, "
+            f"{len(a.points)} sizes {fmt_bytes(a.points[0].bytes)}..{fmt_bytes(a.points[-1].bytes)}): "
+            f"{a.latency_seconds * 1e6:,.1f} us + bytes / {a.bytes_per_s / 1e9:,.2f} GB/s "
+            f"(bus {a.bus_bytes_per_s / 1e9:,.2f} GB/s); rms error {a.rms_relative_error:.1%}",
+            highlight=False,
+        )
+    if prof.launch:
+        graph = prof.launch.graph_seconds
+        console.print(
+            f"launch floor: {prof.launch.seconds * 1e6:,.2f} us per kernel eager"
+            + (f", {graph * 1e6:,.2f} us in a CUDA graph" if graph else ""),
+            highlight=False,
+        )
+    for n in prof.notes:
+        console.print(f"- {n}", highlight=False, markup=False)
+    console.print(f"saved {path}", highlight=False, markup=False)
+
+
+def _render_kernel(prof, label: str, console: Console) -> None:
     t = _table(
         f"Decode kernel on {label} ({'quick' if prof.quick else 'full'} sweep)",
         "KV",
@@ -421,11 +446,12 @@ def render_profile(prof, path, console: Console) -> None:
         )
     console.print(t)
     c = prof.ceilings
-    console.print(
-        f"ceilings: copy {c['copy_bytes_per_s'] / 1e9:,.1f} GB/s (read + write), "
-        f"read-only stream {c['read_bytes_per_s'] / 1e9:,.1f} GB/s",
-        highlight=False,
-    )
+    if c:
+        console.print(
+            f"ceilings: copy {c['copy_bytes_per_s'] / 1e9:,.1f} GB/s (read + write), "
+            f"read-only stream {c['read_bytes_per_s'] / 1e9:,.1f} GB/s",
+            highlight=False,
+        )
     f = prof.fit
     sheet = f" (datasheet {prof.datasheet_bytes_per_s / 1e9:,.0f} GB/s)" if prof.datasheet_bytes_per_s else ""
     console.print(
@@ -433,6 +459,20 @@ def render_profile(prof, path, console: Console) -> None:
         f"rms error {f.rms_relative_error:.1%}",
         highlight=False,
     )
-    for n in prof.notes:
-        console.print(f"- {n}", highlight=False, markup=False)
-    console.print(f"saved {path}", highlight=False, markup=False)
+
+
+def _gbps(bytes_per_s: float) -> str:
+    gb = bytes_per_s / 1e9
+    return f"{gb:,.0f}" if gb >= 100 else f"{gb:.3g}"
+
+
+def _render_gemm(prof, label: str, console: Console) -> None:
+    """One row per (dtype, K x N): weight GB/s at each measured batch."""
+    batches = sorted({p.batch for p in prof.gemm})
+    t = _table(f"Decode GEMMs on {label}: weight GB/s by batch", "dtype", "K x N", *map(str, batches))
+    rows: dict[tuple[str, int, int], dict[int, float]] = {}
+    for p in prof.gemm:
+        rows.setdefault((p.dtype, p.k, p.n), {})[p.batch] = p.weight_bytes_per_s
+    for (dtype, k, n), by_batch in rows.items():
+        t.add_row(dtype, f"{k}x{n}", *(_gbps(by_batch[b]) if b in by_batch else "-" for b in batches))
+    console.print(t)

@@ -1,0 +1,186 @@
+"""Weight streaming and the launch floor: what a decode step's GEMMs and its many small kernels cost.
+
+A decode GEMM is F.linear(x[B, K], W[N, K]) with B (the batch) small: it streams the weight once,
+so its time is weight bytes / bandwidth until B is large enough to be compute-bound. bf16 and fp16
+everywhere; fp8 (e4m3, per-tensor scales, torch._scaled_mm, bf16 out) where that runs (sm89+
+GPUs, CPU builds that have it). Each point is the median of many runs: CUDA events with L2 flushed
+before each run on a GPU, perf_counter on a CPU. torch is passed in by the caller (kvplan.calibrate), never imported at module level.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kvplan.calibration import GemmPoint, Launch
+
+GEMM_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# (K, N) of typical decode matrices: Llama-3-8B attention/MLP (4096 x 4096, 4096 x 14336),
+# Llama-3-70B (8192 x 8192, 8192 x 28672), and the small slices tensor parallelism leaves
+GEMM_SHAPES = {
+    ("cuda", False): ((1024, 1024), (4096, 1024), (4096, 4096), (4096, 14336), (8192, 8192), (8192, 28672)),
+    ("cuda", True): ((1024, 1024), (4096, 4096), (8192, 28672)),
+    ("cpu", False): ((256, 256), (512, 1024), (1024, 2048)),
+    ("cpu", True): ((256, 256), (1024, 2048)),
+}
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+L2_FLUSH_BYTES = 256 << 20  # larger than any GPU's L2 (H200: 50 MiB, B200: 126 MiB)
+CPU_POINT_S = 0.05  # a CPU point is timed for about this long
+
+
+def median_seconds(torch: Any, fn: Callable[[], Any], device: str, runs: int, flush: Any = None) -> float:
+    """Median seconds of `fn`: on a GPU, CUDA events around each run after 3 warm-ups, the L2
+    flushed (`flush`, a large buffer, zeroed) before each run; on a CPU, perf_counter, with as
+    many runs as fit in CPU_POINT_S (at least 5, at most `runs`)."""
+    if device == "cuda":
+        for _ in range(3):
+            fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+        for start, end in zip(starts, ends, strict=True):
+            if flush is not None:
+                flush.zero_()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)) / 1e3
+    t = time.perf_counter()
+    fn()  # warm-up, and a first idea of the time
+    first = time.perf_counter() - t
+    count = max(5, min(runs, int(CPU_POINT_S / max(first, 1e-9))))
+    times = []
+    for _ in range(count):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def gemm_dtypes(torch: Any, device: str) -> tuple[list[str], list[str]]:
+    """(dtypes to measure, notes): bf16 and fp16; fp8 where torch._scaled_mm runs: sm89+ GPUs,
+    and CPUs whose torch has an fp8 _scaled_mm (checked on a 16 x 16 product)."""
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        return ["bf16", "fp16"], [f"GEMM fp8 skipped: torch {torch.__version__} has no _scaled_mm"]
+    if device == "cuda":
+        cap = torch.cuda.get_device_capability(0)
+        if cap < (8, 9):
+            return ["bf16", "fp16"], [f"GEMM fp8 skipped: sm{cap[0]}{cap[1]} has no fp8 tensor cores (sm89+)"]
+    try:
+        _gemm_fn(torch, device, "fp8", 16, _weight(torch, device, "fp8", 16, 16))()
+    except (RuntimeError, TypeError, NotImplementedError) as exc:
+        return ["bf16", "fp16"], [
+            f"GEMM fp8 skipped: torch._scaled_mm fails here ({str(exc).splitlines()[0][:100]})"
+        ]
+    return ["bf16", "fp16", "fp8"], []
+
+
+def _weight(torch: Any, device: str, dtype: str, k: int, n: int) -> Any:
+    """W[n, k] as a linear layer holds it (fp8: its transpose, column-major [k, n], as _scaled_mm wants)."""
+    if dtype == "fp8":
+        return torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()
+    return torch.randn(n, k, device=device, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
+
+
+def _gemm_fn(torch: Any, device: str, dtype: str, batch: int, w: Any) -> Callable[[], Any]:
+    """The decode GEMM x[batch, k] @ W^T with a fresh x."""
+    if dtype == "fp8":
+        x = torch.randn(batch, w.shape[0], device=device).to(torch.float8_e4m3fn)
+        one = torch.ones((), device=device, dtype=torch.float32)
+        return lambda: torch._scaled_mm(x, w, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    x = torch.randn(batch, w.shape[1], device=device, dtype=w.dtype)
+    linear = torch.nn.functional.linear
+    return lambda: linear(x, w)
+
+
+def measure_gemms(
+    torch: Any, device: str, quick: bool, progress: Callable[[str], None]
+) -> tuple[list[GemmPoint], list[str]]:
+    """Every (dtype, K x N, batch) of the sweep; a dtype or shape torch refuses here is skipped
+    with a note, never a failure."""
+    dtypes, notes = gemm_dtypes(torch, device)
+    shapes = GEMM_SHAPES[(device, quick)]
+    runs = 20 if quick else 50
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device) if device == "cuda" else None
+    points: list[GemmPoint] = []
+    for dtype in dtypes:
+        for k, n in shapes:
+            row = []
+            w = _weight(torch, device, dtype, k, n)
+            for batch in GEMM_BATCHES:
+                try:
+                    fn = _gemm_fn(torch, device, dtype, batch, w)
+                    fn()
+                except (RuntimeError, TypeError) as exc:  # unsupported here: say so, keep going
+                    notes.append(
+                        f"GEMM {dtype} {k}x{n} batch {batch} skipped: {str(exc).splitlines()[0][:120]}"
+                    )
+                    continue
+                seconds = median_seconds(torch, fn, device, runs, flush)
+                p = GemmPoint(dtype, batch, k, n, seconds, k * n * ELEMENT_BYTES[dtype] / seconds)
+                points.append(p)
+                row.append(f"{batch}:{p.weight_bytes_per_s / 1e9:.3g}")
+            progress(f"  GEMM {dtype} {k}x{n} (batch:GB/s of weight) {' '.join(row)}")
+    notes.append(
+        "GEMM: F.linear(x[batch, K], W[N, K]) (fp8: torch._scaled_mm, per-tensor scales, bf16 out); "
+        "weight_bytes_per_s counts K x N x element bytes only; decimal GB/s"
+    )
+    return points, notes
+
+
+def measure_launch(torch: Any, device: str) -> Launch:
+    """The per-kernel floor: a one-element in-place add launched back to back, per launch (median
+    of 7 loops); on a GPU also one add of a replayed CUDA graph of 100 adds."""
+    x = torch.zeros(1, device=device)
+    count = 1000
+
+    def loop() -> None:
+        for _ in range(count):
+            x.add_(1)
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    loop()
+    sync()
+    per_launch = []
+    for _ in range(7):
+        t = time.perf_counter()
+        loop()
+        sync()
+        per_launch.append((time.perf_counter() - t) / count)
+    eager = statistics.median(per_launch)
+    if device != "cuda":
+        return Launch(eager, None, "CPU: torch op dispatch of a one-element add_, perf_counter")
+    return Launch(
+        eager, _graph_launch_seconds(torch, x), "CUDA: one-element add_, host-timed loop; graph: events"
+    )
+
+
+def _graph_launch_seconds(torch: Any, x: Any) -> float | None:
+    kernels, replays = 100, 20
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up off the default stream, as capture wants
+            for _ in range(3):
+                x.add_(1)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(kernels):
+                x.add_(1)
+        graph.replay()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / (kernels * replays)
+    except RuntimeError:
+        return None
