@@ -582,7 +582,7 @@ def estimate(req: PlanRequest) -> Plan:
                                  conc.binding_stage, tp, max_len, conc.max_concurrency, conc.request_bytes_per_gpu,
                                  avg)  # fmt: skip
     notes.append(
-        f"decode speed from a {decode.bandwidth_source}; prefill at {prefill.mfu:.0%} of "
+        f"decode step model: {decode.bandwidth_source}; prefill at {prefill.mfu:.0%} of "
         f"{prefill.peak_dtype} peak; both estimates"
     )
     reserve = budget.reserve

@@ -33,6 +33,7 @@ PREFILL_MFU = 0.5  # share of dense bf16/fp8 peak a long prefill reaches (estima
 FIT_FILE = "decode_fit.yaml"
 FITTED = "fitted to published runs"
 MEASURED = "measured on this machine"
+CURVE = "kernels.md's decode-kernel curve (not measured here)"
 
 # the coefficients decode_fit.yaml must hold; each entry there is {value, source}
 COEFFICIENTS = (
@@ -359,6 +360,8 @@ def decode_step(
         return x * scale * 1e3
 
     sources = {term: MEASURED if term in measured_terms else FITTED for term in TERMS}
+    if "attention" not in measured_terms:
+        sources["attention"] = CURVE
     return StepTime(
         batch=batch,
         context_tokens=context_tokens,

@@ -279,17 +279,32 @@ def parts_of(req: PlanRequest) -> ProfileParts | None:
     return None
 
 
-def bandwidth_source(step: speed.StepTime, gpu: GpuSpec, c: speed.Coefficients, profile: str | None) -> str:
-    """One line: each term and where its figure comes from."""
-    fitted = [t for t in speed.TERMS if step.sources.get(t) == speed.FITTED and t != "pp_hop"]
-    measured = [t for t in speed.TERMS if step.sources.get(t) == speed.MEASURED]
-    line = (
-        f"step model on datasheet {gpu.hbm_bytes_per_s / 1e12:.2f} TB/s; "
-        f"{', '.join(fitted)} {speed.FITTED} (kvplan/data/decode_fit.yaml)"
-    )
-    if measured:
-        line += f"; {', '.join(measured)} {speed.MEASURED} ({profile or 'calibration profile'})"
-    return line
+def bandwidth_source(step: speed.StepTime, profile: str | None) -> str:
+    """One line: the step's terms and where each one's figure comes from."""
+    used = {
+        "weights": step.weights_ms,
+        "attention": step.attention_ms,
+        "MoE": step.moe_ms,
+        "all-reduce": step.communication_ms,
+        "launch": step.launch_ms,
+        "overhead": step.overhead_ms,
+    }
+    key = {"MoE": "moe", "all-reduce": "communication"}
+    by: dict[str, list[str]] = {}
+    for name, ms in used.items():
+        if ms or name in ("weights", "overhead"):
+            by.setdefault(step.sources[key.get(name, name)], []).append(name)
+    parts = []
+    for source, names in by.items():
+        where = (
+            " (decode_fit.yaml)"
+            if source == speed.FITTED
+            else f" ({profile})"
+            if profile and source == speed.MEASURED
+            else ""
+        )
+        parts.append(f"{', '.join(names)} {source}{where}")
+    return "; ".join(parts)
 
 
 def plan_speed(
@@ -330,7 +345,7 @@ def plan_speed(
     measured = any(v == speed.MEASURED for v in one.sources.values())
     decode = Decode(
         bandwidth_bytes_per_s=gpu.hbm_bytes_per_s * c.gemm_efficiency,
-        bandwidth_source=bandwidth_source(one, gpu, c, req.decode_bandwidth_source),
+        bandwidth_source=bandwidth_source(one, req.decode_bandwidth_source),
         measured=measured,
         inputs=inp,
         context_tokens=ctx,

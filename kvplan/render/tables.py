@@ -393,6 +393,8 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
         )
         console.print(f"[bold]#{i}[/] vLLM:   {escape(a.vllm_flags)}", highlight=False, soft_wrap=True)
         console.print(f"    SGLang: {escape(a.sglang_flags + sg)}", highlight=False, soft_wrap=True)
+        if a.why_pipeline:
+            console.print(f"    why PP: {escape(a.why_pipeline)}", highlight=False, soft_wrap=True)
     console.print()
     console.print(
         "TPOT: decode step with every request at the full context, from kvplan's step model "
