@@ -77,6 +77,7 @@ class Decode:
     at_max_concurrency: speed.StepTime | None
     at_avg_context: speed.StepTime | None
     kv_bytes_per_request_per_gpu: int  # at context_tokens, the stage with the most KV
+    embedding_bytes_per_gpu: int  # gathered by row, not streamed
     coefficients: speed.Coefficients
     parts: ProfileParts | None = field(default=None, repr=False, compare=False)
 
@@ -95,6 +96,14 @@ class Decode:
             "TP all-reduces + PP hops + per-layer launch + per-step overhead",
             "inputs": {
                 "weight_bytes": sum(g.weight_bytes * g.count for s in inp.stages for g in s.gemms),
+                "expert_bytes": sum(
+                    s.moe_layers
+                    * s.experts.num_experts
+                    * (s.experts.gate_up.weight_bytes + s.experts.down.weight_bytes)
+                    for s in inp.stages
+                    if s.experts is not None
+                ),
+                "embedding_bytes": self.embedding_bytes_per_gpu,
                 "num_experts": first.experts.num_experts if first.experts else 0,
                 "experts_per_token": first.experts.experts_per_token if first.experts else 0,
                 "layers_per_stage": max(s.layers for s in inp.stages),
@@ -102,6 +111,8 @@ class Decode:
                 "tp": inp.tp,
                 "pp": inp.pp,
                 "hbm_bytes_per_s": inp.hbm_bytes_per_s,
+                "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+                "bandwidth_half_bytes": self.coefficients.gemm_half_bytes,
                 "link_bytes_per_s": inp.tp_link.bandwidth(self.coefficients),
                 "tp_link_inter_node": inp.tp_link.inter_node,
                 "pp_links_inter_node": [link.inter_node for link in inp.pp_links],
@@ -320,6 +331,7 @@ def plan_speed(
     max_conc: int,
     per_req_gpu: int,
     avg: AvgContext | None,
+    embedding_bytes: int = 0,
 ) -> tuple[Decode, Prefill]:
     """Decode step time at batch 1 and at the planned concurrency; prefill of one max-length prompt."""
     gpu = req.gpu
@@ -354,6 +366,7 @@ def plan_speed(
         at_max_concurrency=full,
         at_avg_context=at_avg,
         kv_bytes_per_request_per_gpu=per_req_ctx,
+        embedding_bytes_per_gpu=embedding_bytes,
         coefficients=c,
         parts=parts,
     )
