@@ -76,6 +76,8 @@ class EstimateFlags:
     gpus: str = "H100"
     max_model_len: str | None = None
     avg_context: str | None = None
+    input_len: str | None = None
+    output_len: str | None = None
     gpu_memory_utilization: float | None = None
     kv_cache_dtype: str = "auto"
     kv_quant_group_size: int | None = None
@@ -160,6 +162,8 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
         pp=f.pipeline_parallel_size,
         max_model_len=parse_count(f.max_model_len, "--max-model-len") if f.max_model_len else None,
         avg_context_tokens=parse_count(f.avg_context, "--avg-context") if f.avg_context else None,
+        input_len=parse_count(f.input_len, "--input-len") if f.input_len is not None else None,
+        output_len=parse_count(f.output_len, "--output-len") if f.output_len is not None else None,
         kv_cache_dtype=f.kv_cache_dtype,
         kv_quant_group_size=f.kv_quant_group_size,
         kv_quant_scale_bits=f.kv_quant_scale_bits,
@@ -223,7 +227,7 @@ def bandwidth_profile(gpu: GpuSpec, use_saved: bool, path: str | None, force: bo
         return {}
     prof, where = found
     fields: dict[str, Any] = {
-        "calibration": prof,
+        "calibration": prof,  # its measured GEMMs, all-reduce and launch floor, where it has them
         "calibration_use": calibration.use_for(prof, where, gpu, force),
     }
     if prof.fit is not None:

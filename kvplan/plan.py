@@ -188,6 +188,7 @@ class Plan:
                 out["engine_num_blocks"] = self.engine.num_blocks
                 out["engine_max_concurrency"] = self.engine.max_concurrency
             out[key] = value
+        out["decode"] = self.decode.to_dict()
         if out["engine"]["details"] is None:  # the schema has always had an object here
             out["engine"]["details"] = {}
         return out
@@ -711,10 +712,11 @@ def estimate(req: PlanRequest) -> Plan:
         pool.usable_bytes(conc.binding_stage, engine.null_blocks),
     )  # fmt: skip
     report = _engine_report(engine, problem, caches, fmt, bs, tp, max_len, math.floor(conc.usable_factor))
-    decode, prefill = plan_speed(req, spec, weights.stages, weights.params, weights.weight_fmt, tp, pp, req_len,
-                                 conc.max_concurrency, conc.request_bytes_per_gpu, avg)  # fmt: skip
+    decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
+                                 conc.binding_stage, tp, req_len, conc.max_concurrency, conc.request_bytes_per_gpu,
+                                 avg, weights.stages[0].embedding_bytes_per_gpu)  # fmt: skip
     notes.append(
-        f"decode speed at {decode.bandwidth_source}; prefill at {prefill.mfu:.0%} of "
+        f"decode step model: {decode.bandwidth_source}; prefill at {prefill.mfu:.0%} of "
         f"{prefill.peak_dtype} peak; both estimates"
     )
     reserve = budget.reserve

@@ -35,6 +35,8 @@ class PlanRequest:
     pp: int | None = None
     max_model_len: int | None = None  # None: the model's max context
     avg_context_tokens: int | None = None
+    input_len: int | None = None  # prompt tokens: the decode step runs at input + output / 2
+    output_len: int | None = None
     kv_cache_dtype: str = "auto"
     kv_quant_group_size: int | None = None
     kv_quant_scale_bits: int | None = None
@@ -178,6 +180,11 @@ class PlanRequest:
             raise UsageError(
                 f"--avg-context must be between 1 and --max-model-len ({max_len:,}), got {avg:,}"
             )
+        for what, n in (("--input-len", self.input_len), ("--output-len", self.output_len)):
+            if n is not None and not 0 <= n <= MAX_TOKENS:
+                raise UsageError(f"{what} must be between 0 and {MAX_TOKENS:,}, got {n:,}")
+        if (self.input_len is None) != (self.output_len is None):
+            raise UsageError("give --input-len and --output-len together")
         if not 0 <= self.prefix_hit_rate <= 1:
             raise UsageError(f"--prefix-hit-rate must be in [0, 1], got {self.prefix_hit_rate}")
         if self.shared_prefix_tokens < 0 or self.shared_prefix_tokens > max_len:

@@ -50,6 +50,9 @@ class Answer:
     max_model_len: int
     max_concurrency: int
     tpot_ms: float  # at the target load: users spread over the replicas, each at max_model_len
+    tpot_source: str  # where the step model's terms come from (fitted to published runs / measured)
+    decode_step: dict[str, Any]  # the step at that load, term by term (ms)
+    why_pipeline: str | None  # with PP > 1: why the layout has pipeline stages
     cost_per_hour: float | None
     margins: dict[str, float | None]
     vllm_flags: str
@@ -100,8 +103,13 @@ def _request(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int)
     )
 
 
+def _step(p: Plan, batch: int) -> speed.StepTime:
+    """The step model at `batch` requests of one replica, each at max_model_len (the full context)."""
+    return p.decode.step(batch, p.kv_bytes_per_request_per_gpu, p.settings.max_model_len)
+
+
 def _tpot(p: Plan, batch: int) -> float:
-    return speed.decode_step(p.decode.inputs, batch, p.kv_bytes_per_request_per_gpu).tpot_ms
+    return _step(p, batch).tpot_ms
 
 
 def _dtype_name(dtype: str, p: Plan) -> str:
@@ -240,7 +248,8 @@ def _rank(q: Query, a: Answer) -> tuple:
         )
     cost = a.cost_per_hour if a.cost_per_hour is not None else a.num_gpus
     quality = ENGINE_DTYPES.index(a.kv_cache_dtype) if a.kv_cache_dtype in ENGINE_DTYPES else 9
-    return (cost, a.num_gpus, quality, -a.max_concurrency, a.tensor_parallel_size)
+    # at equal cost, fewer pipeline stages first: each one adds a hop to every token
+    return (cost, a.num_gpus, quality, a.pipeline_parallel_size, -a.max_concurrency, a.tensor_parallel_size)
 
 
 def _layout(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bounds) -> Answer | None:
@@ -268,7 +277,8 @@ def _layout(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bound
         if q.tpot_ms is None or tpot <= q.tpot_ms:
             break
         dp += 1
-    fastest_dp = max(dp, 1) if dp <= max_dp else max_dp
+    # replicas beyond one per user make no step faster: the fastest layout stops there
+    fastest_dp = max(dp, 1) if dp <= max_dp else min(max_dp, q.users)
     if max_dp >= 1:
         fastest = _tpot(p, ceil_div(q.users, max(fastest_dp, 1)))
         if bounds.best_tpot is None or fastest < bounds.best_tpot[0]:
@@ -276,7 +286,7 @@ def _layout(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bound
                 fastest,
                 f"{fastest_dp * tp * pp}x {gpu.name} ({label}, DP {fastest_dp}, {dtype})",
             )
-            bounds.weight_ms = speed.decode_step(p.decode.inputs, 1, 0).memory_ms
+            bounds.weight_ms = p.decode.step(1, 0).weights_ms
     if dp > max_dp:
         return None
     return _answer(q, gpu, p, tp, pp, dp, dtype, _tpot(p, ceil_div(q.users, dp)))
@@ -290,6 +300,9 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
         "users": conc / q.users - 1,
         "tpot": 1 - tpot / q.tpot_ms if q.tpot_ms else None,
     }
+    step = _step(p, ceil_div(q.users, dp))
+    measured = sorted({t for t, v in step.sources.items() if v == speed.MEASURED})
+    source = speed.FITTED + (f"; {', '.join(measured)} {speed.MEASURED}" if measured else "")
     a = Answer(
         gpu=gpu.name,
         num_gpus=n,
@@ -301,6 +314,9 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
         max_model_len=p.settings.max_model_len,
         max_concurrency=conc,
         tpot_ms=tpot,
+        tpot_source=source,
+        decode_step=step.to_dict(),
+        why_pipeline=_why_pipeline(q, gpu, p, tp, pp, dtype, step),
         cost_per_hour=n * q.prices[gpu.name] if q.prices else None,
         margins=margins,
         vllm_flags="",
@@ -310,6 +326,25 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
     )
     a.vllm_flags, a.sglang_flags = _flags(q, a, p, mfs)
     return a
+
+
+def _why_pipeline(
+    q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dtype: str, step: speed.StepTime
+) -> str | None:
+    """Why a layout has PP stages: what fails with one stage fewer, and what the stages cost."""
+    if pp == 1:
+        return None
+    cost = f"the {pp - 1} hop(s) between stages add {step.pp_hop_ms:.2f} ms to each token"
+    try:
+        fewer = _replica(q, gpu, tp, pp - 1, dtype, p.settings.max_model_len)
+    except WeightsDoNotFit:
+        return f"PP {pp}: the weights do not fit on TP {tp} x PP {pp - 1}; {cost}"
+    except InfeasibleError:
+        return f"PP {pp}: one request at {p.settings.max_model_len:,} tokens does not fit on TP {tp} x PP {pp - 1}; {cost}"
+    return (
+        f"PP {pp}: more KV memory per replica ({p.max_concurrency_per_replica:,} users vs "
+        f"{fewer.max_concurrency_per_replica:,} on TP {tp} x PP {pp - 1}); {cost}"
+    )
 
 
 def _longest_context(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bounds) -> Answer | None:

@@ -1,55 +1,204 @@
-"""Decode and prefill speed: a decode step reads the weights and every live token's K and V.
+"""Decode and prefill speed: a decode step, layer by layer and stage by stage.
 
-Step time per GPU = (weight bytes read + KV bytes read) / effective bandwidth + tensor-parallel
-all-reduces + a per-step overhead; pipeline stages run one after another for a token. The
-effective bandwidth is the datasheet figure times an assumed efficiency until `kvplan
-calibrate` measures the local GPU. Pure functions.
+One GPU of a pipeline stage, per decode step of `batch` requests:
+  weights    each weight GEMM: max((bytes + half) / (eff x datasheet bandwidth), FLOPs / (peak x mfu))
+             (a GEMM streams its bytes at an efficiency that grows with its size; at large batch it
+             becomes compute bound at the dense FLOP/s of its dtype)
+  attention  the KV bytes of the live requests at their context, at the kernel curve's bandwidth
+             for the bytes one layer's call reads
+  MoE        per MoE layer a fixed routing/permute cost; the experts the batch touches are streamed
+             as grouped GEMMs (experts_touched)
+  comm       two all-reduces per layer under TP: latency + 2 (tp - 1) / tp x bytes / link
+  launch     a per-layer cost (kernel launches and small ops between the GEMMs)
+Stages run one after another for a token (plus one activation hop between stages); with several
+requests the pipeline holds up to `pp` micro-batches. A fixed per-step overhead (scheduling,
+sampling) is added once.
+
+Coefficients that no spec gives are fitted to published runs (benchmarks/fit_decode.py) and read
+once from kvplan/data/decode_fit.yaml; a calibration profile's measured parts replace them term by
+term (`Measured`). Pure functions otherwise: no torch, no other file.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import functools
+import math
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Any, Protocol
 
-# kernels.md: the best decode kernels reach 84-89% of datasheet bandwidth at batch >= 64 on
-# H100/A100 (FlashInfer), under 25% at batch 1 with short contexts; weight GEMVs stream at
-# similar rates. 0.80 is kvplan's assumption until a calibration profile replaces it.
-DEFAULT_EFFICIENCY = 0.80
-STEP_OVERHEAD_S = 0.2e-3  # scheduling, sampling and launches with CUDA graphs (estimated)
-ALLREDUCE_LATENCY_S = 8e-6  # one NVLink all-reduce of a small message (estimated)
+import yaml
+
 PREFILL_MFU = 0.5  # share of dense bf16/fp8 peak a long prefill reaches (estimated)
+FIT_FILE = "decode_fit.yaml"
+FITTED = "fitted to published runs"
+MEASURED = "measured on this machine"
+CURVE = "kernels.md's decode-kernel curve (not measured here)"
+
+# the coefficients decode_fit.yaml must hold; each entry there is {value, source}
+COEFFICIENTS = (
+    "gemm_efficiency",
+    "gemm_half_bytes",
+    "lowbit_gemm_efficiency",
+    "gemm_mfu",
+    "attention_efficiency",
+    "attention_half_bytes",
+    "moe_layer_s",
+    "launch_per_layer_s",
+    "step_overhead_s",
+    "allreduce_latency_s",
+    "network_latency_s",
+    "network_bytes_per_s",
+)
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    gemm_efficiency: float  # share of datasheet bandwidth a large weight GEMM streams at
+    gemm_half_bytes: float  # GEMM bytes at which it streams at half that
+    lowbit_gemm_efficiency: float  # sub-16-bit weights (fp8, int4, fp4) stream at this x the above
+    gemm_mfu: float  # share of the dtype's dense FLOP/s a compute-bound decode GEMM reaches
+    attention_efficiency: float  # decode attention's peak share of datasheet bandwidth
+    attention_half_bytes: float  # bytes of one attention call at which it reaches half that
+    moe_layer_s: float  # routing, top-k, permute/unpermute of one MoE layer
+    launch_per_layer_s: float  # kernel launches and small ops of one layer
+    step_overhead_s: float  # scheduling, sampling, input preparation: once per step
+    allreduce_latency_s: float  # one small-message all-reduce (or send) inside a node
+    network_latency_s: float  # the same across nodes
+    network_bytes_per_s: float  # one GPU's share of the inter-node network
+    sources: dict[str, str] = field(default_factory=dict)  # per coefficient: what it was fitted to
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Coefficients:
+        missing = [k for k in COEFFICIENTS if k not in data]
+        if missing:
+            raise ValueError(f"{FIT_FILE}: missing {', '.join(missing)}")
+        values = {k: float(data[k]["value"]) for k in COEFFICIENTS}
+        return Coefficients(**values, sources={k: str(data[k]["source"]) for k in COEFFICIENTS})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: {"value": getattr(self, k), "source": self.sources.get(k, "")} for k in COEFFICIENTS}
+
+
+@functools.cache
+def coefficients() -> Coefficients:
+    """The shipped coefficients (kvplan/data/decode_fit.yaml), read once."""
+    text = resources.files("kvplan").joinpath("data").joinpath(FIT_FILE).read_text(encoding="utf-8")
+    return Coefficients.from_dict(yaml.safe_load(text)["coefficients"])
+
+
+# --- what a calibration profile measured --------------------------------------------------------
+
+
+class Measured(Protocol):
+    """The measured parts of a calibration profile; None where it measured nothing of the kind."""
+
+    def gemm_seconds(self, dtype: str, batch: int, k: int, n: int) -> float | None: ...
+
+    def allreduce_seconds(self, nbytes: int, world_size: int) -> float | None: ...
+
+    def attention_bytes_per_s(self, nbytes: float) -> float | None: ...
+
+    @property
+    def launch_seconds(self) -> float | None: ...
+
+
+# --- the inputs ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One weight GEMM on one GPU: [k] x [k, n] per token, `count` calls per step."""
+
+    k: int
+    n: int
+    weight_bytes: int  # one call's weights on this GPU
+    dtype: str  # the weight format's name
+    lowbit: bool  # under 16 bits per weight
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Experts:
+    """One MoE layer's routed experts on one GPU (TP-sharded), as two grouped GEMMs per expert."""
+
+    num_experts: int
+    experts_per_token: int
+    gate_up: Gemm  # one expert's
+    down: Gemm
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One GPU of one pipeline stage."""
+
+    layers: int
+    attention_layers: int  # layers that read a KV cache (attention calls per step)
+    gemms: tuple[Gemm, ...]  # dense weights every token reads: attention, dense MLP, shared experts, head
+    moe_layers: int
+    experts: Experts | None
+    kv_share: float  # this stage's share of the binding stage's KV bytes per request
+
+
+@dataclass(frozen=True)
+class Link:
+    """What a TP all-reduce or a PP send crosses: NVLink/PCIe inside a node (bytes_per_s from the GPU
+    spec), or the network across nodes (the coefficients' figure). Latencies are coefficients."""
+
+    inter_node: bool
+    bytes_per_s: float | None = None  # inside a node; None across nodes
+
+    def latency_s(self, c: Coefficients) -> float:
+        return c.network_latency_s if self.inter_node else c.allreduce_latency_s
+
+    def bandwidth(self, c: Coefficients) -> float:
+        return c.network_bytes_per_s if self.inter_node or not self.bytes_per_s else self.bytes_per_s
 
 
 @dataclass(frozen=True)
 class DecodeInputs:
-    """What one GPU of the slowest pipeline stage holds and streams."""
-
-    weight_bytes: int
-    expert_bytes: int
-    embedding_bytes: int
-    num_experts: int  # 0 for dense models
-    experts_per_token: int
-    layers_per_stage: int
+    stages: tuple[Stage, ...]
     hidden_size: int
     tp: int
-    pp: int
-    bandwidth_bytes_per_s: float  # effective per GPU; with a half-bytes, the measured curve's peak
-    link_bytes_per_s: float  # GPU-to-GPU (NVLink, else PCIe from the GPU spec), for TP all-reduces
-    bandwidth_half_bytes: float = 0.0  # measured curve: bandwidth(B) = peak x B / (B + half)
+    hbm_bytes_per_s: float  # datasheet
+    bf16_flops: float
+    fp8_flops: float | None
+    tp_link: Link  # what TP all-reduces cross
+    pp_links: tuple[Link, ...]  # stage s -> s + 1
+    activation_bytes: int = 2  # bf16 activations
+
+    @property
+    def pp(self) -> int:
+        return len(self.stages)
+
+
+# --- the result ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class StepTime:
     batch: int
-    weight_bytes_read: int
+    context_tokens: int  # the context each request holds during the step (mean over its decode)
+    weight_bytes_read: int  # one replica's slowest path: every stage's GPU, summed
     kv_bytes_read: int
-    memory_ms: float
+    weights_ms: float
+    attention_ms: float
+    moe_ms: float
     communication_ms: float
+    pp_hop_ms: float
+    launch_ms: float
     overhead_ms: float
     tpot_ms: float
     tokens_per_s: float  # per replica
+    sources: dict[str, str]  # per term: fitted to published runs, or measured on this machine
+
+    @property
+    def memory_ms(self) -> float:
+        """Weights, attention and expert reads: the part a faster memory would shrink."""
+        return self.weights_ms + self.attention_ms + self.moe_ms
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "memory_ms": self.memory_ms}
 
 
 def experts_touched(batch: int, num_experts: int, top_k: int) -> float:
@@ -59,30 +208,175 @@ def experts_touched(batch: int, num_experts: int, top_k: int) -> float:
     return 1.0 - (1.0 - top_k / num_experts) ** batch
 
 
-def decode_step(inp: DecodeInputs, batch: int, kv_bytes_per_request: int) -> StepTime:
-    """One decode step for `batch` requests of one replica, each holding `kv_bytes_per_request` per GPU."""
-    touched = experts_touched(batch, inp.num_experts, inp.experts_per_token)
-    weights = inp.weight_bytes - inp.embedding_bytes - round(inp.expert_bytes * (1.0 - touched))
-    kv_read = batch * kv_bytes_per_request
-    streamed = weights + kv_read
-    bandwidth = inp.bandwidth_bytes_per_s * streamed / (streamed + inp.bandwidth_half_bytes)
-    memory_s = streamed / bandwidth
-    comm_s = 0.0
-    if inp.tp > 1:
-        # two all-reduces of batch x hidden bf16 activations per layer (attention and MLP outputs)
-        msg = batch * inp.hidden_size * 2
-        per = ALLREDUCE_LATENCY_S + 2 * msg * (inp.tp - 1) / inp.tp / inp.link_bytes_per_s
-        comm_s = 2 * inp.layers_per_stage * per
-    tpot_s = inp.pp * (memory_s + comm_s) + STEP_OVERHEAD_S
+# --- the terms -----------------------------------------------------------------------------------
+
+
+def gemm_seconds(
+    g: Gemm, batch: int, inp: DecodeInputs, c: Coefficients, measured: Measured | None = None
+) -> tuple[float, bool]:
+    """(seconds of one call, measured?): the roofline of streaming its weights and its FLOPs."""
+    if measured is not None:
+        t = measured.gemm_seconds(g.dtype, batch, g.k, g.n)
+        if t is not None:
+            return t, True
+    eff = c.gemm_efficiency * (c.lowbit_gemm_efficiency if g.lowbit else 1.0)
+    stream = (g.weight_bytes + c.gemm_half_bytes) / (eff * inp.hbm_bytes_per_s)
+    peak = inp.fp8_flops if g.dtype == "fp8" and inp.fp8_flops else inp.bf16_flops
+    compute = 2.0 * batch * g.k * g.n / (peak * c.gemm_mfu)
+    return max(stream, compute), False
+
+
+def attention_seconds(
+    kv_bytes: float, calls: int, inp: DecodeInputs, c: Coefficients, measured: Measured | None = None
+) -> tuple[float, bool]:
+    """`calls` attention kernels reading `kv_bytes` together, at the curve's bandwidth for one call."""
+    if not calls or kv_bytes <= 0:
+        return 0.0, measured is not None and measured.attention_bytes_per_s(1.0) is not None
+    per_call = kv_bytes / calls
+    if measured is not None:
+        bw = measured.attention_bytes_per_s(per_call)
+        if bw:
+            return kv_bytes / bw, True
+    bw = inp.hbm_bytes_per_s * c.attention_efficiency * per_call / (per_call + c.attention_half_bytes)
+    return kv_bytes / bw, False
+
+
+def allreduce_seconds(
+    nbytes: int, inp: DecodeInputs, c: Coefficients, measured: Measured | None = None
+) -> tuple[float, bool]:
+    """One ring all-reduce of `nbytes` over the TP group: latency + 2 (tp - 1) / tp x bytes / link."""
+    if inp.tp <= 1:
+        return 0.0, False
+    if measured is not None and not inp.tp_link.inter_node:
+        t = measured.allreduce_seconds(nbytes, inp.tp)
+        if t is not None:
+            return t, True
+    link = inp.tp_link
+    return link.latency_s(c) + 2 * nbytes * (inp.tp - 1) / inp.tp / link.bandwidth(c), False
+
+
+@dataclass
+class _Terms:
+    weights: float = 0.0
+    attention: float = 0.0
+    moe: float = 0.0
+    comm: float = 0.0
+    launch: float = 0.0
+    weight_bytes: int = 0
+    kv_bytes: int = 0
+    measured: set[str] = field(default_factory=set)
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.attention + self.moe + self.comm + self.launch
+
+
+def _stage_terms(
+    s: Stage, batch: int, kv_bytes_per_request: float, inp: DecodeInputs, c: Coefficients,
+    measured: Measured | None,
+) -> _Terms:  # fmt: skip
+    t = _Terms()
+    for g in s.gemms:
+        sec, m = gemm_seconds(g, batch, inp, c, measured)
+        t.weights += sec * g.count
+        t.weight_bytes += g.weight_bytes * g.count
+        if m:
+            t.measured.add("weights")
+    kv = batch * kv_bytes_per_request * s.kv_share
+    t.kv_bytes = round(kv)
+    t.attention, m = attention_seconds(kv, s.attention_layers, inp, c, measured)
+    if m:
+        t.measured.add("attention")
+    if s.experts is not None and s.moe_layers:
+        t.moe, expert_bytes, m = _moe_seconds(s.experts, batch, inp, c, measured)
+        t.moe = s.moe_layers * (t.moe + c.moe_layer_s)
+        t.weight_bytes += s.moe_layers * expert_bytes
+        if m:
+            t.measured.add("moe")
+    sec, m = allreduce_seconds(batch * inp.hidden_size * inp.activation_bytes, inp, c, measured)
+    t.comm = 2 * s.layers * sec
+    if m:
+        t.measured.add("communication")
+    launch = measured.launch_seconds if measured is not None else None
+    t.launch = s.layers * (launch if launch is not None else c.launch_per_layer_s)
+    if launch is not None:
+        t.measured.add("launch")
+    return t
+
+
+def _moe_seconds(
+    e: Experts, batch: int, inp: DecodeInputs, c: Coefficients, measured: Measured | None
+) -> tuple[float, int, bool]:
+    """One MoE layer's expert reads: (seconds, bytes, measured?). The grouped GEMMs stream every
+    touched expert; their fixed cost (gemm_half_bytes) is paid once per grouped GEMM."""
+    touched = e.num_experts * experts_touched(batch, e.num_experts, e.experts_per_token)
+    tokens_per_expert = max(1, round(batch * e.experts_per_token / touched)) if touched else 1
+    secs, is_measured = 0.0, False
+    nbytes = 0
+    for g in (e.gate_up, e.down):
+        grouped = Gemm(g.k, g.n, round(g.weight_bytes * touched), g.dtype, g.lowbit)
+        one = measured.gemm_seconds(g.dtype, tokens_per_expert, g.k, g.n) if measured is not None else None
+        if one is not None:
+            secs += one * touched
+            is_measured = True
+        else:
+            sec, _ = gemm_seconds(grouped, batch * e.experts_per_token, inp, c)
+            secs += sec
+        nbytes += grouped.weight_bytes
+    return secs, nbytes, is_measured
+
+
+def _hop_seconds(link: Link, batch: int, inp: DecodeInputs, c: Coefficients) -> float:
+    """One stage's activations (batch x hidden) sent to the next stage."""
+    return link.latency_s(c) + batch * inp.hidden_size * inp.activation_bytes / link.bandwidth(c)
+
+
+TERMS = ("weights", "attention", "moe", "communication", "pp_hop", "launch", "overhead")
+
+
+def decode_step(
+    inp: DecodeInputs,
+    batch: int,
+    kv_bytes_per_request: float,
+    context_tokens: int = 0,
+    measured: Measured | None = None,
+    c: Coefficients | None = None,
+) -> StepTime:
+    """One decode step of `batch` requests on one replica, each holding `kv_bytes_per_request` per GPU
+    (on the stage with the most KV). A request's token crosses the stages one after another; with
+    several requests the pipeline carries up to `pp` micro-batches, each stage taking its turn."""
+    c = c or coefficients()
+    micro = max(1, min(batch, inp.pp))
+    mb = math.ceil(batch / micro)
+    per_stage = [_stage_terms(s, mb, kv_bytes_per_request, inp, c, measured) for s in inp.stages]
+    hops = sum(_hop_seconds(link, mb, inp, c) for link in inp.pp_links)
+    through = sum(t.total for t in per_stage) + hops  # one micro-batch through every stage
+    busiest = micro * max(t.total for t in per_stage)  # the busiest stage serving every micro-batch
+    scale = max(through, busiest) / through if through else 1.0  # > 1 only when stages queue
+    tpot_s = max(through, busiest) + c.step_overhead_s
+    measured_terms = set().union(*(t.measured for t in per_stage))
+
+    def ms(x: float) -> float:
+        return x * scale * 1e3
+
+    sources = {term: MEASURED if term in measured_terms else FITTED for term in TERMS}
+    if "attention" not in measured_terms:
+        sources["attention"] = CURVE
     return StepTime(
         batch=batch,
-        weight_bytes_read=weights,
-        kv_bytes_read=kv_read,
-        memory_ms=inp.pp * memory_s * 1e3,
-        communication_ms=inp.pp * comm_s * 1e3,
-        overhead_ms=STEP_OVERHEAD_S * 1e3,
+        context_tokens=context_tokens,
+        weight_bytes_read=sum(t.weight_bytes for t in per_stage),
+        kv_bytes_read=round(batch * kv_bytes_per_request * sum(s.kv_share for s in inp.stages)),
+        weights_ms=ms(sum(t.weights for t in per_stage)),
+        attention_ms=ms(sum(t.attention for t in per_stage)),
+        moe_ms=ms(sum(t.moe for t in per_stage)),
+        communication_ms=ms(sum(t.comm for t in per_stage)),
+        pp_hop_ms=ms(hops),
+        launch_ms=ms(sum(t.launch for t in per_stage)),
+        overhead_ms=c.step_overhead_s * 1e3,
         tpot_ms=tpot_s * 1e3,
         tokens_per_s=batch / tpot_s,
+        sources=sources,
     )
 
 

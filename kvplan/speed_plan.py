@@ -1,30 +1,132 @@
-"""Decode and prefill figures of a plan: the speed model (speed.py) fed with the plan's numbers."""
+"""Decode and prefill figures of a plan: the step model (speed.py) fed with the plan's numbers.
+
+The plan gives each pipeline stage's weight GEMMs (from the architecture's matrices, in their
+formats, split by TP), MoE layers, KV bytes and the links between GPUs (NVLink/PCIe inside a node,
+the network across nodes). A calibration profile's measured parts (kernel curve, GEMMs, all-reduce,
+launch floor) replace the fitted terms through `ProfileParts`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from kvplan import speed
-from kvplan.formats import Format
-from kvplan.params import ParamBreakdown
-from kvplan.specs.models import HeadLayer, LatentAttention, ModelSpec
-from kvplan.weights import StageWeights
+from kvplan.capacity import Pool
+from kvplan.formats import Format, weight_format
+from kvplan.params import Matrix, ParamBreakdown, weight_matrices
+from kvplan.specs.models import GpuSpec, HeadLayer, LatentAttention, ModelSpec, NoCache, SharedKV
+from kvplan.units import ceil_div
+from kvplan.weights import matrix_format_name
 
 if TYPE_CHECKING:
     from kvplan.plan import AvgContext
     from kvplan.request import PlanRequest
 
 
+class ProfileParts:
+    """A calibration profile seen through speed.Measured, by duck typing: a profile that has
+    measured GEMMs, all-reduce or a launch floor exposes them; one that has not gives None."""
+
+    def __init__(self, profile: Any) -> None:
+        self.profile = profile
+
+    def gemm_seconds(self, dtype: str, batch: int, k: int, n: int) -> float | None:
+        f = getattr(self.profile, "gemm_seconds", None)
+        return f(dtype, batch, k, n) if callable(f) else None
+
+    def allreduce_seconds(self, nbytes: int, world_size: int) -> float | None:
+        f = getattr(self.profile, "allreduce_seconds", None)
+        return f(nbytes, world_size) if callable(f) else None
+
+    def attention_bytes_per_s(self, nbytes: float) -> float | None:
+        fit = getattr(self.profile, "fit", None)
+        f = getattr(fit, "bandwidth", None)
+        return f(nbytes) if callable(f) else None
+
+    @property
+    def launch_seconds(self) -> float | None:
+        value = getattr(self.profile, "launch_seconds", None)
+        return value if isinstance(value, (int, float)) else None
+
+    def __deepcopy__(self, memo: dict) -> ProfileParts:
+        return self  # read-only; plans are copied by dataclasses.asdict
+
+
+class CurveParts(ProfileParts):
+    """Only a measured kernel curve (peak, half bytes), as PlanRequest carries it."""
+
+    def __init__(self, peak_bytes_per_s: float, half_bytes: float) -> None:
+        super().__init__(None)
+        self.peak, self.half = peak_bytes_per_s, half_bytes
+
+    def attention_bytes_per_s(self, nbytes: float) -> float | None:
+        return self.peak * nbytes / (nbytes + self.half)
+
+
 @dataclass(frozen=True)
 class Decode:
-    bandwidth_bytes_per_s: float
+    bandwidth_bytes_per_s: float  # datasheet x the fitted GEMM efficiency (weights); for display
     bandwidth_source: str
-    measured: bool
+    measured: bool  # some term comes from a calibration profile
     inputs: speed.DecodeInputs
+    context_tokens: int  # the context each request holds in the batch-1 row (mean over its decode)
+    context_source: str
     batch_1: speed.StepTime
     at_max_concurrency: speed.StepTime | None
     at_avg_context: speed.StepTime | None
+    kv_bytes_per_request_per_gpu: int  # at context_tokens, the stage with the most KV
+    embedding_bytes_per_gpu: int  # gathered by row, not streamed
+    coefficients: speed.Coefficients
+    parts: ProfileParts | None = field(default=None, repr=False, compare=False)
+
+    def step(self, batch: int, kv_bytes_per_request: float, context_tokens: int = 0) -> speed.StepTime:
+        """The same model at another batch or context (solve)."""
+        return speed.decode_step(self.inputs, batch, kv_bytes_per_request, context_tokens, self.parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        inp = self.inputs
+        first = inp.stages[0]
+        return {
+            "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+            "bandwidth_source": self.bandwidth_source,
+            "measured": self.measured,
+            "model": "step model: weights (GEMM roofline) + attention (kernel curve) + MoE + "
+            "TP all-reduces + PP hops + per-layer launch + per-step overhead",
+            "inputs": {
+                "weight_bytes": sum(g.weight_bytes * g.count for s in inp.stages for g in s.gemms),
+                "expert_bytes": sum(
+                    s.moe_layers
+                    * s.experts.num_experts
+                    * (s.experts.gate_up.weight_bytes + s.experts.down.weight_bytes)
+                    for s in inp.stages
+                    if s.experts is not None
+                ),
+                "embedding_bytes": self.embedding_bytes_per_gpu,
+                "num_experts": first.experts.num_experts if first.experts else 0,
+                "experts_per_token": first.experts.experts_per_token if first.experts else 0,
+                "layers_per_stage": max(s.layers for s in inp.stages),
+                "hidden_size": inp.hidden_size,
+                "tp": inp.tp,
+                "pp": inp.pp,
+                "hbm_bytes_per_s": inp.hbm_bytes_per_s,
+                "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+                "bandwidth_half_bytes": self.coefficients.gemm_half_bytes,
+                "link_bytes_per_s": inp.tp_link.bandwidth(self.coefficients),
+                "tp_link_inter_node": inp.tp_link.inter_node,
+                "pp_links_inter_node": [link.inter_node for link in inp.pp_links],
+                "gemms_per_stage": [sum(g.count for g in s.gemms) for s in inp.stages],
+                "moe_layers_per_stage": [s.moe_layers for s in inp.stages],
+            },
+            "context_tokens": self.context_tokens,
+            "context_source": self.context_source,
+            "kv_bytes_per_request_per_gpu": self.kv_bytes_per_request_per_gpu,
+            "batch_1": self.batch_1.to_dict(),
+            "at_max_concurrency": self.at_max_concurrency.to_dict() if self.at_max_concurrency else None,
+            "at_avg_context": self.at_avg_context.to_dict() if self.at_avg_context else None,
+            "coefficients": self.coefficients.to_dict(),
+        }
 
 
 @dataclass(frozen=True)
@@ -34,14 +136,6 @@ class Prefill:
     mfu: float
     peak_dtype: str
     peak_flops_per_gpu: float
-
-
-def assumed_bandwidth_source(hbm_bytes_per_s: float) -> str:
-    """How a datasheet-based decode bandwidth is labelled wherever kvplan prints it."""
-    return (
-        f"datasheet bandwidth {hbm_bytes_per_s / 1e12:.2f} TB/s x {speed.DEFAULT_EFFICIENCY:.2f} "
-        "assumed efficiency (not measured)"
-    )
 
 
 def attention_width(spec: ModelSpec) -> int:
@@ -54,54 +148,227 @@ def attention_width(spec: ModelSpec) -> int:
     return spec.hidden_size
 
 
+# --- the GEMMs of a stage ----------------------------------------------------------------------
+
+
+def _fmt_of(spec: ModelSpec, m: Matrix, w_fmt: Format, e_fmt: Format, per_matrix: bool) -> Format:
+    if per_matrix:
+        return weight_format(matrix_format_name(spec, m))
+    return e_fmt if m.component == "routed_experts" else w_fmt
+
+
+def _gemm(mats: list[Matrix], fmt: Format, tp: int, row_parallel: bool) -> speed.Gemm:
+    """Matrices sharing their input, fused into one GEMM (q/k/v, gate/up), split by TP: columns
+    of the output for column-parallel layers, rows of the input for row-parallel ones."""
+    rows = sum(m.rows for m in mats)
+    cols = mats[0].cols
+    bits = sum(fmt.matrix_bits(m.rows, m.cols) for m in mats)
+    k, n = (ceil_div(cols, tp), rows) if row_parallel else (cols, ceil_div(rows, tp))
+    return speed.Gemm(k, n, ceil_div(ceil_div(bits, 8), tp), fmt.name, fmt.bits_per_value < 16)
+
+
+_ROW_PARALLEL = ("o_proj", "down_proj", "experts.down_proj", "latent_out")
+
+
+def _layer_gemms(
+    mats: list[Matrix], fmt_of: Any, tp: int
+) -> tuple[list[speed.Gemm], speed.Gemm | None, speed.Gemm | None]:
+    """(dense GEMMs, one routed expert's gate/up, its down) of one layer's matrices."""
+    groups: dict[tuple, list[Matrix]] = {}
+    for m in mats:
+        if m.component in ("norms", "router", "embedding"):
+            continue
+        row = m.name in _ROW_PARALLEL
+        key = (m.component, m.cols, row, m.name if row or m.component == "routed_experts" else "")
+        if m.component == "routed_experts" and m.name.startswith("experts.") and not row:
+            key = (m.component, m.cols, row, "experts.gate_up")
+        groups.setdefault(key, []).append(m)
+    dense: list[speed.Gemm] = []
+    gate_up = down = None
+    for (comp, _, row, name), ms in groups.items():
+        g = _gemm(ms, fmt_of(ms[0]), tp, row)
+        if comp == "routed_experts" and name == "experts.gate_up":
+            gate_up = g
+        elif comp == "routed_experts" and name == "experts.down_proj":
+            down = g
+        else:
+            dense.append(g)
+    return dense, gate_up, down
+
+
+def _stage(
+    spec: ModelSpec, rng: range, by_layer: dict[int | None, list[Matrix]], fmt_of: Any, tp: int,
+    last: bool, kv_share: float,
+) -> speed.Stage:  # fmt: skip
+    counts: Counter[speed.Gemm] = Counter()
+    experts = None
+    moe_layers = 0
+    for i in rng:
+        dense, gate_up, down = _layer_gemms(by_layer.get(i, []), fmt_of, tp)
+        counts.update(dense)
+        if gate_up is not None and down is not None and spec.moe is not None:
+            moe_layers += 1
+            experts = speed.Experts(spec.moe.num_experts, spec.moe.experts_per_token, gate_up, down)
+    if last:
+        head = [m for m in by_layer.get(None, []) if m.component in ("lm_head", "embedding")]
+        head = [m for m in head if m.component == "lm_head"] or head  # a tied head reads the embedding
+        if head:
+            counts[_gemm(head[:1], fmt_of(head[0]), tp, False)] += 1
+    gemms = tuple(speed.Gemm(g.k, g.n, g.weight_bytes, g.dtype, g.lowbit, n) for g, n in counts.items())
+    layers = list(spec.layers)
+    attention = sum(1 for i in rng if not isinstance(layers[i], (SharedKV, NoCache)))
+    return speed.Stage(len(rng), attention, gemms, moe_layers, experts, kv_share)
+
+
+def _links(gpu: GpuSpec, tp: int, pp: int, gpus_per_node: int) -> tuple:
+    intra = speed.Link(False, gpu.interconnect.bytes_per_s if gpu.interconnect else gpu.pcie_bytes_per_s)
+    inter = speed.Link(True)
+    tp_link = inter if tp > gpus_per_node else intra
+
+    def crosses(s: int) -> bool:  # the last GPU of stage s and the first of s + 1 on different nodes
+        return ((s + 1) * tp - 1) // gpus_per_node != ((s + 1) * tp) // gpus_per_node
+
+    return tp_link, tuple(inter if crosses(s) else intra for s in range(pp - 1))
+
+
+def decode_inputs(
+    spec: ModelSpec,
+    gpu: GpuSpec,
+    pool: Pool,
+    w_fmt: Format,
+    e_fmt: Format,
+    per_matrix: bool,
+    tp: int,
+    gpus_per_node: int,
+) -> speed.DecodeInputs:
+    by_layer: dict[int | None, list[Matrix]] = {}
+    for m in weight_matrices(spec):
+        by_layer.setdefault(m.layer, []).append(m)
+
+    def fmt_of(m: Matrix) -> Format:
+        return _fmt_of(spec, m, w_fmt, e_fmt, per_matrix)
+
+    pp = len(pool.stages)
+    most = max(s.kv_bits_per_token_per_gpu for s in pool.stages) or 1
+    stages = tuple(
+        _stage(
+            spec,
+            range(s.first_layer, s.first_layer + s.num_layers),
+            by_layer,
+            fmt_of,
+            tp,
+            i == pp - 1,
+            s.kv_bits_per_token_per_gpu / most,
+        )
+        for i, s in enumerate(pool.stages)
+    )
+    tp_link, pp_links = _links(gpu, tp, pp, gpus_per_node)
+    return speed.DecodeInputs(
+        stages, spec.hidden_size, tp, gpu.hbm_bytes_per_s, gpu.bf16_dense_flops, gpu.fp8_dense_flops,
+        tp_link, pp_links,
+    )  # fmt: skip
+
+
+# --- the plan's figures --------------------------------------------------------------------------
+
+
+def decode_context(req: PlanRequest, max_len: int) -> tuple[int, str]:
+    """The context a request holds on average while it decodes, and where that figure came from."""
+    if req.input_len is not None and req.output_len is not None:
+        ctx = min(max_len, req.input_len + req.output_len // 2)
+        return ctx, f"input {req.input_len:,} + output {req.output_len:,} / 2 (mean over the decode)"
+    if req.avg_context_tokens is not None:
+        return req.avg_context_tokens, "--avg-context"
+    return max_len, "every request at --max-model-len (give --input-len/--output-len for the mean)"
+
+
+def parts_of(req: PlanRequest) -> ProfileParts | None:
+    if req.calibration is not None:
+        return ProfileParts(req.calibration)
+    if req.decode_bandwidth_bytes_per_s:
+        return CurveParts(req.decode_bandwidth_bytes_per_s, req.decode_bandwidth_half_bytes)
+    return None
+
+
+def bandwidth_source(step: speed.StepTime, profile: str | None) -> str:
+    """One line: the step's terms and where each one's figure comes from."""
+    used = {
+        "weights": step.weights_ms,
+        "attention": step.attention_ms,
+        "MoE": step.moe_ms,
+        "all-reduce": step.communication_ms,
+        "launch": step.launch_ms,
+        "overhead": step.overhead_ms,
+    }
+    key = {"MoE": "moe", "all-reduce": "communication"}
+    by: dict[str, list[str]] = {}
+    for name, ms in used.items():
+        if ms or name in ("weights", "overhead"):
+            by.setdefault(step.sources[key.get(name, name)], []).append(name)
+    parts = []
+    for source, names in by.items():
+        where = (
+            " (decode_fit.yaml)"
+            if source == speed.FITTED
+            else f" ({profile})"
+            if profile and source == speed.MEASURED
+            else ""
+        )
+        parts.append(f"{', '.join(names)} {source}{where}")
+    return "; ".join(parts)
+
+
 def plan_speed(
     req: PlanRequest,
     spec: ModelSpec,
-    weights: list[StageWeights],
     params: ParamBreakdown,
     w_fmt: Format,
+    e_fmt: Format,
+    pool: Pool,
+    binding_stage: int,
     tp: int,
-    pp: int,
     max_len: int,
     max_conc: int,
     per_req_gpu: int,
     avg: AvgContext | None,
+    embedding_bytes: int = 0,
 ) -> tuple[Decode, Prefill]:
     """Decode step time at batch 1 and at the planned concurrency; prefill of one max-length prompt."""
     gpu = req.gpu
-    slow = max(weights, key=lambda w: w.bytes_per_gpu)
-    if req.decode_bandwidth_bytes_per_s:
-        bandwidth = req.decode_bandwidth_bytes_per_s
-        source = req.decode_bandwidth_source or "a measured bandwidth"
-    else:
-        bandwidth = gpu.hbm_bytes_per_s * speed.DEFAULT_EFFICIENCY
-        source = assumed_bandwidth_source(gpu.hbm_bytes_per_s)
-    moe = spec.moe
-    inp = speed.DecodeInputs(
-        weight_bytes=slow.bytes_per_gpu,
-        expert_bytes=slow.expert_bytes_per_gpu,
-        embedding_bytes=slow.embedding_bytes_per_gpu,
-        num_experts=moe.num_experts if moe else 0,
-        experts_per_token=moe.experts_per_token if moe else 0,
-        layers_per_stage=len(slow.layers),
-        hidden_size=spec.hidden_size,
-        tp=tp,
-        pp=pp,
-        bandwidth_bytes_per_s=bandwidth,
-        link_bytes_per_s=gpu.interconnect.bytes_per_s if gpu.interconnect else gpu.pcie_bytes_per_s,
-        bandwidth_half_bytes=req.decode_bandwidth_half_bytes if req.decode_bandwidth_bytes_per_s else 0.0,
-    )
+    c = speed.coefficients()
+    gpn = req.num_gpus // req.nodes if req.num_gpus and req.nodes > 1 else gpu.gpus_per_node
+    per_matrix = bool(spec.weight_formats) and not req.weight_dtype
+    inp = decode_inputs(spec, gpu, pool, w_fmt, e_fmt, per_matrix, tp, gpn)
+    parts = parts_of(req)
+    ctx, ctx_source = decode_context(req, max_len)
+    kv_most = max(range(len(pool.stages)), key=lambda i: pool.stages[i].kv_bits_per_token_per_gpu)
+    per_req_ctx = pool.request_bytes(kv_most, ctx)
+    one = speed.decode_step(inp, 1, per_req_ctx, ctx, parts)
+    full = None
+    if max_conc:
+        full_kv = pool.request_bytes(kv_most, max_len) if kv_most != binding_stage else per_req_gpu
+        full = speed.decode_step(inp, max_conc, full_kv, max_len, parts)
     at_avg = None
     if avg is not None and avg.max_concurrency_per_replica:
-        at_avg = speed.decode_step(inp, avg.max_concurrency_per_replica, avg.kv_bytes_per_request_per_gpu)
+        avg_kv = pool.request_bytes(kv_most, avg.avg_context_tokens)
+        at_avg = speed.decode_step(
+            inp, avg.max_concurrency_per_replica, avg_kv, avg.avg_context_tokens, parts
+        )
+    measured = any(v == speed.MEASURED for v in one.sources.values())
     decode = Decode(
-        bandwidth_bytes_per_s=bandwidth,
-        bandwidth_source=source,
-        measured=req.decode_bandwidth_bytes_per_s is not None,
+        bandwidth_bytes_per_s=gpu.hbm_bytes_per_s * c.gemm_efficiency,
+        bandwidth_source=bandwidth_source(one, req.decode_bandwidth_source),
+        measured=measured,
         inputs=inp,
-        batch_1=speed.decode_step(inp, 1, per_req_gpu),
-        at_max_concurrency=speed.decode_step(inp, max_conc, per_req_gpu) if max_conc else None,
+        context_tokens=ctx,
+        context_source=ctx_source,
+        batch_1=one,
+        at_max_concurrency=full,
         at_avg_context=at_avg,
+        kv_bytes_per_request_per_gpu=per_req_ctx,
+        embedding_bytes_per_gpu=embedding_bytes,
+        coefficients=c,
+        parts=parts,
     )
     fp8 = w_fmt.name == "fp8" and gpu.fp8_dense_flops is not None
     peak = gpu.fp8_dense_flops if fp8 and gpu.fp8_dense_flops is not None else gpu.bf16_dense_flops

@@ -159,7 +159,10 @@ def test_another_gpus_profile_is_refused_unless_forced(tmp_path):
     assert ok.exit_code == 0 and ok.stderr == ""
     use = ok.json()["calibration"]
     assert use["matches_gpu"] and not use["forced"] and use["warning"] is None
-    assert not ok.json()["decode"]["measured"]  # no kernel part in this profile: datasheet bandwidth
+    # no kernel part in this profile: attention keeps the datasheet curve; its GEMMs and launch floor count
+    sources = ok.json()["decode"]["batch_1"]["sources"]
+    assert sources["attention"] != "measured on this machine"
+    assert sources["weights"] == sources["launch"] == "measured on this machine"
     other = run_cli("estimate", "-m", "llama3-8b", "-g", "H100", "--calibration-file", str(path))
     assert other.exit_code == 2 and "measured on NVIDIA H200 (H200), not H100-SXM" in other.stderr
     # the same when a stray profile sits under this GPU's name in kvplan's data dir

@@ -184,3 +184,37 @@ def test_cli_json_and_errors():
         "solve", "-m", "llama3.1-70b", "--users", "200", "--max-context", "-g", "8xH200", "--top", "2"
     )
     assert ok.exit_code == 0 and "the longest context for 200 users" in ok.stdout
+
+
+def test_pipeline_stages_are_not_free_and_solve_says_why():
+    # 405B in bf16 needs 11+ H100s. Before the step model, PP stages cost nothing and the fastest layout
+    # for one user was TP 8 x PP 7 on 56 GPUs; a token crosses the stages one after another, so PP only
+    # adds hops: the fastest layout is the fewest stages that hold the weights, with one replica.
+    q = Query(
+        model=load_model("llama3.1-405b"), gpus=(load_gpu("H100"),), users=1, max_model_len=8192, tpot_ms=1.0
+    )
+    answers, bounds = solve(q)
+    assert answers == [] and bounds.best_tpot is not None
+    assert "16x H100-SXM (TP 8 x PP 2, DP 1" in verdict(q, bounds)
+    loose = Query(model=load_model("llama3.1-405b"), gpus=(load_gpu("H100"),), users=1, max_model_len=8192)
+    answers, _ = solve(loose)
+    for a in answers:
+        assert (
+            a.pipeline_parallel_size == 1
+            or "the weights do not fit" in (a.why_pipeline or "")
+            or ("does not fit" in (a.why_pipeline or ""))
+        )
+        assert a.tpot_source.startswith(speed.FITTED)
+        assert a.decode_step["tpot_ms"] == pytest.approx(a.tpot_ms)
+    pp = [a for a in answers if a.pipeline_parallel_size > 1]
+    assert pp and all(a.decode_step["pp_hop_ms"] > 0 for a in pp)
+    # one stage fewer at the same TP is never slower for one user
+    tp8 = plan("llama3-70b", "H100", num_gpus=8, tp=8, pp=1, max_model_len=8192)
+    tp8pp2 = plan("llama3-70b", "H100", num_gpus=16, nodes=2, tp=8, pp=2, max_model_len=8192)
+    assert tp8pp2.decode.batch_1.tpot_ms > tp8.decode.batch_1.tpot_ms
+    r = run_cli("solve", "-m", "llama3.1-405b", "--users", "1", "--context", "8K")
+    assert (
+        r.exit_code == 0
+        and "why PP: PP" in r.stdout
+        and "fitted to published runs" in " ".join(r.stdout.split())
+    )

@@ -153,6 +153,8 @@ def estimate(
     gpus: o.Gpus = "H100",
     max_model_len: o.MaxModelLen = None,
     avg_context: o.AvgContext = None,
+    input_len: o.InputLen = None,
+    output_len: o.OutputLen = None,
     gpu_memory_utilization: o.GpuMemoryUtilization = None,
     kv_cache_dtype: o.KvCacheDtype = "auto",
     kv_quant_group_size: KvQuantGroupSize = None,

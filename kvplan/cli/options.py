@@ -61,6 +61,14 @@ AvgContext = Annotated[
     str | None,
     typer.Option("--avg-context", help="Tokens a request holds on average (concurrency at that length)."),
 ]
+InputLen = Annotated[
+    str | None,
+    typer.Option("--input-len", help="Prompt tokens of a request: decode speed at input + output / 2."),
+]
+OutputLen = Annotated[
+    str | None,
+    typer.Option("--output-len", help="Output tokens of a request (with --input-len)."),
+]
 SharedPrefixTokens = Annotated[str, _shared_prefix_tokens()]
 MaybeSharedPrefixTokens = Annotated[str | None, _shared_prefix_tokens()]
 PrefixHitRate = Annotated[

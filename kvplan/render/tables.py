@@ -8,7 +8,6 @@ from rich.markup import escape
 from kvplan import engines
 from kvplan.plan import Plan
 from kvplan.render.layout import SafeTable, fitted_table, plain_table
-from kvplan.speed import DEFAULT_EFFICIENCY
 from kvplan.units import GiB, fmt_bytes, fmt_gib
 
 
@@ -161,9 +160,9 @@ def _concurrency_table(plan: Plan, console: Console) -> None:
 
 def _render_speed(plan: Plan, console: Console) -> None:
     d = plan.decode
-    kind = "measured bandwidth" if d.measured else "estimated"
+    kind = "partly measured" if d.measured else "estimated"
     t = _table(f"Decode speed per replica ({kind})", "", "weights read", "KV read", "step (TPOT)", "tokens/s")
-    rows = [("batch 1", d.batch_1)]
+    rows = [(f"batch 1 at {d.context_tokens:,} tokens", d.batch_1)]
     if d.at_max_concurrency:
         rows.append(
             (
@@ -188,7 +187,19 @@ def _render_speed(plan: Plan, console: Console) -> None:
             f"{r.tokens_per_s:,.0f}" if r.tokens_per_s >= 10 else f"{r.tokens_per_s:.3g}",
         )
     console.print(t)
-    console.print(f"bandwidth: {d.bandwidth_source}", highlight=False, markup=False)
+    one = d.batch_1
+    terms = [
+        ("weights", one.weights_ms),
+        ("attention", one.attention_ms),
+        ("MoE", one.moe_ms),
+        ("all-reduce", one.communication_ms),
+        ("PP hops", one.pp_hop_ms),
+        ("launch", one.launch_ms),
+        ("overhead", one.overhead_ms),
+    ]
+    parts = ", ".join(f"{name} {ms:,.2f}" for name, ms in terms if ms)
+    console.print(f"batch-1 step (ms): {parts}", highlight=False, markup=False)
+    console.print(f"decode: {d.bandwidth_source}", highlight=False, markup=False)
     pf = plan.prefill
     console.print(
         f"prefill of one {pf.tokens:,}-token prompt: {pf.ms:,.0f} ms "
@@ -330,6 +341,12 @@ def render_check(result, console: Console, source: str, saved) -> None:
             )
 
 
+def speed_source(answers) -> str:
+    """Where the solve table's TPOT comes from."""
+    measured = any(a.plan.decode.measured for a in answers)
+    return "terms fitted to published runs" + ("; some measured on this machine" if measured else "")
+
+
 def render_solve(q, answers, console: Console, max_context: bool) -> None:
     targets = [f"{q.users:,} users"]
     if q.max_model_len:
@@ -391,10 +408,12 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
         )
         console.print(f"[bold]#{i}[/] vLLM:   {escape(a.vllm_flags)}", highlight=False, soft_wrap=True)
         console.print(f"    SGLang: {escape(a.sglang_flags + sg)}", highlight=False, soft_wrap=True)
+        if a.why_pipeline:
+            console.print(f"    why PP: {escape(a.why_pipeline)}", highlight=False, soft_wrap=True)
     console.print()
     console.print(
-        "TPOT: decode step with every request at the full context, datasheet bandwidth x "
-        f"{DEFAULT_EFFICIENCY:.2f} assumed efficiency (estimate); users margin: max users / users - 1",
+        "TPOT: decode step with every request at the full context, from kvplan's step model "
+        f"({speed_source(answers)}); users margin: max users / users - 1",
         highlight=False,
     )
 
