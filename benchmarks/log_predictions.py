@@ -118,6 +118,21 @@ CASES: dict[str, Case] = {
     "vllm_0.16.0_llama-3-70b-instruct-awq_l40s_tp2.log": Case(
         "llama3-70b", "L40S", "shipped spec, AWQ int4 weights; L40S stated in the title"
     ),
+    "vllm_0.12.0_qwen3-vl-30b-a3b-instruct_h100_tp2.log": Case(
+        str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct.json"),
+        "H100-SXM",
+        "corpus qwen3-vl-30b-a3b-instruct.json (the model's own config, vendored by ai-dynamo/aiconfigurator); "
+        "H100 SXM from device_name=NVIDIA_H100_80GB_HBM3 printed by both workers",
+    ),
+    "vllm_0.27.1_qwen3.6-27b-fp8_h100_tp1.log": Case(
+        str(HF / "corpus" / "qwen3.5-27b.json"),
+        "H100-SXM",
+        "Qwen3.6-27B-FP8's own config.json is not in the index: corpus qwen3.5-27b.json (Qwen/Qwen3.5-27B) has the "
+        "same text shapes as nvidia/Qwen3.6-27B-NVFP4's config (64 layers, full attention 1 in 4, 4 KV heads x "
+        "256, GDN 16/48 x 128, hidden 5120, MLP 17408, vocab 248320); fp8 from the engine config line "
+        "(quantization=fp8, the checkpoint's); H100 80GB HBM3 stated by nvidia-smi in the repo's USER_RESULTS.md "
+        "for the same host and model path",
+    ),
 }
 
 # logs left out, and why
@@ -146,18 +161,25 @@ SKIPPED: dict[str, str] = {
     "sglang_unknownver_qwen3-14b_unknowngpu_tp2.log": "GPU unknown; log cut off mid CUDA-graph capture",
 }
 
-_ARGS = re.compile(r"non-default args: (\{.*?\})", re.S)
+_ARGS_START = re.compile(r"non-default args: \{")
 _PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|[^,}]+)")
 _VERSION = re.compile(r"vLLM (?:API server )?version:? v?(\d+\.\d+(?:\.\d+)?)|\(v(\d+\.\d+(?:\.\d+)?)")
 
 
 def user_args(text: str) -> dict[str, str]:
     """The 'non-default args: {...}' dict vLLM prints (what the user typed), across hard-wrapped lines."""
-    m = _ARGS.search(text)
+    m = _ARGS_START.search(text)
     if not m:
         return {}
-    body = m.group(1).replace("\n", "")  # terminal copies hard-wrap the line
-    return {k: v.strip().strip("'") for k, v in _PAIR.findall(body)}
+    depth, end = 0, len(text)
+    for i in range(m.end() - 1, len(text)):  # the dict can nest ({'enable_thinking': False}): match its brace
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            end = i + 1
+            break
+    body = text[m.end() - 1 : end].replace("\n", "")  # terminal copies hard-wrap the line
+    top = re.sub(r"\{[^{}]*\}", "{}", body[1:-1])  # nested dicts' own keys are not flags
+    return {k: v.strip().strip("'") for k, v in _PAIR.findall("{" + top + "}")}
 
 
 def halves() -> tuple[list[str], list[str]]:
