@@ -170,7 +170,8 @@ SKIPPED: dict[str, str] = {
     "vllm_0.17.0_qwen3-8b-awq_unknowngpu_tp2.log": "GPU unknown (Ada card, not stated)",
     "vllm_0.17.1_llama-3.1-8b-instruct_unknowngpu_tp1.log": "GPU unknown (80GB class)",
     "vllm_0.19.1rc1.dev329_glm-5.1-fp8_h200_tp8.log": "log tail only: no command line or engine config",
-    "sglang_0.5.2rc2_grok-2-fp8_h100_tp8.log": "no Grok-2 config in the fixtures",
+    "sglang_0.5.2rc2_grok-2-fp8_h100_tp8.log": "no Grok-2 config: xai-org/grok-2's config.json is not in the "
+    "code index (only sgl-jax test stubs with 1-2 layers); kvplan not tried on it",
     "sglang_unknownver_deepseek-r1-distill-qwen-7b_rtx3090_tp1.log": "GPU not shipped (RTX 3090)",
     "sglang_unknownver_llama-3.1-8b-instruct_unknowngpu_tp1.log": "GPU unknown",
     "sglang_unknownver_qwen3-0.6b_rtx5080_tp1.log": "GPU not shipped (RTX 5080); no Qwen3-0.6B config",

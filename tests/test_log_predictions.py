@@ -17,6 +17,9 @@ Figures (BOUNDS below hold them; measurements, nothing tuned on the held-out hal
 - 16 cases (8 more H100/A100-80GB logs, vLLM 0.10 to 0.26, TP 1/2/8): fitting half median |error| 2.9%,
   worst 38.9% (bf16 Qwen3-30B-A3B on one H100: the log's 5.58 GiB activation peak); held-out half 3.5%,
   worst 9.3%, 5 of 8 within 5%: the issue targets are no longer met (xfail below, not hidden).
+- 20 cases (+ Qwen3-VL-30B-A3B 2x H100, Qwen3.6-27B-FP8 1x H100, Qwen3-Embedding-8B 1x H100, and the first
+  SGLang case, QwQ-32B on 4x L4 with SGLang 0.4.3; the halves re-split by sorted name): fitting half median
+  5.1%, worst 72.2% (the SGLang case: kvplan 0.79 GiB against a 2.84 GB pool); held-out 4.9%, worst 38.9%.
 - The 1 GiB NCCL/custom-all-reduce reserve at TP > 1 is kept: the fitting half's one direct figure
   (Qwen3-Next, 2x H200) logs 1.38 GiB of non-torch memory.
 """
