@@ -43,6 +43,9 @@ class Case:
     # SGLang only: the flags the user typed on the launch command (server_args prints every field,
     # resolved defaults included), keyed by ServerArgs name: tp_size, context_length, mem_fraction_static
     typed: tuple[tuple[str, str], ...] = ()
+    # vLLM --runner, where the model itself decides it (a sentence-transformers model folder: vLLM logs
+    # "Found pooling configuration"): what the user knows of the model they serve, not an engine figure
+    runner: str = "auto"
 
 
 # log -> the model config and GPU, mapped by hand (the GPU from SOURCES.tsv)
@@ -134,6 +137,7 @@ CASES: dict[str, Case] = {
         "(embed) runner; H100 80GB inferred, not printed (dense model, no fused_moe line): same repo, cluster "
         "and user paths as the Qwen3-30B-A3B and Qwen3-VL logs whose workers print "
         "device_name=NVIDIA_H100_80GB_HBM3, and 14.11 GiB weights + 56.24 GiB KV at the default 0.9 fit an 80 GB card",
+        runner="pooling",
     ),
     "vllm_0.12.0_qwen3-vl-30b-a3b-instruct_h100_tp2.log": Case(
         str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct.json"),
@@ -287,6 +291,8 @@ def flags_for(name: str) -> tuple[dict[str, Any], str]:
     usage_flag = usage_keyword()
     if usage_flag:
         flags[usage_flag] = case.usage
+    if case.runner != "auto":
+        flags["runner"] = case.runner
     return flags, version
 
 

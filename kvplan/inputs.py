@@ -108,6 +108,7 @@ class EstimateFlags:
     calibration_file: str | None = None
     force_calibration: bool = False
     usage: str = "serve"
+    runner: str = "auto"
     dtype: str = "auto"
     cpu_offload_gb: float = 0.0
     max_total_tokens: int | None = None
@@ -193,6 +194,7 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
         shared_prefix_tokens=parse_count(f.shared_prefix_tokens, "--shared-prefix-tokens"),
         prefix_hit_rate=f.prefix_hit_rate,
         usage=f.usage,
+        runner=f.runner,
         dtype=f.dtype,
         cpu_offload_gb=f.cpu_offload_gb,
         max_total_tokens=f.max_total_tokens,

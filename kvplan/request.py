@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kvplan.engines.base import USAGES
+from kvplan.engines.base import RUNNERS, USAGES
 from kvplan.errors import ContextTooLong, UsageError
 from kvplan.formats import Format, kv_format, normalize_dtype_name
 from kvplan.limits import MAX_GIB, MAX_GPUS, MAX_NODES, MAX_TOKENS, MAX_USERS, check_number
@@ -71,6 +71,7 @@ class PlanRequest:
     shared_prefix_tokens: int = 0
     prefix_hit_rate: float = 1.0
     usage: str = "serve"  # vLLM's usage context: serve (`vllm serve`) or offline (the LLM class)
+    runner: str = "auto"  # vLLM --runner: auto (from the model), generate or pooling (embedding models)
     dtype: str = "auto"  # --dtype: the model dtype (activations, auto KV, unquantized weights)
     cpu_offload_gb: float = 0.0  # --cpu-offload-gb: GiB of weights per GPU kept in CPU memory
     max_total_tokens: int | None = None  # SGLang: a cap on the KV pool's tokens
@@ -93,6 +94,8 @@ class PlanRequest:
         self._check_counts()
         if self.usage not in USAGES:
             raise UsageError(f"--usage must be {' or '.join(USAGES)}, got {self.usage!r}")
+        if self.runner not in RUNNERS:
+            raise UsageError(f"--runner must be {', '.join(RUNNERS)}, got {self.runner!r}")
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
             raise UsageError("--max-num-batched-tokens must be >= 1")
         if self.max_num_seqs is not None and self.max_num_seqs < 1:

@@ -427,9 +427,9 @@ def test_cli_prints_engine_lines_and_json_keys():
 def test_estimated_kv_memory_lands_within_two_percent_of_real_logs(model, gpu, kw, logged_gib, source):
     p = plan(model, gpu, **kw)
     assert p.reserve.estimated
-    # the A100 log: vLLM's A100 default of 2,048 batched tokens (arg_utils.py) shrinks kvplan's
-    # activation estimate, and kvplan lands +3.1% (it was +1.7% with a blanket 8,192); not tuned back
-    rel = 0.035 if gpu == "A100-80GB" else 0.02
+    # the A100 log: 2,048 batched tokens (vLLM's A100 default), Marlin-padded MXFP4 experts and the
+    # Triton sampler of 0.17+ (14 B a logit): kvplan 37.04 GiB, +1.3%
+    rel = 0.02
     assert p.kv_budget_bytes_per_gpu / GiB == pytest.approx(logged_gib, rel=rel), source
 
 

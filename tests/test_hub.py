@@ -205,6 +205,7 @@ def test_online_a_cached_config_is_checked_by_the_library_and_missing_sidecars_p
     assert [url.rsplit("/", 2)[1:] for url in probed] == [
         [COMMIT, "hf_quant_config.json"],
         [COMMIT, "model.safetensors.index.json"],
+        [COMMIT, "modules.json"],
     ]
 
 

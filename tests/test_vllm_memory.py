@@ -109,3 +109,38 @@ def test_install_dependent_sampler_is_stated_and_settable():
     q = plan("llama3-8b", "H100", num_gpus=1, engine_version="0.10", max_model_len=1024, env=env)
     assert q.reserve.sampler_path == "FlashInfer, 14 B/logit"
     assert q.reserve.sampler_bytes == round(1024 * 128256 * 14)
+
+
+def test_pooling_models_profile_no_sampler(tmp_path):
+    # vLLM 0.12.0 serving Qwen3-Embedding-8B (architecture Qwen3ForCausalLM) logs "Found pooling
+    # configuration" and "Resolved `--runner auto` to `--runner pooling`": a sentence-transformers
+    # modules.json in the model folder decides it (vllm/config/model.py _get_default_runner_type)
+    import json
+    import shutil
+
+    folder = tmp_path / "Qwen3-Embedding-8B"
+    folder.mkdir()
+    shutil.copy(
+        REPO / "tests" / "fixtures" / "hf" / "corpus" / "qwen3-embedding-8b.json", folder / "config.json"
+    )
+    generate = plan(
+        str(folder / "config.json"), "H100", num_gpus=1, engine_version="0.12", max_model_len=8192
+    )
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    pooling = plan(str(folder / "config.json"), "H100", num_gpus=1, engine_version="0.12", max_model_len=8192)
+    # generate: 1,024 x 151,665 x 38.5 B = 5.57 GiB of sampler; pooling: none, only the forward pass
+    assert generate.reserve.sampler_bytes == round(1024 * 151665 * 38.5)
+    assert pooling.reserve.sampler_bytes == 0 and pooling.reserve.sampler_path == "none (a pooling model)"
+    assert any("--runner auto resolves to pooling" in a for a in pooling.assumptions)
+    # the same by flag; the real log's 56.24 GiB of KV memory is then within 2.1%
+    flagged = plan(str(folder / "config.json"), "H100", num_gpus=1, engine_version="0.12", max_model_len=8192,
+                   runner="pooling")  # fmt: skip
+    assert flagged.engine.available_kv_bytes == pooling.engine.available_kv_bytes
+    assert abs(flagged.engine.available_kv_bytes / (56.24 * GiB) - 1) < 0.021
+    (folder / "modules.json").write_text("{not json")
+    with pytest.raises(Exception, match="modules.json: not readable JSON"):
+        plan(str(folder / "config.json"), "H100", num_gpus=1, max_model_len=8192)

@@ -106,6 +106,14 @@ Usage = Annotated[
         help="vLLM's usage context: serve (`vllm serve`) or offline (the LLM class); picks its batch defaults.",
     ),
 ]
+Runner = Annotated[
+    str,
+    typer.Option(
+        "--runner",
+        help="vLLM's --runner: auto (pooling when the model folder has a sentence-transformers "
+        "modules.json or its architecture is an embedding/classifier), generate, or pooling (no sampler).",
+    ),
+]
 Dtype = Annotated[
     str,
     typer.Option(
@@ -185,6 +193,7 @@ def estimate(
     calibration_file: CalibrationFile = None,
     force_calibration: ForceCalibration = False,
     usage: Usage = "serve",
+    runner: Runner = "auto",
     dtype: Dtype = "auto",
     cpu_offload_gb: CpuOffloadGb = 0.0,
     max_total_tokens: MaxTotalTokens = None,

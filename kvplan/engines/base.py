@@ -139,6 +139,7 @@ class BatchDefaults:
     why: str  # the rule, for the assumptions
 
 
+RUNNERS = ("auto", "generate", "pooling")  # vLLM's --runner (vllm/config/model.py RunnerOption)
 USAGES = ("serve", "offline")  # vLLM's UsageContext: OPENAI_API_SERVER (`vllm serve`) or LLM_CLASS
 
 

@@ -630,7 +630,9 @@ class Vllm(Engine):
     def budget(self, spec: ModelSpec, gpu: GpuSpec, tp: int, pp: int) -> Budget:
         req, util = self.req, self.utilization()
         act_bytes = 4 if spec.activation_dtype == "fp32" else 2
-        rows = self.profile_num_seqs(gpu)
+        runner, self.runner_why = vm.resolve_runner(req.runner, spec.architecture, spec.pooling_config)
+        # a pooling model's profile runs the pooler, not the sampler (gpu_model_runner.py _dummy_pooler_run)
+        rows = self.profile_num_seqs(gpu) if runner == "generate" else 0
         path = None
         if req.reserve_bytes is not None:
             reserve = given_reserve(req.reserve_bytes)
@@ -648,7 +650,9 @@ class Vllm(Engine):
             )
         else:
             sampler = self.profile_sampler(spec, gpu)
-            path = f"{sampler.name}, {sampler.bytes_per_logit:g} B/logit"
+            path = (
+                f"{sampler.name}, {sampler.bytes_per_logit:g} B/logit" if rows else "none (a pooling model)"
+            )
             reserve = estimate_reserve(
                 spec,
                 tp,
@@ -689,6 +693,8 @@ class Vllm(Engine):
             sampler_hint = vm.sampler_note(self.version, budget.sampler_path or "")
             if sampler_hint:
                 notes.append(sampler_hint)
+            if getattr(self, "runner_why", None):
+                notes.append(f"{self.runner_why} (no sampler in its memory profile)")
         if req.gpu_memory_utilization is None:
             notes.append(
                 f"--gpu-memory-utilization {budget.gpu_memory_utilization:g}: {self.label}'s default"

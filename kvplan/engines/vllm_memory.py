@@ -53,6 +53,35 @@ RUNNER_V2_NON_MOE = (0, 25)
 RUNNER_V2_ALL = (0, 29)
 
 
+# vllm/config/model.py _get_default_runner_type: a sentence-transformers pooling config makes a pooling
+# model; else the registry, else the architecture's suffix (_SUFFIX_TO_DEFAULTS: *ForCausalLM,
+# *ForConditionalGeneration, *LMHeadModel, *ChatModel generate; classifiers, reward and *Model pooling).
+GENERATE_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel", "ChatModel")
+POOLING_SUFFIXES = (
+    "Classification",
+    "RewardModel",
+    "RewardModeling",
+    "EmbeddingModel",
+    "ForTextEncoding",
+    "Model",
+)
+
+
+def resolve_runner(runner: str, architecture: str | None, pooling_config: bool) -> tuple[str, str | None]:
+    """(generate | pooling, why) for vLLM's --runner."""
+    if runner != "auto":
+        return runner, None
+    if pooling_config:
+        return (
+            "pooling",
+            "--runner auto resolves to pooling: the model folder has a sentence-transformers pooling config",
+        )
+    arch = architecture or ""
+    if arch and not arch.endswith(GENERATE_SUFFIXES) and arch.endswith(POOLING_SUFFIXES):
+        return "pooling", f"--runner auto resolves to pooling for the {arch} architecture"
+    return "generate", None
+
+
 @dataclass(frozen=True)
 class SamplerPath:
     name: str

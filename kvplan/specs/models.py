@@ -236,6 +236,7 @@ class ModelSpec(_Strict):
     display_name: str | None = None
     hf_id: str | None = None
     architecture: str | None = None  # config.json `architectures[0]`; engines key some defaults on it
+    pooling_config: bool = False  # a sentence-transformers modules.json with a Pooling module beside it
     aliases: list[str] = []
     sources: Annotated[list[str], Field(min_length=1)]
     notes: list[str] = []

@@ -115,6 +115,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "moe": moe,
         "weight_dtype": act,
         "checkpoint_weight_bytes": q.checkpoint_weight_bytes(path),
+        "pooling_config": q.has_pooling_config(path),
         "activation_dtype": act,
         "config_dtype": config_dtype,
         "layer_types": layer_types,

@@ -5,6 +5,7 @@ silent bf16 count; a malformed config is a SpecError naming the file and field."
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -355,6 +356,22 @@ def quant_config(top: dict, cfg: dict, path: Path) -> tuple[Any, str]:
             raise SpecError(f"{beside}: quantization: expected an object (ModelOpt's hf_quant_config.json)")
         return {"quant_method": "modelopt", **data["quantization"]}, f"{beside}: quantization"
     return None, str(path)
+
+
+def has_pooling_config(path: Path) -> bool:
+    """A sentence-transformers modules.json beside config.json naming a Pooling module: vLLM then
+    serves the model as a pooling (embedding) model (vllm/config/model.py _get_default_runner_type,
+    get_pooling_config)."""
+    beside = path.parent / "modules.json"
+    if path.name != "config.json" or not beside.is_file():
+        return False
+    try:
+        modules = json.loads(beside.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SpecError(f"{beside}: not readable JSON ({exc}); fix or remove it") from None
+    if not isinstance(modules, list):
+        raise SpecError(f"{beside}: expected a list of modules (sentence-transformers modules.json)")
+    return any(isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling") for m in modules)
 
 
 def checkpoint_weight_bytes(path: Path) -> int | None:
