@@ -154,6 +154,30 @@ CASES: dict[str, Case] = {
         "(quantization=fp8, the checkpoint's); H100 80GB HBM3 stated by nvidia-smi in the repo's USER_RESULTS.md "
         "for the same host and model path",
     ),
+    "vllm_0.12.0_qwen3-vl-30b-a3b-instruct_h100_tp2_seqs256.log": Case(
+        str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct.json"),
+        "H100-SXM",
+        "corpus qwen3-vl-30b-a3b-instruct.json; same user and cluster as the 0.12.0 Qwen3-VL TP2 log, another run "
+        "(max_num_seqs 256, no --disable-mm-preprocessor-cache); H100 SXM from device_name=NVIDIA_H100_80GB_HBM3",
+    ),
+    "vllm_0.11.0rc2.dev113_qwen3-vl-30b-a3b-instruct_h100_tp1.log": Case(
+        str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct.json"),
+        "H100-SXM",
+        "corpus qwen3-vl-30b-a3b-instruct.json; one GPU (no tensor_parallel_size), max_num_seqs 256; H100 SXM from "
+        "device_name=NVIDIA_H100_80GB_HBM3 printed in the log",
+    ),
+    "vllm_0.11.0rc2.dev113_qwen3-vl-30b-a3b-instruct_h100_tp2.log": Case(
+        str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct.json"),
+        "H100-SXM",
+        "corpus qwen3-vl-30b-a3b-instruct.json; the 0.12.0 TP2 flags run on vLLM 0.11.0rc2; H100 SXM from "
+        "device_name=NVIDIA_H100_80GB_HBM3 printed by both workers",
+    ),
+    "vllm_0.11.0rc2.dev113_qwen3-embedding-8b_h100_tp1.log": Case(
+        str(HF / "corpus" / "qwen3-embedding-8b.json"),
+        "H100-SXM",
+        "corpus qwen3-embedding-8b.json; pooling (embed) runner; H100 80GB inferred as for the 0.12.0 embedding log "
+        "(same repo, cluster and user paths; sibling Qwen3-VL logs print device_name=NVIDIA_H100_80GB_HBM3)",
+    ),
 }
 
 # logs left out, and why
