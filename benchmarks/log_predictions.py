@@ -177,6 +177,7 @@ CASES: dict[str, Case] = {
         "H100-SXM",
         "corpus qwen3-embedding-8b.json; pooling (embed) runner; H100 80GB inferred as for the 0.12.0 embedding log "
         "(same repo, cluster and user paths; sibling Qwen3-VL logs print device_name=NVIDIA_H100_80GB_HBM3)",
+        runner="pooling",
     ),
 }
 

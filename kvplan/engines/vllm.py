@@ -631,6 +631,7 @@ class Vllm(Engine):
         req, util = self.req, self.utilization()
         act_bytes = 4 if spec.activation_dtype == "fp32" else 2
         runner, self.runner_why = vm.resolve_runner(req.runner, spec.architecture, spec.pooling_config)
+        self.vision_profile = spec.vision_encoder
         # a pooling model's profile runs the pooler, not the sampler (gpu_model_runner.py _dummy_pooler_run)
         rows = self.profile_num_seqs(gpu) if runner == "generate" else 0
         path = None
@@ -695,6 +696,12 @@ class Vllm(Engine):
                 notes.append(sampler_hint)
             if getattr(self, "runner_why", None):
                 notes.append(f"{self.runner_why} (no sampler in its memory profile)")
+            if getattr(self, "vision_profile", False):
+                notes.append(
+                    "WARNING: vLLM also profiles the vision encoder on its largest dummy images; kvplan does "
+                    "not model that peak (3.6-4.1 GiB a GPU in real Qwen3-VL-30B-A3B logs), so the KV memory "
+                    "here is an upper bound: give --reserve-memory, or run check-log on a startup log"
+                )
         if req.gpu_memory_utilization is None:
             notes.append(
                 f"--gpu-memory-utilization {budget.gpu_memory_utilization:g}: {self.label}'s default"

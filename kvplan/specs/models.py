@@ -237,6 +237,7 @@ class ModelSpec(_Strict):
     hf_id: str | None = None
     architecture: str | None = None  # config.json `architectures[0]`; engines key some defaults on it
     pooling_config: bool = False  # a sentence-transformers modules.json with a Pooling module beside it
+    vision_encoder: bool = False  # config.json has a vision_config: the engine also profiles an image encoder
     aliases: list[str] = []
     sources: Annotated[list[str], Field(min_length=1)]
     notes: list[str] = []

@@ -116,6 +116,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "weight_dtype": act,
         "checkpoint_weight_bytes": q.checkpoint_weight_bytes(path),
         "pooling_config": q.has_pooling_config(path),
+        "vision_encoder": isinstance(top.get("vision_config"), dict),
         "activation_dtype": act,
         "config_dtype": config_dtype,
         "layer_types": layer_types,
