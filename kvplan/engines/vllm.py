@@ -637,32 +637,27 @@ class Vllm(Engine):
         path = None
         if req.reserve_bytes is not None:
             reserve = given_reserve(req.reserve_bytes)
-        elif self.version < (0, 10):
-            reserve = estimate_reserve(
-                spec,
-                tp,
-                req.batched_tokens,
-                act_bytes,
-                sampler_rows=rows,
-                sampler_bytes_per_logit=vm.LEGACY_SAMPLER_BYTES,
-                non_torch=vm.legacy_non_torch_bytes(self.version, tp, pp),
-                cuda_graphs=0,
-                sequential=False,
-            )
         else:
-            sampler = self.profile_sampler(spec, gpu)
-            path = (
-                f"{sampler.name}, {sampler.bytes_per_logit:g} B/logit" if rows else "none (a pooling model)"
-            )
+            sequential = self.version >= (0, 10)
+            if not sequential:  # kvplan's rules before vLLM 0.10 (not re-derived from the wheels)
+                per_logit, graphs = vm.LEGACY_SAMPLER_BYTES, 0
+                non_torch = vm.legacy_non_torch_bytes(self.version, tp, pp)
+            else:
+                sampler = self.profile_sampler(spec, gpu)
+                per_logit = sampler.bytes_per_logit
+                path = f"{sampler.name}, {per_logit:g} B/logit" if rows else "none (a pooling model)"
+                non_torch = vm.non_torch_bytes(self.version, gpu, tp, pp)
+                graphs = CUDA_GRAPH_BYTES if self.counts_cuda_graphs() else 0
             reserve = estimate_reserve(
                 spec,
                 tp,
                 req.batched_tokens,
                 act_bytes,
                 sampler_rows=rows,
-                sampler_bytes_per_logit=sampler.bytes_per_logit,
-                non_torch=vm.non_torch_bytes(self.version, gpu, tp, pp),
-                cuda_graphs=CUDA_GRAPH_BYTES if self.counts_cuda_graphs() else 0,
+                sampler_bytes_per_logit=per_logit,
+                non_torch=non_torch,
+                cuda_graphs=graphs,
+                sequential=sequential,
             )
         return Budget(
             requested_bytes(gpu.memory_bytes, util),
