@@ -417,6 +417,7 @@ class SolveFlags:
     gpu_memory_utilization: float | None = None
     top: int = 5
     gpus_flag: str = "--gpus"  # the name the user typed (--gpu is an alias), for messages
+    calibration: bool = True  # use each GPU's saved `kvplan calibrate` profile where there is one
 
 
 def solve(f: SolveFlags) -> tuple[Query, list[Answer]]:
@@ -470,6 +471,11 @@ def solve_query(f: SolveFlags) -> Query:
         gpu_memory_utilization=f.gpu_memory_utilization,
         fixed_num_gpus=fixed,
         top=f.top,
+        measured=tuple(
+            (g.name, tuple(sorted(fields.items())))
+            for g in gpu_specs
+            if f.calibration and (fields := bandwidth_profile(g, True, None))
+        ),
     )
 
 

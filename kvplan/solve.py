@@ -81,6 +81,9 @@ class Query:
     gpu_memory_utilization: float | None = None
     fixed_num_gpus: int | None = None  # --max-context mode: exactly these GPUs
     top: int = 5
+    # per GPU name, the PlanRequest fields of its saved `kvplan calibrate` profile (the step model's
+    # measured terms); a GPU without one keeps the terms fitted to published runs
+    measured: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
 
 
 def _replica(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int) -> Plan:
@@ -100,6 +103,7 @@ def _request(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int)
         block_size=q.block_size,
         engine=q.engine,
         gpu_memory_utilization=q.gpu_memory_utilization,
+        **dict(dict(q.measured).get(gpu.name, ())),
     )
 
 

@@ -53,6 +53,13 @@ def solve(
     block_size: o.BlockSize = None,
     gpu_memory_utilization: o.GpuMemoryUtilization = None,
     top: Annotated[int, typer.Option("--top", help="How many answers to show.")] = 5,
+    calibration: Annotated[
+        bool,
+        typer.Option(
+            "--calibration/--no-calibration",
+            help="Time decode with each GPU's saved `kvplan calibrate` profile where there is one.",
+        ),
+    ] = True,
     json_out: o.Json = False,
 ) -> None:
     """The inverse question: the fewest (or cheapest) GPUs, layout and KV dtype for N users; or the longest context.
