@@ -53,20 +53,21 @@ def solve(
     block_size: o.BlockSize = None,
     gpu_memory_utilization: o.GpuMemoryUtilization = None,
     top: Annotated[int, typer.Option("--top", help="How many answers to show.")] = 5,
-    calibration: Annotated[
+    no_calibration: Annotated[
         bool,
         typer.Option(
-            "--calibration/--no-calibration",
-            help="Time decode with each GPU's saved `kvplan calibrate` profile where there is one.",
+            "--no-calibration",
+            help="Ignore the GPUs' saved `kvplan calibrate` profiles (else decode is timed with them).",
         ),
-    ] = True,
+    ] = False,
     json_out: o.Json = False,
 ) -> None:
     """The inverse question: the fewest (or cheapest) GPUs, layout and KV dtype for N users; or the longest context.
 
     --max-model-len is the context each request needs (not with --max-context); with --max-context,
     --gpus is the GPUs you have, e.g. 8xH200. --gpu is an old name of --gpus."""
-    flags = {k: v for k, v in locals().items() if k not in ("json_out", "gpu")}  # the query's inputs
+    flags = {k: v for k, v in locals().items() if k not in ("json_out", "gpu", "no_calibration")}
+    flags["calibration"] = not no_calibration
     from kvplan import inputs
     from kvplan.errors import UsageError
 
