@@ -54,6 +54,9 @@ QUALITY = {
 }
 
 
+KV_READ_SOURCE = "datasheet HBM bandwidth (no kernel efficiency; weights excluded)"
+
+
 @dataclass(frozen=True)
 class Variant:
     label: str
@@ -247,6 +250,8 @@ class Row:
     offload_read_ms: float | None
     quality: str
     error: str | None = None
+    # the decode_kv_read_* columns: KV bytes over the GPU's datasheet HBM bandwidth, not the step model
+    decode_kv_read_source: str = KV_READ_SOURCE
     plan: Plan | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
