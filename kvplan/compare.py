@@ -295,7 +295,7 @@ def row(base: PlanRequest, model: ModelSpec, text: str, offload_gib: float = 0.0
         # the model's own KV bytes per token need no cluster: an infeasible row keeps them
         fmt = kv_format(variant.kv_cache_dtype or "auto", variant.spec.activation_dtype)
         per_token = kv.model_bits_per_token(variant.spec.layers, fmt) / 8
-        nothing = dict.fromkeys(
+        nothing: dict[str, Any] = dict.fromkeys(
             (
                 "kv_bytes_per_token_per_gpu",
                 "kv_bytes_per_request",
