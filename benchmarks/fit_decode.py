@@ -1,6 +1,6 @@
 """Fit kvplan's decode step model to published decode runs (issue 13).
 
-Reads tests/fixtures/bench/decode_runs.tsv (90 published TPOT figures, sources in quotes.md), maps
+Reads tests/fixtures/bench/decode_runs.tsv (90 published decode figures, sources in quotes.md), maps
 every row kvplan can represent to a plan (model spec, GPU, TP/PP, batch, input/output lengths,
 weight and KV dtypes), and excludes the others with a stated reason. The usable rows are sorted
 by (source, model, GPU, TP, batch, input length, weight dtype, engine) and every third one (the
@@ -9,8 +9,16 @@ coordinate search on log-coefficients minimising the mean squared log error of p
 published TPOT. Coefficients no spec gives and the data cannot pin are stated assumptions, not
 fitted (the attention kernel curve from shared/reference/kernels.md, the inter-node network).
 
-What is counted: kvplan's step model (kvplan/speed.py) at the published batch, each request at
-the mean context of its decode (input + output / 2); the published TPOT (ms per output token).
+What is counted: the published figure itself, predicted from kvplan's step model (kvplan/speed.py)
+at the published batch, each request at the mean context of its decode (input + output / 2), and
+kvplan's prefill model (speed.prefill_seconds) where the figure includes prefill. What each source's
+figure measures is stated per source in METRICS, with the words that say so (quotes.md):
+  step     the decode step itself (one batch decoding, no new prompts): step
+  serving  a served request's mean TPOT/ITL at concurrency c: while it decodes, the other c - 1
+           requests' prompts (input tokens each, one new prompt per `output` steps a slot) are
+           prefilled between or within its steps: step + (c - 1) x prefill(input) / output
+  batch    one static batch timed from the first prompt to the last token, divided by the output
+           tokens: (batch x prefill(input) + (output - 1) x step) / output
 
 Run:  python benchmarks/fit_decode.py            # fit, print the table, write kvplan/data/decode_fit.yaml
       python benchmarks/fit_decode.py --check    # the shipped coefficients only, no fit, no write
@@ -34,14 +42,56 @@ from kvplan import speed  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
 from kvplan.params import param_breakdown  # noqa: E402
 from kvplan.plan import PlanRequest, estimate  # noqa: E402
-from kvplan.specs.models import ModelSpec  # noqa: E402
+from kvplan.specs.models import HeadLayer, ModelSpec  # noqa: E402
 from kvplan.specs.registry import load_gpu, load_model  # noqa: E402
+from kvplan.speed_plan import attention_width  # noqa: E402
 
 TSV = REPO / "tests" / "fixtures" / "bench" / "decode_runs.tsv"
 CORPUS = REPO / "tests" / "fixtures" / "hf" / "corpus"
 OUT = REPO / "kvplan" / "data" / "decode_fit.yaml"
-PREFILL_SHARE_MAX = 0.10  # rows whose prompts' prefill adds more than this share of TPOT are excluded
 GIB = 2**30
+
+STEP, SERVING, BATCH = "step", "serving", "batch"
+# what each source's published figure measures, and the words (quotes.md) that say so
+METRICS: dict[str, tuple[str, str]] = {
+    "https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/performance.md": (
+        BATCH,
+        "gptSessionBenchmark, static batching: 'Throughput is calculated as output tokens per second per "
+        "gpu. out_tps=output_seqlen*batch_size/total_latency/tp' (TensorRT-LLM blogs/XQA-kernel.md); the "
+        "total latency includes the context phase of batch x input tokens",
+    ),
+    "https://buildkite.com/vllm/performance-benchmark/builds/": (
+        BATCH,
+        "benchmark_latency: 'Batch size: fixed (8)', 'Evaluation metrics: end-to-end latency' of one "
+        "batch of 32-token prompts generating 128 tokens; tpot_ms = latency / 128",
+    ),
+    "https://lmsys.org/blog/2025-08-27-gpt-oss/": (
+        STEP,
+        "bench_one_batch_server '--batch-size 1': 'single-batch decode throughput'",
+    ),
+    "https://johnmusgrave.com/": (STEP, "'decode at one request per time runs at about 75 tokens/sec'"),
+    "https://docs.nvidia.com/nim/": (SERVING, "AIPerf 'ITL (ms)' per concurrency of a serving run"),
+    "https://docs.vultr.com/": (SERVING, "vllm bench serve 'TPOT (ms)' per 'Concurrent' requests"),
+    "https://github.com/SemiAnalysisAI/InferenceX/": (
+        SERVING,
+        "InferenceX serving sweep: 'TPOT ms' per 'Conc'",
+    ),
+    "https://github.com/gpustack/": (
+        SERVING,
+        "'vllm bench serve ... --max-concurrency 4': 'Median TPOT (ms)' over 100 requests",
+    ),
+    "https://github.com/NVIDIA/TensorRT-LLM/issues/5929": (
+        SERVING,
+        "'running LLMPerf against trtllm-serve': 'ITL p50' per 'Batch Size' (concurrent requests)",
+    ),
+    "https://yobitelcomm.github.io/": (SERVING, "'conc' sweep: 'tpot_p50_ms' of a serving run"),
+}
+# engines whose decode attention reads a KV head's cache once per query head: TensorRT-LLM before the
+# XQA kernel ('XQA kernel provides optimization for MQA and GQA during generation phase ... reducing
+# data loading', 'will be included in the v0.8 releases': blogs/XQA-kernel.md); its masked MHA kernel
+# (from FasterTransformer's decoder_masked_multihead_attention) launches one CTA per (query head,
+# sequence): grid(num_heads, batch)
+KV_READ_PER_QUERY_HEAD = ("v0.5", "v0.6.1")  # TensorRT-LLM engine_version column
 
 # what the search moves (the rest are stated assumptions, kept as shipped)
 FITTED = (
@@ -113,6 +163,8 @@ class Row:
     weight: str
     kv: str
     tpot_ms: float
+    metric: str = STEP  # what the published figure measures (METRICS)
+    kv_reads_per_head: bool = False  # the engine's attention reads KV once per query head
 
 
 @dataclass(frozen=True)
@@ -162,8 +214,22 @@ def _spec(r: dict[str, str]) -> tuple[ModelSpec | None, str | None, str]:
     return None, None, f"no kvplan spec for {m}"
 
 
+# runs that measure an engine build rather than the hardware: (source, GPU) -> why
+ANOMALOUS = {
+    ("https://github.com/NVIDIA/TensorRT-LLM/issues/5929", "H200"): (
+        "user-reported in a bug issue on a from-source v0.21.0rc2 build; on the same 8x H200, model and "
+        "fp8 weights, SGLang's published TP8 runs (InferenceX PR 3173) decode batch 4 in 9.70 ms and "
+        "batch 8 in 11.73 ms against this report's 13.78 ms at batch 1 and 18.18 ms at batch 8: 1.4-1.55x "
+        "slower on the same work, a property of that build, not of the hardware"
+    ),
+}
+
+
 def _exclusion(r: dict[str, str], line: int) -> str | None:
     """Why kvplan cannot represent this row, or None."""
+    anomalous = ANOMALOUS.get((r["source_url"], r["gpu"]))
+    if anomalous is not None and r["ep"] in ("", "none"):
+        return anomalous
     if r["gpu"] not in GPUS:
         if r["gpu"].startswith("GB200"):
             return "GB200: no shipped GPU spec"
@@ -176,6 +242,11 @@ def _exclusion(r: dict[str, str], line: int) -> str | None:
         return "expert-parallel or unstated MoE layout (EP8TP8 min-latency blog rows)"
     if "attention-DP" in r["notes"] and _int(r["batch_or_concurrency"]) in (64, 128):
         return "c64/c128 points may use attention-DP (the source does not say): layout unknown"
+    if "requests queueing" in r["notes"]:
+        return (
+            "TTFT 8.0 s against 0.41 s at concurrency 1: requests queue for a batch slot, so the decode "
+            "batch is below the concurrency and not published"
+        )
     if _int(r["batch_or_concurrency"]) is None:
         return "batch not stated per engine step"
     if r["input_len"].startswith("unknown") and (_int(r["batch_or_concurrency"]) or 0) > 4:
@@ -213,29 +284,18 @@ def read_rows() -> tuple[list[Case], list[tuple[Row | None, int, str]]]:
             row = Row(
                 line, r["source_url"], r["engine"].split(" ")[0], r["model"], GPUS[r["gpu"]],
                 int(r["tp"]), batch, i, o, r["weight_dtype"].split(" ")[0], kv, float(r["tpot_ms"]),
+                metric_of(r["source_url"]), r["engine_version"] in KV_READ_PER_QUERY_HEAD,
             )  # fmt: skip
-            case = Case(row, spec, dtype, kv, "; ".join(x for x in (note, len_note) if x))
-            share = prefill_share(case)
-            if share > PREFILL_SHARE_MAX:
-                excluded.append(
-                    (row, line, f"serving benchmark: prefill of new prompts ({batch} x {i} / {o} tokens a "
-                     f"step) adds ~{share:.0%} of TPOT: TPOT includes prefill interference")
-                )  # fmt: skip
-                continue
-            cases.append(case)
+            cases.append(Case(row, spec, dtype, kv, "; ".join(x for x in (note, len_note) if x)))
     return cases, excluded
 
 
-def prefill_share(case: Case) -> float:
-    """Prompt tokens prefilled per decode step (batch x input / output) at the prefill MFU, as a share
-    of the published TPOT."""
-    r = case.row
-    gpu = load_gpu(r.gpu)
-    fp8 = (case.weight_dtype or case.spec.weight_dtype) == "fp8" and gpu.fp8_dense_flops
-    peak = gpu.fp8_dense_flops if fp8 and gpu.fp8_dense_flops else gpu.bf16_dense_flops
-    tokens = r.batch * r.input_len / r.output_len
-    seconds = 2 * param_breakdown(case.spec).active * tokens / (r.tp * peak * speed.PREFILL_MFU)
-    return seconds * 1e3 / r.tpot_ms
+def metric_of(source: str) -> str:
+    """What a source's published figure measures (METRICS)."""
+    for prefix, (kind, _) in METRICS.items():
+        if source.startswith(prefix):
+            return kind
+    raise SystemExit(f"{source}: no METRICS entry says what its figure measures")
 
 
 def split(cases: list[Case]) -> tuple[list[Case], list[Case]]:
@@ -254,8 +314,28 @@ def split(cases: list[Case]) -> tuple[list[Case], list[Case]]:
 class Prepared:
     case: Case
     inputs: speed.DecodeInputs
-    kv_bytes_per_request: int
+    kv_bytes_per_request: int  # the bytes the engine's attention reads per request (KV_READ_PER_QUERY_HEAD)
     context: int
+    prefill_ms: float  # kvplan's prefill of one prompt of input_len tokens on the row's GPUs
+
+
+def _query_heads_per_kv_head(spec: ModelSpec) -> int:
+    for layer in spec.layers:
+        if isinstance(layer, HeadLayer):
+            return spec.num_attention_heads // layer.num_kv_heads
+    return 1
+
+
+def _prefill_ms(case: Case) -> float:
+    """kvplan's prefill model (speed.prefill_seconds) for one prompt of the row's input length, at the
+    dense peak of the weights' dtype (fp8 where the GPU has it)."""
+    r = case.row
+    gpu = load_gpu(r.gpu)
+    fp8 = (case.weight_dtype or case.spec.weight_dtype) == "fp8" and gpu.fp8_dense_flops
+    peak = gpu.fp8_dense_flops if fp8 and gpu.fp8_dense_flops else gpu.bf16_dense_flops
+    active = param_breakdown(case.spec).active
+    width = attention_width(case.spec)
+    return speed.prefill_seconds(active, r.input_len, case.spec.num_layers, width, r.tp, peak) * 1e3
 
 
 def prepare(case: Case) -> Prepared:
@@ -282,7 +362,10 @@ def prepare(case: Case) -> Prepared:
         except KvplanError as exc:
             last = exc
             continue
-        return Prepared(case, p.decode.inputs, p.decode.kv_bytes_per_request_per_gpu, p.decode.context_tokens)
+        kv = p.decode.kv_bytes_per_request_per_gpu
+        if r.kv_reads_per_head:
+            kv *= _query_heads_per_kv_head(case.spec)
+        return Prepared(case, p.decode.inputs, kv, p.decode.context_tokens, _prefill_ms(case))
     raise SystemExit(f"row {r.line}: kvplan cannot plan it: {last}")
 
 
@@ -290,8 +373,19 @@ def predict(p: Prepared, c: speed.Coefficients) -> speed.StepTime:
     return speed.decode_step(p.inputs, p.case.row.batch, p.kv_bytes_per_request, p.context, None, c)
 
 
+def published_ms(p: Prepared, c: speed.Coefficients) -> float:
+    """The published figure as kvplan predicts it, by what it measures (METRICS)."""
+    r = p.case.row
+    step_ms = predict(p, c).tpot_ms
+    if r.metric == SERVING:  # the other requests' prompts, one per slot every `output` steps
+        return step_ms + (r.batch - 1) * p.prefill_ms / r.output_len
+    if r.metric == BATCH:  # the batch's prompts, then output - 1 steps (the prefill gives the first token)
+        return (r.batch * p.prefill_ms + (r.output_len - 1) * step_ms) / r.output_len
+    return step_ms
+
+
 def errors(rows: list[Prepared], c: speed.Coefficients) -> list[float]:
-    return [predict(p, c).tpot_ms / p.case.row.tpot_ms - 1 for p in rows]
+    return [published_ms(p, c) / p.case.row.tpot_ms - 1 for p in rows]
 
 
 HUBER = 0.10  # log-error at which the loss turns from quadratic to linear (outliers pull less)
@@ -398,7 +492,9 @@ def write_yaml(c: speed.Coefficients, n_fit: int, stats: dict[str, tuple[float, 
     lines = [
         "# kvplan's decode step model coefficients (kvplan/speed.py). Written by benchmarks/fit_decode.py",
         "# from tests/fixtures/bench/decode_runs.tsv: fitted on two thirds of the usable rows, checked on",
-        "# the third held out (every third row sorted by source, model, GPU, TP, batch, input length).",
+        "# the third held out (every third row sorted by source, model, GPU, TP, batch, input length). Each row",
+        "# is compared as published: a step, a served TPOT with the other requests' prefill, or a static batch",
+        "# with its context phase (METRICS in the script).",
         f"# fit part ({n_fit} rows): median |error| {stats['fit'][0]:.1%}, worst {stats['fit'][1]:.1%}",
         f"# held-out part ({n_held} rows): median |error| {stats['held'][0]:.1%}, worst {stats['held'][1]:.1%}",
         "coefficients:",
@@ -417,15 +513,17 @@ def write_yaml(c: speed.Coefficients, n_fit: int, stats: dict[str, tuple[float, 
 def report(label: str, rows: list[Prepared], c: speed.Coefficients) -> tuple[float, float]:
     print(f"\n{label} ({len(rows)} rows)")
     print(f"{'line':>4} {'engine':<12} {'model':<34} {'gpu':<9} {'tp':>2} {'batch':>5} {'ctx':>6} "
-          f"{'published':>9} {'kvplan':>8} {'error':>7}  weights/attn/moe/comm/launch/overhead ms")  # fmt: skip
+          f"{'metric':<7} {'published':>9} {'kvplan':>8} {'step':>7} {'error':>7}  "
+          "step: weights/attn/moe/comm/launch/overhead ms")  # fmt: skip
     errs = []
     for p in rows:
         r = p.case.row
         s = predict(p, c)
-        e = s.tpot_ms / r.tpot_ms - 1
+        pub = published_ms(p, c)
+        e = pub / r.tpot_ms - 1
         errs.append(e)
         print(f"{r.line:>4} {r.engine[:12]:<12} {r.model[:34]:<34} {r.gpu:<9} {r.tp:>2} {r.batch:>5} "
-              f"{p.context:>6} {r.tpot_ms:>9.2f} {s.tpot_ms:>8.2f} {e:>+7.1%}  "
+              f"{p.context:>6} {r.metric:<7} {r.tpot_ms:>9.2f} {pub:>8.2f} {s.tpot_ms:>7.2f} {e:>+7.1%}  "
               f"{s.weights_ms:.2f}/{s.attention_ms:.2f}/{s.moe_ms:.2f}/{s.communication_ms:.2f}/"
               f"{s.launch_ms:.2f}/{s.overhead_ms:.2f}")  # fmt: skip
     med, worst = summary(errs)

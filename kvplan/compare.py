@@ -54,6 +54,9 @@ QUALITY = {
 }
 
 
+KV_READ_SOURCE = "datasheet HBM bandwidth (no kernel efficiency; weights excluded)"
+
+
 @dataclass(frozen=True)
 class Variant:
     label: str
@@ -247,6 +250,8 @@ class Row:
     offload_read_ms: float | None
     quality: str
     error: str | None = None
+    # the decode_kv_read_* columns: KV bytes over the GPU's datasheet HBM bandwidth, not the step model
+    decode_kv_read_source: str = KV_READ_SOURCE
     plan: Plan | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -290,7 +295,7 @@ def row(base: PlanRequest, model: ModelSpec, text: str, offload_gib: float = 0.0
         # the model's own KV bytes per token need no cluster: an infeasible row keeps them
         fmt = kv_format(variant.kv_cache_dtype or "auto", variant.spec.activation_dtype)
         per_token = kv.model_bits_per_token(variant.spec.layers, fmt) / 8
-        nothing = dict.fromkeys(
+        nothing: dict[str, Any] = dict.fromkeys(
             (
                 "kv_bytes_per_token_per_gpu",
                 "kv_bytes_per_request",

@@ -141,7 +141,8 @@ def _table_notes(rows: list[Row], cluster: dict[str, Any], base: PlanRequest) ->
         "vs MHA: KV bytes per token against the same model with one K/V head per query head, in bf16",
         "KV read/step: the KV bytes a decode step reads on one GPU (one request at the full context, or every "
         f"request at max requests) at {base.gpu.name}'s datasheet HBM bandwidth "
-        f"({base.gpu.hbm_bytes_per_s / 1e12:.2f} TB/s), weights excluded",
+        f"({base.gpu.hbm_bytes_per_s / 1e12:.2f} TB/s), weights excluded; `kvplan estimate` gives the step "
+        "model's TPOT (kernel efficiency, weights, communication)",
     ]
     tp = cluster.get("tensor_parallel_size", 1)
     if tp > 1 and any(r.plan and "MLA" in r.attention for r in rows):

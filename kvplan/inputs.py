@@ -416,6 +416,9 @@ class SolveFlags:
     block_size: int | None = None
     gpu_memory_utilization: float | None = None
     top: int = 5
+    avg_context: str | None = None
+    input_len: str | None = None
+    output_len: str | None = None
     gpus_flag: str = "--gpus"  # the name the user typed (--gpu is an alias), for messages
     calibration: bool = True  # use each GPU's saved `kvplan calibrate` profile where there is one
 
@@ -476,6 +479,9 @@ def solve_query(f: SolveFlags) -> Query:
             for g in gpu_specs
             if f.calibration and (fields := bandwidth_profile(g, True, None))
         ),
+        avg_context_tokens=parse_count(f.avg_context, "--avg-context") if f.avg_context else None,
+        input_len=parse_count(f.input_len, "--input-len") if f.input_len is not None else None,
+        output_len=parse_count(f.output_len, "--output-len") if f.output_len is not None else None,
     )
 
 

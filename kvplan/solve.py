@@ -49,8 +49,10 @@ class Answer:
     block_size: int
     max_model_len: int
     max_concurrency: int
-    tpot_ms: float  # at the target load: users spread over the replicas, each at max_model_len
+    tpot_ms: float  # at the target load: users spread over the replicas, each at tpot_context_tokens
     tpot_source: str  # where the step model's terms come from (fitted to published runs / measured)
+    tpot_context_tokens: int  # the context each request holds in that step
+    tpot_context_source: str  # max_model_len, or the mean over a decode (as estimate's)
     decode_step: dict[str, Any]  # the step at that load, term by term (ms)
     why_pipeline: str | None  # with PP > 1: why the layout has pipeline stages
     cost_per_hour: float | None
@@ -84,6 +86,14 @@ class Query:
     # per GPU name, the PlanRequest fields of its saved `kvplan calibrate` profile (the step model's
     # measured terms); a GPU without one keeps the terms fitted to published runs
     measured: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    # the workload, as estimate takes it: TPOT at the mean context of a decode instead of max_model_len
+    avg_context_tokens: int | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+
+    @property
+    def has_workload(self) -> bool:
+        return self.avg_context_tokens is not None or self.input_len is not None
 
 
 def _replica(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int) -> Plan:
@@ -104,16 +114,22 @@ def _request(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int)
         engine=q.engine,
         gpu_memory_utilization=q.gpu_memory_utilization,
         **dict(dict(q.measured).get(gpu.name, ())),
+        avg_context_tokens=min(q.avg_context_tokens, max_len) if q.avg_context_tokens else None,
+        input_len=q.input_len,
+        output_len=q.output_len,
     )
 
 
-def _step(p: Plan, batch: int) -> speed.StepTime:
-    """The step model at `batch` requests of one replica, each at max_model_len (the full context)."""
+def _step(q: Query, p: Plan, batch: int) -> speed.StepTime:
+    """The step model at `batch` requests of one replica, each at the mean context of its decode when
+    the query gives the workload (as estimate's decode figures), else at max_model_len."""
+    if q.has_workload:
+        return p.decode.step(batch, p.decode.kv_bytes_per_request_per_gpu, p.decode.context_tokens)
     return p.decode.step(batch, p.kv_bytes_per_request_per_gpu, p.settings.max_model_len)
 
 
-def _tpot(p: Plan, batch: int) -> float:
-    return _step(p, batch).tpot_ms
+def _tpot(q: Query, p: Plan, batch: int) -> float:
+    return _step(q, p, batch).tpot_ms
 
 
 def _dtype_name(dtype: str, p: Plan) -> str:
@@ -277,14 +293,14 @@ def _layout(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bound
         return None
     dp = ceil_div(q.users, per_replica)
     while dp <= max_dp:
-        tpot = _tpot(p, ceil_div(q.users, dp))
+        tpot = _tpot(q, p, ceil_div(q.users, dp))
         if q.tpot_ms is None or tpot <= q.tpot_ms:
             break
         dp += 1
     # replicas beyond one per user make no step faster: the fastest layout stops there
     fastest_dp = max(dp, 1) if dp <= max_dp else min(max_dp, q.users)
     if max_dp >= 1:
-        fastest = _tpot(p, ceil_div(q.users, max(fastest_dp, 1)))
+        fastest = _tpot(q, p, ceil_div(q.users, max(fastest_dp, 1)))
         if bounds.best_tpot is None or fastest < bounds.best_tpot[0]:
             bounds.best_tpot = (
                 fastest,
@@ -293,7 +309,7 @@ def _layout(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bound
             bounds.weight_ms = p.decode.step(1, 0).weights_ms
     if dp > max_dp:
         return None
-    return _answer(q, gpu, p, tp, pp, dp, dtype, _tpot(p, ceil_div(q.users, dp)))
+    return _answer(q, gpu, p, tp, pp, dp, dtype, _tpot(q, p, ceil_div(q.users, dp)))
 
 
 def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: str, tpot: float) -> Answer:
@@ -304,7 +320,7 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
         "users": conc / q.users - 1,
         "tpot": 1 - tpot / q.tpot_ms if q.tpot_ms else None,
     }
-    step = _step(p, ceil_div(q.users, dp))
+    step = _step(q, p, ceil_div(q.users, dp))
     measured = sorted({t for t, v in step.sources.items() if v == speed.MEASURED})
     source = speed.FITTED + (f"; {', '.join(measured)} {speed.MEASURED}" if measured else "")
     a = Answer(
@@ -319,6 +335,8 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
         max_concurrency=conc,
         tpot_ms=tpot,
         tpot_source=source,
+        tpot_context_tokens=step.context_tokens,
+        tpot_context_source=p.decode.context_source if q.has_workload else "every request at --max-model-len",
         decode_step=step.to_dict(),
         why_pipeline=_why_pipeline(q, gpu, p, tp, pp, dtype, step),
         cost_per_hour=n * q.prices[gpu.name] if q.prices else None,
@@ -364,7 +382,7 @@ def _longest_context(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bound
             return None
         if p.max_concurrency_per_replica < per_replica_users:
             return None
-        if q.tpot_ms is not None and _tpot(p, per_replica_users) > q.tpot_ms:
+        if q.tpot_ms is not None and _tpot(q, p, per_replica_users) > q.tpot_ms:
             return None
         return p
 
@@ -379,7 +397,7 @@ def _longest_context(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bound
     if best is None:
         bounds.reasons.append(f"{gpu.name} TP {tp} x PP {pp} x DP {dp} ({dtype}): not even 1 token each")
         return None
-    return _answer(q, gpu, best, tp, pp, dp, dtype, _tpot(best, per_replica_users))
+    return _answer(q, gpu, best, tp, pp, dp, dtype, _tpot(q, best, per_replica_users))
 
 
 def verdict(q: Query, bounds: _Bounds) -> str:

@@ -180,7 +180,11 @@ def test_formats_md_csv_json():
         "decode_kv_read_ms",
         "quality",
         "error",
+        "decode_kv_read_source",
     }
+    # the KV-read columns are bytes over the datasheet bandwidth, and say so in the header and in JSON
+    assert j["rows"][0]["decode_kv_read_source"].startswith("datasheet HBM bandwidth")
+    assert "| KV read/step, all (datasheet BW) |" in md
     assert run_cli(*args, "--format", "xml").exit_code == 2
 
 

@@ -218,3 +218,24 @@ def test_pipeline_stages_are_not_free_and_solve_says_why():
         and "why PP: PP" in r.stdout
         and "fitted to published runs" in " ".join(r.stdout.split())
     )
+
+
+def test_tpot_at_the_mean_decode_context_when_the_workload_is_given():
+    # with --input-len/--output-len, solve's TPOT is estimate's: each request at input + output / 2
+    # (2,000 + 500 / 2 = 2,250 tokens), not at --max-model-len; without them, at the full 32K
+    args = ("solve", "-m", "llama3.1-70b", "-u", "64", "--max-model-len", "32K", "-g", "H100", "--top", "1")
+    full = run_cli(*args, "--json").json()["answers"][0]
+    mean = run_cli(*args, "--input-len", "2000", "--output-len", "500", "--json").json()["answers"][0]
+    assert (full["tpot_context_tokens"], mean["tpot_context_tokens"]) == (32768, 2250)
+    assert mean["tpot_context_source"].startswith("input 2,000 + output 500 / 2")
+    assert mean["tpot_ms"] < full["tpot_ms"]
+    assert mean["max_concurrency"] == full["max_concurrency"]  # capacity is still at --max-model-len
+    p = plan("llama3.1-70b", "H100", num_gpus=8, tp=8, max_model_len=32768, kv_cache_dtype="fp8",
+             input_len=2000, output_len=500)  # fmt: skip
+    if mean["tensor_parallel_size"] == 8 and mean["data_parallel_size"] == 1:
+        step = p.decode.step(64, p.decode.kv_bytes_per_request_per_gpu, p.decode.context_tokens)
+        assert mean["tpot_ms"] == pytest.approx(step.tpot_ms)
+    avg = run_cli(*args, "--avg-context", "4K", "--json").json()["answers"][0]
+    assert (avg["tpot_context_tokens"], avg["tpot_context_source"]) == (4096, "--avg-context")
+    text = run_cli(*args, "--input-len", "2000", "--output-len", "500").stdout
+    assert "each request at input 2,000 + output 500 / 2" in " ".join(text.split())

@@ -60,12 +60,16 @@ def solve(
             help="Ignore the GPUs' saved `kvplan calibrate` profiles (else decode is timed with them).",
         ),
     ] = False,
+    avg_context: o.AvgContext = None,
+    input_len: o.InputLen = None,
+    output_len: o.OutputLen = None,
     json_out: o.Json = False,
 ) -> None:
     """The inverse question: the fewest (or cheapest) GPUs, layout and KV dtype for N users; or the longest context.
 
     --max-model-len is the context each request needs (not with --max-context); with --max-context,
-    --gpus is the GPUs you have, e.g. 8xH200. --gpu is an old name of --gpus."""
+    --gpus is the GPUs you have, e.g. 8xH200. --gpu is an old name of --gpus. TPOT is at every request's
+    full context unless --input-len/--output-len (the mean over a decode) or --avg-context say otherwise."""
     flags = {k: v for k, v in locals().items() if k not in ("json_out", "gpu", "no_calibration")}
     flags["calibration"] = not no_calibration
     from kvplan import inputs

@@ -28,8 +28,8 @@ TABLE_COLUMNS: Columns = [
     ("KV/request", "kv_bytes_per_request", "gib"),
     ("state/request", "state_bytes_per_request", "bytes"),
     ("max requests", "max_concurrency", "int"),
-    ("KV read/step, 1 req", "decode_kv_read_ms_one_request", "ms"),
-    ("KV read/step, all", "decode_kv_read_ms", "ms"),
+    ("KV read/step, 1 req (datasheet BW)", "decode_kv_read_ms_one_request", "ms"),
+    ("KV read/step, all (datasheet BW)", "decode_kv_read_ms", "ms"),
     ("offload read/step", "offload_read_ms", "ms"),
     ("quality (seeds)", "quality", None),
 ]

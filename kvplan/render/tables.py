@@ -411,8 +411,13 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
         if a.why_pipeline:
             console.print(f"    why PP: {escape(a.why_pipeline)}", highlight=False, soft_wrap=True)
     console.print()
+    at = (
+        f"each request at {answers[0].tpot_context_source}"
+        if q.has_workload
+        else "every request at the full context"
+    )
     console.print(
-        "TPOT: decode step with every request at the full context, from kvplan's step model "
+        f"TPOT: decode step with {at}, from kvplan's step model "
         f"({speed_source(answers)}); users margin: max users / users - 1",
         highlight=False,
     )
