@@ -95,6 +95,16 @@ CASES: dict[str, Case] = {
     "vllm_0.10.1.1_qwen2-7b-instruct_a100-80gb_tp2_util0.25.log": Case(
         str(HF / "corpus" / "qwen2.5-7b.json"), "A100-80GB", "as above; A100 80GB stated in the file name"
     ),
+    "vllm_0.10.2_qwen3-235b-a22b-instruct-2507-fp8_l40s_tp8.log": Case(
+        str(HF / "corpus" / "qwen3-235b-a22b-fp8.json"),
+        "L40S",
+        "Qwen3-235B-A22B-Instruct-2507-FP8's own config.json is not in the index; its model card (awesome-akash "
+        "copy) gives Qwen3-235B-A22B-FP8's shapes (94 layers, 64 Q / 4 KV heads, 128 experts, 8 active) and the log "
+        "resolves Qwen3MoeForCausalLM, fp8, 16/128 local experts, 27.72 GiB weights per GPU (27.67 in the 0.10.0 "
+        "Qwen3-235B-A22B-FP8 log): corpus qwen3-235b-a22b-fp8.json (only max positions 40960 vs 262144 and rope "
+        "theta differ; the user set --max-model-len 32K); L40S x8 from nvidia-smi in the document (46068 MiB, "
+        "VLLM::Worker_TP0_EP0..TP7_EP7); the user enabled --enable-expert-parallel, which kvplan has no flag for",
+    ),
     "vllm_0.10.2_qwen3-30b-a3b-instruct-2507_h100_tp1.log": Case(
         str(HF / "corpus" / "qwen3-coder-30b-a3b-instruct.json"),
         "H100-SXM",
