@@ -238,7 +238,7 @@ def sglang_flags_for(name: str) -> tuple[dict[str, Any], str]:
         "calibration": False,
     }
     if version != "unknownver":
-        flags["engine_version"] = ".".join(version.split(".")[:2])
+        flags["engine_version"] = version  # SGLang rules change within a minor (0.4.3.post4)
     if "context_length" in typed:
         flags["max_model_len"] = typed["context_length"]
     if "mem_fraction_static" in typed:
