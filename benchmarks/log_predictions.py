@@ -247,6 +247,7 @@ FITTED: dict[str, str] = {
     "vllm_0.12.0_qwen3-30b-a3b_h100_tp2.log": "NCCL's NVLS buffers, 0.28 GiB x TP",
     "vllm_0.10.1.1_qwen2-7b-instruct_a100-80gb_tp2.log": "NCCL's buffers without NVLS, 0.05 GiB",
     "vllm_0.22.1_qwen3-30b-a3b-instruct-2507-fp8_h100_tp1.log": "the CUDA graph estimate, 0.14 GiB",
+    "sglang_0.4.3.post4_qwq-32b_l4_tp4.log": "SGLang's startup memory and weight-load allowance",
 }
 
 
@@ -290,7 +291,7 @@ def sglang_flags_for(name: str) -> tuple[dict[str, Any], str]:
         "calibration": False,
     }
     if version != "unknownver":
-        flags["engine_version"] = ".".join(version.split(".")[:2])
+        flags["engine_version"] = version  # SGLang rules change within a minor (0.4.3.post4)
     if "context_length" in typed:
         flags["max_model_len"] = typed["context_length"]
     if "mem_fraction_static" in typed:

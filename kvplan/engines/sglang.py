@@ -14,6 +14,7 @@ from typing import Any
 
 from kvplan import kv
 from kvplan.budget import Reserve
+from kvplan.engines import sglang_memory
 from kvplan.engines.base import (
     Budget,
     Engine,
@@ -24,6 +25,8 @@ from kvplan.engines.base import (
     Version,
     fmt_version,
 )
+from kvplan.engines.sglang_memory import Release
+from kvplan.engines.vllm_memory import nccl_kind
 from kvplan.errors import UsageError
 from kvplan.formats import Format
 from kvplan.specs.models import (
@@ -68,12 +71,6 @@ NO_HYBRID_SWA = {
     "Gemma3ForConditionalGeneration",
 }
 
-# Memory the CUDA context, NCCL communicators and allocator take before SGLang measures
-# "free memory at startup"; estimated (one SGLang 0.5 log of Qwen3-235B-FP8 on 4xH100,
-# vLLM issue 21348, implies ~2.3 GiB with TP 4). check-log calibration replaces it.
-STARTUP_BYTES = int(0.75 * GiB)
-STARTUP_NCCL_BYTES = int(1.5 * GiB)
-
 
 @dataclass(frozen=True)
 class SglangMemory:
@@ -82,11 +79,27 @@ class SglangMemory:
     chunked_prefill_size: int
     cuda_graph_max_bs: int
     reserved_mib: float | None  # the reserve behind the default fraction
+    source: str | None = None  # the release's rule behind the default fraction
 
 
 # server_args.py: --max-prefill-tokens default; what the activation reserve is sized by when
 # --chunked-prefill-size -1 turns chunking off
 MAX_PREFILL_TOKENS = 16384
+
+
+def _chunk_and_graph_bs(gpu_mib: float, tp: int) -> tuple[int, int]:
+    """server_args.py _handle_gpu_memory_settings: chunked_prefill_size and cuda_graph_max_bs by card
+    size. Not re-read by release: the 0.5.3-0.5.13 wheels give cuda_graph_max_bs 8 under 20 GiB, and
+    16 (0.5.3-0.5.5) or 24 (0.5.6+) with TP < 4 at 20-35 GiB."""
+    if gpu_mib < 20 * 1024:
+        return 2048, 16 if tp < 4 else 64
+    if gpu_mib < 35 * 1024:
+        return 2048, 24 if tp < 4 else 80
+    if gpu_mib < 60 * 1024:
+        return 4096, 32 if tp < 4 else 160
+    if gpu_mib < 160 * 1024:
+        return 8192, 256 if tp < 4 else 512
+    return 16384, 512
 
 
 def memory_settings(
@@ -95,36 +108,36 @@ def memory_settings(
     pp: int,
     mem_fraction_static: float | None = None,
     chunked_prefill_size: int | None = None,
+    release: Release | None = None,
 ) -> SglangMemory:
-    """SGLang 0.5.x default --mem-fraction-static from the card's memory (server_args.py
-    _handle_gpu_memory_settings): chunked_prefill_size and cuda_graph_max_bs by card size where not
-    given, then a reserve sized by them."""
+    """SGLang's default --mem-fraction-static for this card and release (None: the newest rule).
+    From 0.5.3 (server_args.py _handle_gpu_memory_settings): chunked_prefill_size and cuda_graph_max_bs
+    by card size where not given, then a reserve sized by them; earlier: sglang_memory.legacy_fraction."""
     gpu_mib = memory_bytes / MiB
-    if gpu_mib < 20 * 1024:
-        chunk, graph_bs = 2048, 16 if tp < 4 else 64
-    elif gpu_mib < 35 * 1024:
-        chunk, graph_bs = 2048, 24 if tp < 4 else 80
-    elif gpu_mib < 60 * 1024:
-        chunk, graph_bs = 4096, 32 if tp < 4 else 160
-    elif gpu_mib < 160 * 1024:
-        chunk, graph_bs = 8192, 256 if tp < 4 else 512
+    newest = sglang_memory.is_newest_rule(release)
+    if newest or release is None:
+        chunk, graph_bs = _chunk_and_graph_bs(gpu_mib, tp)
     else:
-        chunk, graph_bs = 16384, 512
+        chunk, graph_bs = sglang_memory.legacy_chunk_and_graph_bs(release, gpu_mib, tp)
     chunk = chunk if chunked_prefill_size is None else chunked_prefill_size
     if mem_fraction_static is not None:
         return SglangMemory(mem_fraction_static, True, chunk, graph_bs, None)
+    if not newest and release is not None:
+        fraction, reserved_mib, source = sglang_memory.legacy_fraction(release, gpu_mib, tp, pp)
+        return SglangMemory(fraction, False, chunk, graph_bs, reserved_mib, source)
     # reserved MiB: metadata 512 + activations 1.5 x chunk (chunking off: x --max-prefill-tokens)
     # + CUDA graphs 2 x max bs + parallelism
     prefill = chunk if chunk > 0 else MAX_PREFILL_TOKENS
     reserved = 512 + max(prefill, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
-    return SglangMemory(round((gpu_mib - reserved) / gpu_mib, 3), False, chunk, graph_bs, reserved)
+    source = "server_args.py 0.5.3+: (card - reserve from chunked_prefill_size, cuda_graph_max_bs) / card"
+    return SglangMemory(round((gpu_mib - reserved) / gpu_mib, 3), False, chunk, graph_bs, reserved, source)
 
 
-def startup_bytes(tp: int, pp: int) -> int:
+def startup_bytes(gpu: GpuSpec, tp: int, pp: int) -> int:
     """Estimated memory already taken when SGLang reads the free memory it calls total."""
-    return STARTUP_BYTES + (STARTUP_NCCL_BYTES if tp * pp > 1 else 0)
+    return sglang_memory.startup_bytes(tp, pp, nccl_kind(gpu) == "nvls")
 
 
 def hybrid_swa(spec: ModelSpec, disabled: bool) -> bool:
@@ -364,6 +377,11 @@ class Sglang(Engine):
             return "fp16", "--dtype auto: SGLang serves a float32 checkpoint in float16"
         return spec.activation_dtype, None
 
+    @property
+    def release(self) -> Release | None:
+        """The release to the patch (--engine-version 0.4.3.post4); SGLang's defaults change within a minor."""
+        return sglang_memory.parse_release(self.req.engine_version)
+
     def request_cap(self) -> int | None:
         # managers/tp_worker.py: max_running_requests = min(--max-running-requests, the request pool)
         caps = [c for c in (self.req.max_num_seqs, self.req.max_running_requests) if c is not None]
@@ -407,6 +425,7 @@ class Sglang(Engine):
             out["chunked_prefill_size"] = mem.chunked_prefill_size
         if not mem.given:
             out["mem_fraction_static"] = mem.mem_fraction_static
+            out["mem_fraction_static_source"] = mem.source
         return out
 
     @property
@@ -482,16 +501,23 @@ class Sglang(Engine):
 
     def budget(self, spec: ModelSpec, gpu: GpuSpec, tp: int, pp: int) -> Budget:
         self.memory = mem = memory_settings(
-            gpu.memory_bytes, tp, pp, self.req.mem_fraction_static, self.req.chunked_prefill_size
+            gpu.memory_bytes,
+            tp,
+            pp,
+            self.req.mem_fraction_static,
+            self.req.chunked_prefill_size,
+            self.release,
         )
         given = self.req.reserve_bytes
         reserve = (
             Reserve(given, 0, 0, 0, given=True)
             if given is not None
-            else Reserve(0, 0, startup_bytes(tp, pp), 0, False)
+            else Reserve(0, 0, startup_bytes(gpu, tp, pp), 0, False)
         )
         # engines.md (SGLang): available = free_after_weights - free_at_start x (1 - mem_fraction_static)
         requested = math.floor((gpu.memory_bytes - reserve.total) * mem.mem_fraction_static)
+        if given is None:  # what loading takes beside the parameters comes out of free_after_weights
+            requested -= sglang_memory.WEIGHT_LOAD_BYTES
         label = f"{gpu.name} x mem-fraction-static {mem.mem_fraction_static:g}"
         return Budget(requested, reserve, False, None, mem.mem_fraction_static, label)
 
@@ -503,15 +529,39 @@ class Sglang(Engine):
         else:
             notes = [
                 f"memory in use when SGLang starts (CUDA context{', NCCL' if tp * pp > 1 else ''}) estimated at "
-                f"{fmt_gib(r.total)} per GPU; override with --reserve-memory or calibrate with check-log"
+                f"{fmt_gib(r.total)} per GPU, and {fmt_gib(sglang_memory.WEIGHT_LOAD_BYTES)} taken by weight "
+                "loading beside the parameters; override with --reserve-memory or calibrate with check-log"
             ]
         mem = self.memory
         if mem is not None and not mem.given:
+            reserves = f", reserves {mem.reserved_mib:,.0f} MiB" if mem.reserved_mib is not None else ""
             notes.append(
                 f"--mem-fraction-static {mem.mem_fraction_static:g}: SGLang's default for "
-                f"{gpu.memory_bytes / GiB:,.1f} GiB and TP {tp} x PP {pp} (reserves {mem.reserved_mib:,.0f} MiB)"
+                f"{gpu.memory_bytes / GiB:,.1f} GiB and TP {tp} x PP {pp} ({mem.source}{reserves})"
             )
+        notes += self._release_notes()
         return notes
+
+    def _release_notes(self) -> list[str]:
+        text, release = self.req.engine_version, self.release
+        if self.memory is None or self.memory.given:
+            return []
+        if (
+            release is not None
+            and text is not None
+            and text.count(".") == 1
+            and release[:2] in ((0, 4), (0, 5))
+        ):
+            return [
+                f"--engine-version {text} reads as {text}.0; SGLang's default --mem-fraction-static changed "
+                "within 0.4 (0.4.6, 0.4.6.post2, 0.4.7.post1) and 0.5 (0.5.3): give the release, e.g. 0.4.3.post4"
+            ]
+        if release is None or release >= sglang_memory.PIECEWISE_GRAPHS:
+            return [
+                "SGLang 0.5.10+ also reserves memory for piecewise CUDA graphs and 0.5.16+ can size the pool "
+                "after graph capture; not modelled (the 0.5.3 rule applied)"
+            ]
+        return []
 
     def budget_formula(self, budget: Budget, gpu: GpuSpec) -> tuple[str, str]:
         return (
