@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.errors import LayoutInvalid, UsageError
-from kvplan.specs.models import HeadLayer, ModelSpec, SharedKV
+from kvplan.specs.models import GpuSpec, HeadLayer, ModelSpec, SharedKV
 
 
 @dataclass(frozen=True)
@@ -14,6 +14,15 @@ class Layout:
     tp: int
     pp: int
     dp: int  # independent replicas: num_gpus / (tp * pp)
+
+
+def has_nvls(gpu: GpuSpec) -> bool:
+    """Whether NCCL gets NVLink-SHARP (NVLS) buffers on this board: Hopper/Blackwell SXM parts behind
+    NVSwitch; A100's NVSwitch, NVLink bridges and PCIe cards have none. Both engines' non-torch memory
+    at TP > 1 grows with it."""
+    link = gpu.interconnect.kind if gpu.interconnect else ""
+    sxm = link.startswith("NVLink") and "bridge" not in link
+    return sxm and gpu.arch in ("hopper", "blackwell")
 
 
 def make_layout(

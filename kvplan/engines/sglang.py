@@ -26,9 +26,9 @@ from kvplan.engines.base import (
     fmt_version,
 )
 from kvplan.engines.sglang_memory import Release
-from kvplan.engines.vllm_memory import nccl_kind
 from kvplan.errors import UsageError
 from kvplan.formats import Format
+from kvplan.parallel import has_nvls
 from kvplan.specs.models import (
     CompressedAttention,
     CompressedLatent,
@@ -137,7 +137,7 @@ def memory_settings(
 
 def startup_bytes(gpu: GpuSpec, tp: int, pp: int) -> int:
     """Estimated memory already taken when SGLang reads the free memory it calls total."""
-    return sglang_memory.startup_bytes(tp, pp, nccl_kind(gpu) == "nvls")
+    return sglang_memory.startup_bytes(tp, pp, has_nvls(gpu))
 
 
 def hybrid_swa(spec: ModelSpec, disabled: bool) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.engines.base import Version
+from kvplan.parallel import has_nvls
 from kvplan.specs.models import GpuSpec
 from kvplan.units import GiB, MiB
 
@@ -157,17 +158,11 @@ NCCL_NVLS_BYTES_PER_RANK = int(0.28 * GiB)
 NCCL_OTHER_BYTES = int(0.05 * GiB)
 
 
-def nccl_kind(gpu: GpuSpec) -> str:
-    link = gpu.interconnect.kind if gpu.interconnect else ""
-    sxm = link.startswith("NVLink") and "bridge" not in link
-    return "nvls" if sxm and gpu.arch in ("hopper", "blackwell") else "other"
-
-
 def non_torch_bytes(version: Version, gpu: GpuSpec, tp: int, pp: int) -> int:
     if tp * pp == 1:
         return NON_TORCH_BYTES
     symm = SYMM_MEM_MIB.get(gpu.arch or "", {}).get(tp, 0) * MiB if version >= (0, 11) else 0
-    nccl = NCCL_NVLS_BYTES_PER_RANK * tp if nccl_kind(gpu) == "nvls" else NCCL_OTHER_BYTES
+    nccl = NCCL_NVLS_BYTES_PER_RANK * tp if has_nvls(gpu) else NCCL_OTHER_BYTES
     return NON_TORCH_BYTES + CUSTOM_ALL_REDUCE_BYTES + symm + nccl
 
 
