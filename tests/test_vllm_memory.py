@@ -108,6 +108,7 @@ def test_install_dependent_sampler_is_stated_and_settable():
     env = (("VLLM_USE_FLASHINFER_SAMPLER", "1"),)
     q = plan("llama3-8b", "H100", num_gpus=1, engine_version="0.10", max_model_len=1024, env=env)
     assert q.reserve.sampler_path == "FlashInfer, 14 B/logit"
+    assert q.settings.engine_env == {"VLLM_USE_FLASHINFER_SAMPLER": "1"}  # stated in --json
     assert q.reserve.sampler_bytes == round(1024 * 128256 * 14)
 
 

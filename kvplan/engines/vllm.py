@@ -478,9 +478,10 @@ class Vllm(Engine):
         return chunked_hybrid_default(self.version), f"{self.label}: {chunked_hybrid_why(self.version)}"
 
     def env_applied(self, spec: ModelSpec) -> dict[str, str]:
-        if not any(isinstance(layer, ChunkedAttention) for layer in spec.layers):
-            return {}
-        return {CHUNKED_HYBRID_ENV: "1" if self.chunked_hybrid()[0] else "0"}
+        applied = dict(self.req.env)  # what the user set, then the defaults that shape this plan
+        if any(isinstance(layer, ChunkedAttention) for layer in spec.layers):
+            applied[CHUNKED_HYBRID_ENV] = "1" if self.chunked_hybrid()[0] else "0"
+        return applied
 
     def view_notes(self, spec: ModelSpec) -> list[str]:
         if not self.env_applied(spec) or self.req.disable_hybrid_kv_cache_manager:
