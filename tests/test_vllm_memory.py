@@ -152,7 +152,7 @@ def test_vision_language_models_warn_that_the_encoder_profile_is_not_counted():
     # kvplan's estimate: the vision encoder's profiling run, which kvplan does not model, says so
     vl = plan(str(REPO / "tests/fixtures/hf/corpus/qwen3-vl-30b-a3b-instruct.json"), "H100", num_gpus=2,
               max_model_len=8192)  # fmt: skip
-    assert any(a.startswith("WARNING: vLLM also profiles the vision encoder") for a in vl.assumptions)
+    assert any(a.startswith("WARNING: kvplan counts neither the vision tower") for a in vl.assumptions)
     text = plan(str(REPO / "tests/fixtures/hf/corpus/qwen3-coder-30b-a3b-instruct.json"), "H100", num_gpus=2,
                 max_model_len=8192)  # fmt: skip
-    assert not any("vision encoder" in a for a in text.assumptions)
+    assert not any("vision tower" in a for a in text.assumptions)

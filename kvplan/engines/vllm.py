@@ -694,9 +694,10 @@ class Vllm(Engine):
                 notes.append(f"{self.runner_why} (no sampler in its memory profile)")
             if getattr(self, "vision_profile", False):
                 notes.append(
-                    "WARNING: vLLM also profiles the vision encoder on its largest dummy images; kvplan does "
-                    "not model that peak (3.6-4.1 GiB a GPU in real Qwen3-VL-30B-A3B logs), so the KV memory "
-                    "here is an upper bound: give --reserve-memory, or run check-log on a startup log"
+                    "WARNING: kvplan counts neither the vision tower's weights nor vLLM's profile of the "
+                    "vision encoder on its largest dummy input (with both, 3.5-4.1 GiB a GPU in real "
+                    "Qwen3-VL-30B-A3B logs), so the KV memory here is an upper bound: give "
+                    "--reserve-memory, or run check-log on a startup log"
                 )
         if req.gpu_memory_utilization is None:
             notes.append(
