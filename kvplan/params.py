@@ -17,6 +17,7 @@ from kvplan.specs.models import (
     MoE,
     RecurrentState,
     SharedKV,
+    VisionTower,
 )
 
 
@@ -90,16 +91,18 @@ def param_breakdown(spec: ModelSpec) -> ParamBreakdown:
     total = embedding + lm_head + routed + body
     if spec.active_params is not None:
         active = spec.active_params
-    elif spec.moe is not None and routed:
-        active = total - routed + routed * spec.moe.experts_per_token // spec.moe.num_experts
     else:
-        active = total
+        # the vision tower runs per image, not per generated token
+        vision = sum(m.params for m in vision_matrices(spec.vision_tower)) if spec.vision_tower else 0
+        active = total - vision
+        if spec.moe is not None and routed:
+            active -= routed - routed * spec.moe.experts_per_token // spec.moe.num_experts
     return ParamBreakdown(embedding, lm_head, routed, body, stated, active)
 
 
 # --- weight matrices, for per-component weight formats ------------------------------------------
 
-COMPONENTS = ("embedding", "lm_head", "attention", "dense_mlp", "shared_experts", "routed_experts")
+COMPONENTS = ("embedding", "lm_head", "attention", "dense_mlp", "shared_experts", "routed_experts", "vision")
 
 
 @dataclass(frozen=True)
@@ -107,13 +110,14 @@ class Matrix:
     """One weight as a checkpoint stores it: [rows, cols] = a Linear's [out, in], `count` copies
     (routed experts). `names` are its module names inside a layer, in the spellings checkpoints use."""
 
-    layer: int | None  # None: outside the decoder layers (embedding, LM head, final norm)
+    layer: int | None  # None: outside the decoder layers (embedding, LM head, final norm, vision tower)
     component: str  # one of COMPONENTS, or "router" / "norms" (always kept at the model dtype)
     name: str  # canonical short name, e.g. "q_proj", "experts.gate_proj"
     rows: int
     cols: int
     names: tuple[str, ...] = ()
     count: int = 1
+    replicated: bool = False  # every TP rank holds it whole (vLLM's vision patch/position embeds, norms)
 
     @property
     def params(self) -> int:
@@ -187,6 +191,48 @@ def weight_matrices(spec: ModelSpec) -> list[Matrix]:
                 out += _mlp_matrices(spec, i, "dense_mlp", spec.intermediate_sizes[i])
         elif kind == "dense" and spec.intermediate_size:
             out += _mlp_matrices(spec, i, "dense_mlp", spec.intermediate_size)
+    if spec.vision_tower is not None:
+        out += vision_matrices(spec.vision_tower)
+    return out
+
+
+def vision_matrices(v: VisionTower) -> list[Matrix]:
+    """The vision tower's weights as vLLM 0.11/0.12 builds them (vllm/model_executor/models/qwen2_vl.py,
+    qwen2_5_vl.py, qwen3_vl.py). The blocks' qkv/proj and MLP and the mergers' two linears are
+    Column/RowParallelLinear (TP-sharded; a RowParallel bias is whole on every rank); the Conv3d patch
+    embed, Qwen3-VL's position table and the norms are replicated. Biases are matrices of one row."""
+    h, inter, merged = v.hidden_size, v.intermediate_size, v.hidden_size * v.spatial_merge_size**2
+    rms = v.style == "qwen2_5_vl"  # RMSNorm: a weight only; LayerNorm: weight and bias
+    norm = 1 if rms else 2
+    conv = v.in_channels * v.temporal_patch_size * v.patch_size**2
+    out = [Matrix(None, "vision", "patch_embed", h, conv, ("visual.patch_embed.proj",), replicated=True)]
+    if v.style == "qwen3_vl":  # Conv3d(bias=True) and nn.Embedding(num_position_embeddings, hidden)
+        out.append(Matrix(None, "vision", "patch_embed.bias", 1, h, replicated=True))
+        out.append(Matrix(None, "vision", "pos_embed", v.position_embeddings, h, ("visual.pos_embed",), replicated=True))  # fmt: skip
+    d = v.depth
+    mlp = [("mlp.gate_proj", inter, h), ("mlp.up_proj", inter, h)] if rms else [("mlp.fc1", inter, h)]
+    out += [
+        Matrix(None, "vision", "blocks.norms", 2 * d, norm * h, replicated=True),
+        Matrix(None, "vision", "blocks.attn.qkv", 3 * h, h, ("attn.qkv",), d),
+        Matrix(None, "vision", "blocks.attn.qkv.bias", 1, 3 * h, count=d),
+        Matrix(None, "vision", "blocks.attn.proj", h, h, ("attn.proj",), d),
+        *[Matrix(None, "vision", f"blocks.{n}", r, c, (n,), d) for n, r, c in mlp],
+        Matrix(None, "vision", "blocks.mlp.column.bias", 1, inter * len(mlp), count=d),
+        Matrix(None, "vision", "blocks.mlp.fc2", h, inter, ("mlp.fc2", "mlp.down_proj"), d),
+        Matrix(None, "vision", "blocks.row.bias", 1, 2 * h, count=d, replicated=True),  # proj, fc2
+    ]
+    mergers = 1 + v.deepstack_mergers
+    # the main merger normalises hidden-wide before the merge; Qwen3-VL's deepstack mergers after it
+    norms = norm * (h + v.deepstack_mergers * merged)
+    out += [
+        Matrix(None, "vision", "merger.norms", 1, norms, replicated=True),
+        Matrix(None, "vision", "merger.fc1", merged, merged, ("merger.mlp.0", "linear_fc1"), mergers),
+        Matrix(None, "vision", "merger.fc1.bias", 1, merged, count=mergers),
+        Matrix(
+            None, "vision", "merger.fc2", v.out_hidden_size, merged, ("merger.mlp.2", "linear_fc2"), mergers
+        ),
+        Matrix(None, "vision", "merger.fc2.bias", 1, v.out_hidden_size, count=mergers, replicated=True),
+    ]
     return out
 
 

@@ -206,6 +206,8 @@ def test_online_a_cached_config_is_checked_by_the_library_and_missing_sidecars_p
         [COMMIT, "hf_quant_config.json"],
         [COMMIT, "model.safetensors.index.json"],
         [COMMIT, "modules.json"],
+        [COMMIT, "preprocessor_config.json"],
+        [COMMIT, "video_preprocessor_config.json"],
     ]
 
 

@@ -633,6 +633,7 @@ class Vllm(Engine):
         act_bytes = 4 if spec.activation_dtype == "fp32" else 2
         runner, self.runner_why = vm.resolve_runner(req.runner, spec.architecture, spec.pooling_config)
         self.vision_profile = spec.vision_encoder
+        self.vision_counted = spec.vision_tower is not None
         # a pooling model's profile runs the pooler, not the sampler (gpu_model_runner.py _dummy_pooler_run)
         rows = self.profile_num_seqs(gpu) if runner == "generate" else 0
         path = None
@@ -694,10 +695,12 @@ class Vllm(Engine):
                 notes.append(f"{self.runner_why} (no sampler in its memory profile)")
             if getattr(self, "vision_profile", False):
                 notes.append(
-                    "WARNING: kvplan counts neither the vision tower's weights nor vLLM's profile of the "
-                    "vision encoder on its largest dummy input (with both, 3.5-4.1 GiB a GPU in real "
-                    "Qwen3-VL-30B-A3B logs), so the KV memory here is an upper bound: give "
-                    "--reserve-memory, or run check-log on a startup log"
+                    "WARNING: kvplan does not count vLLM's profile of the vision encoder on its largest "
+                    "dummy input (the encoder cache held through the dummy forward: 2.3 GiB a GPU in real "
+                    "Qwen3-VL-30B-A3B logs)"
+                    + ("" if getattr(self, "vision_counted", False) else ", nor the vision tower's weights")
+                    + ", so the KV memory here is an upper bound: give --reserve-memory, or run check-log "
+                    "on a startup log"
                 )
         if req.gpu_memory_utilization is None:
             notes.append(

@@ -16,8 +16,15 @@ from typing import Any
 from kvplan.errors import SpecError, UsageError
 
 CONFIG = "config.json"
-# read beside config.json by kvplan.specs.hf.quant: ModelOpt's quantization, the checkpoint's bytes
-SIDECARS = ("hf_quant_config.json", "model.safetensors.index.json", "modules.json")
+# read beside config.json by kvplan.specs.hf.quant (ModelOpt's quantization, the checkpoint's bytes,
+# a pooling module) and kvplan.specs.hf.vision_tower (a vision model's processor limits)
+SIDECARS = (
+    "hf_quant_config.json",
+    "model.safetensors.index.json",
+    "modules.json",
+    "preprocessor_config.json",
+    "video_preprocessor_config.json",
+)
 ETAG_TIMEOUT_S = 5  # the library's default is 10 s; HF_HUB_ETAG_TIMEOUT still wins when set
 
 # org/name, optionally @revision (branch, tag, commit or refs/pr/N); the library validates the rest

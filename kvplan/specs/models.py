@@ -231,6 +231,32 @@ def _check_weight_formats(spec: ModelSpec) -> None:
             raise ValueError(f"{what} {value!r}: {exc}") from None
 
 
+class VisionTower(_Strict):
+    """A Qwen2-VL / Qwen2.5-VL / Qwen3-VL style vision tower (config.json's vision_config), as vLLM
+    builds it (qwen2_vl.py, qwen2_5_vl.py, qwen3_vl.py): a Conv3d patch embed, `depth` ViT blocks, a
+    patch merger (merge^2 patches -> one out_hidden_size token), Qwen3-VL's deepstack mergers."""
+
+    style: Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
+    depth: PositiveInt
+    hidden_size: PositiveInt
+    intermediate_size: PositiveInt
+    out_hidden_size: PositiveInt
+    patch_size: PositiveInt
+    temporal_patch_size: PositiveInt = 2
+    in_channels: PositiveInt = 3
+    spatial_merge_size: PositiveInt = 2
+    deepstack_mergers: int = 0  # Qwen3-VL: one merger per deepstack_visual_indexes entry
+    position_embeddings: int = 0  # Qwen3-VL: a learned num_position_embeddings x hidden table
+    # the largest multimodal item in encoder tokens (vLLM's max_tokens_per_mm_item), from the processor
+    # configs beside config.json; None when they are absent
+    max_item_tokens: PositiveInt | None = None
+
+    @property
+    def encoder_output_width(self) -> int:
+        """Width of one encoder-output token: out_hidden_size, times (1 + deepstack) for Qwen3-VL."""
+        return self.out_hidden_size * (1 + self.deepstack_mergers)
+
+
 class ModelSpec(_Strict):
     name: str
     display_name: str | None = None
@@ -238,6 +264,7 @@ class ModelSpec(_Strict):
     architecture: str | None = None  # config.json `architectures[0]`; engines key some defaults on it
     pooling_config: bool = False  # a sentence-transformers modules.json with a Pooling module beside it
     vision_encoder: bool = False  # config.json has a vision_config: the engine also profiles an image encoder
+    vision_tower: VisionTower | None = None  # the vision_config kvplan can count (None: it cannot)
     aliases: list[str] = []
     sources: Annotated[list[str], Field(min_length=1)]
     notes: list[str] = []

@@ -27,7 +27,7 @@ from kvplan.specs.record import _REQUIRED, Record, dump_value
 R = TypeVar("R", bound=Record)
 
 _LAYERS: tuple[type[Record], ...] = m.LAYER_CLASSES
-_OTHERS: tuple[type[Record], ...] = (m.MoE, m.Interconnect, m.ModelSpec, m.GpuSpec)
+_OTHERS: tuple[type[Record], ...] = (m.MoE, m.VisionTower, m.Interconnect, m.ModelSpec, m.GpuSpec)
 
 
 class _Strict(BaseModel):

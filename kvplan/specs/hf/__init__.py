@@ -11,6 +11,7 @@ from typing import Any
 
 from kvplan.errors import SpecError
 from kvplan.specs.hf import quant as q
+from kvplan.specs.hf import vision_tower
 from kvplan.specs.hf.layers import Basics, read_layers
 from kvplan.specs.hf.moe import read_moe
 from kvplan.specs.hf.reader import Reader
@@ -117,6 +118,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "checkpoint_weight_bytes": q.checkpoint_weight_bytes(path),
         "pooling_config": q.has_pooling_config(path),
         "vision_encoder": isinstance(top.get("vision_config"), dict),
+        "vision_tower": vision_tower.tower(top, path),
         "activation_dtype": act,
         "config_dtype": config_dtype,
         "layer_types": layer_types,

@@ -1,0 +1,110 @@
+"""Qwen2-VL / Qwen2.5-VL / Qwen3-VL vision towers, from config.json's vision_config, and the largest
+multimodal item in encoder tokens, from the processor configs beside config.json.
+
+The tower's layout is vLLM's (0.11/0.12, vllm/model_executor/models/): qwen2_vl.py (LayerNorm, a
+2-matrix MLP of embed_dim x mlp_ratio, a bias-free Conv3d), qwen2_5_vl.py (RMSNorm, a gated MLP of
+intermediate_size, a bias-free Conv3d), qwen3_vl.py (LayerNorm, a 2-matrix MLP, a Conv3d with bias,
+a learned position table, one extra merger per deepstack_visual_indexes entry).
+
+The largest item (vLLM's max_tokens_per_mm_item, which sizes the encoder-cache budget that
+gpu_model_runner.py profile_run holds through the LM's dummy forward) follows qwen3_vl.py
+Qwen3VLProcessingInfo: an image's tokens are at most longest_edge / (patch x merge)^2; a video's
+soft tokens at most longest_edge / (temporal_patch x (patch x merge)^2) (video_smart_resize caps
+frames x height x width at longest_edge), and get_max_video_tokens multiplies them by 12.5 (the
+timestamp text around each frame). This assumes a context long enough for the frame count to reach
+the pixel cap, as for the model's own max_position_embeddings.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kvplan.errors import SpecError
+
+_STYLES = {
+    "qwen2_vl": "qwen2_vl",
+    "qwen2_5_vl": "qwen2_5_vl",
+    "qwen3_vl": "qwen3_vl",
+    "qwen3_vl_moe": "qwen3_vl",
+}
+VIDEO_TEXT_FACTOR = 12.5  # qwen3_vl.py get_max_video_tokens: formatted_video_soft_tokens = soft x 12.5
+PROCESSOR_FILES = ("preprocessor_config.json", "video_preprocessor_config.json")
+
+
+def _pos_int(d: dict, *keys: str) -> int | None:
+    for k in keys:
+        v = d.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def tower(top: dict, path: Path) -> dict[str, Any] | None:
+    """The VisionTower fields of a vision_config kvplan can count, else None."""
+    vc = top.get("vision_config")
+    if not isinstance(vc, dict):
+        return None
+    style = _STYLES.get(str(top.get("model_type") or vc.get("model_type") or ""))
+    if style is None:
+        return None
+    hidden = _pos_int(vc, "embed_dim" if style == "qwen2_vl" else "hidden_size")
+    if style == "qwen2_vl":
+        ratio = vc.get("mlp_ratio", 4)
+        inter = int(hidden * ratio) if hidden and isinstance(ratio, (int, float)) else None
+        out = _pos_int(vc, "hidden_size")
+    else:
+        inter, out = _pos_int(vc, "intermediate_size"), _pos_int(vc, "out_hidden_size")
+    depth, patch = _pos_int(vc, "depth"), _pos_int(vc, "patch_size")
+    if not (hidden and inter and out and depth and patch):
+        return None
+    deep = vc.get("deepstack_visual_indexes") or []
+    fields: dict[str, Any] = {
+        "style": style,
+        "depth": depth,
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "out_hidden_size": out,
+        "patch_size": patch,
+        "temporal_patch_size": _pos_int(vc, "temporal_patch_size") or 2,
+        "in_channels": _pos_int(vc, "in_channels", "in_chans") or 3,
+        "spatial_merge_size": _pos_int(vc, "spatial_merge_size") or 2,
+        "deepstack_mergers": len(deep) if style == "qwen3_vl" and isinstance(deep, list) else 0,
+        "position_embeddings": (_pos_int(vc, "num_position_embeddings") or 0) if style == "qwen3_vl" else 0,
+    }
+    fields["max_item_tokens"] = max_item_tokens(fields, path)
+    return fields
+
+
+def _max_pixels(path: Path) -> int | None:
+    """longest_edge (transformers >= 4.5x) or max_pixels (older Qwen2-VL processors) of one file."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SpecError(f"{path}: not readable JSON ({exc}); fix or remove it") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected an object (a Hugging Face processor config)")
+    size = data.get("size")
+    if isinstance(size, dict) and _pos_int(size, "longest_edge", "max_pixels"):
+        return _pos_int(size, "longest_edge", "max_pixels")
+    return _pos_int(data, "max_pixels")
+
+
+def max_item_tokens(t: dict[str, Any], path: Path) -> int | None:
+    """vLLM's max_tokens_per_mm_item from the processor configs beside config.json (None: none there).
+
+    Images: longest_edge / (patch x merge)^2. Videos (Qwen3-VL only, video_preprocessor_config.json):
+    longest_edge / (temporal_patch x (patch x merge)^2) soft tokens x 12.5. Qwen2/2.5-VL videos depend
+    on the context length (qwen2_vl.py _get_max_video_frames), which kvplan does not model: images only."""
+    if path.name != "config.json":
+        return None
+    unit = (t["patch_size"] * t["spatial_merge_size"]) ** 2
+    image = _max_pixels(path.parent / "preprocessor_config.json")
+    found = [image // unit] if image else []
+    video = _max_pixels(path.parent / "video_preprocessor_config.json") if t["style"] == "qwen3_vl" else None
+    if video:
+        found.append(int(video // (t["temporal_patch_size"] * unit) * VIDEO_TEXT_FACTOR))
+    return max(found) if found and max(found) > 0 else None
