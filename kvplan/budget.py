@@ -28,12 +28,13 @@ class Reserve:
     given: bool  # True when the user stated the reserve (then only `total` matters)
     hidden_bytes: int = 0
     sequential: bool = True  # False: kvplan's rule before vLLM 0.10, forward and sampler added
+    encoder_cache_bytes: int = 0  # a multimodal model's dummy encoder outputs, held through both
 
     @property
     def peak_bytes(self) -> int:
         if not self.sequential:
             return self.activation_bytes + self.sampler_bytes
-        return max(self.activation_bytes, self.sampler_bytes + self.hidden_bytes)
+        return max(self.activation_bytes, self.sampler_bytes + self.hidden_bytes) + self.encoder_cache_bytes
 
     @property
     def total(self) -> int:
@@ -69,6 +70,7 @@ def estimate_reserve(
     non_torch: int,
     cuda_graphs: int,
     sequential: bool = True,
+    encoder_cache: int = 0,
 ) -> Reserve:
     """The profiling run's reserve: the forward over `max_num_batched_tokens` tokens, the sampler over
     `sampler_rows` rows of the vocabulary at `sampler_bytes_per_logit`, plus the engine's non-torch
@@ -81,6 +83,7 @@ def estimate_reserve(
         given=False,
         hidden_bytes=max_num_batched_tokens * spec.hidden_size * act_bytes,
         sequential=sequential,
+        encoder_cache_bytes=encoder_cache,
     )
 
 

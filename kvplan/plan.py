@@ -110,6 +110,7 @@ class ReserveSummary:
     estimated: bool
     used: bool
     profile_peak_bytes: int = 0  # the larger of forward and sampler (vLLM >= 0.10), else their sum
+    encoder_cache_bytes: int = 0  # a multimodal model's dummy encoder outputs held through the profile
     sampler_path: str | None = None  # the engine's top-k/top-p path its profiling run takes
 
 
@@ -789,6 +790,7 @@ def estimate(req: PlanRequest) -> Plan:
             estimated=not reserve.given,
             used=used,
             profile_peak_bytes=reserve.peak_bytes,
+            encoder_cache_bytes=reserve.encoder_cache_bytes,
             sampler_path=budget.sampler_path,
         ),  # fmt: skip
         kv_budget_bytes_per_gpu=binding.kv_budget_bytes_per_gpu,

@@ -157,3 +157,28 @@ def test_vision_language_models_warn_that_the_encoder_profile_is_not_counted():
     text = plan(str(REPO / "tests/fixtures/hf/corpus/qwen3-coder-30b-a3b-instruct.json"), "H100", num_gpus=2,
                 max_model_len=8192)  # fmt: skip
     assert not any("vision encoder" in a for a in text.assumptions)
+
+
+def test_vision_encoder_outputs_held_through_the_profile(tmp_path):
+    # vLLM 0.11-0.12 profile_run keeps the dummy encoder outputs of the largest item, padded to the
+    # encoder budget, through the dummy forward and the sampler (gpu_model_runner.py). Qwen3-VL's
+    # video processor allows longest_edge 25,165,824 pixels: / (2 x 32 x 32) = 12,288 soft tokens
+    # x 12.5 (qwen3_vl.py get_max_video_tokens) = 153,600, the budget the real logs print ("Encoder
+    # cache will be initialized with a budget of 153600 tokens"); width 2,048 x (1 + 3 deepstack) = 8,192
+    import json
+    import shutil
+
+    folder = tmp_path / "Qwen3-VL-30B-A3B-Instruct"
+    folder.mkdir()
+    shutil.copy(REPO / "tests/fixtures/hf/corpus/qwen3-vl-30b-a3b-instruct.json", folder / "config.json")
+    limits = {"size": {"longest_edge": 25165824, "shortest_edge": 4096}, "patch_size": 16}
+    (folder / "video_preprocessor_config.json").write_text(json.dumps(limits))
+    # the 0.12.0 TP 2 log: the user typed max_model_len 65536 and max_num_seqs 64 (non-default args)
+    p = plan(str(folder / "config.json"), "H100", num_gpus=2, engine_version="0.12", max_model_len=65536,
+             max_num_seqs=64)  # fmt: skip
+    assert p.reserve.encoder_cache_bytes == 153600 * 8192 * 2  # 2.34 GiB
+    assert p.reserve.profile_peak_bytes > p.reserve.encoder_cache_bytes
+    assert not any("vision" in a and a.startswith("WARNING") for a in p.assumptions)
+    # logged "Available KV cache memory: 38.15 GiB"; kvplan 38.90 GiB with the encoder outputs
+    # (41.24 GiB without them: +8.1%)
+    assert p.engine.available_kv_bytes / (38.15 * GiB) - 1 == pytest.approx(0.02, abs=0.01)

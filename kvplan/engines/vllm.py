@@ -632,8 +632,15 @@ class Vllm(Engine):
         req, util = self.req, self.utilization()
         act_bytes = 4 if spec.activation_dtype == "fp32" else 2
         runner, self.runner_why = vm.resolve_runner(req.runner, spec.architecture, spec.pooling_config)
-        self.vision_profile = spec.vision_encoder
-        self.vision_counted = spec.vision_tower is not None
+        tower = spec.vision_tower
+        self.vision_counted = tower is not None
+        # gpu_model_runner.py profile_run: the dummy encoder outputs of the largest multimodal item, padded
+        # to the encoder budget (encoder_cache_manager.py: max(max_num_batched_tokens, largest item)),
+        # stay in the encoder cache through the dummy forward and the sampler
+        encoder = 0
+        if tower is not None and tower.max_item_tokens and self.version >= (0, 10):
+            encoder = max(req.batched_tokens, tower.max_item_tokens) * tower.encoder_output_width * act_bytes
+        self.vision_profile = spec.vision_encoder and not encoder
         # a pooling model's profile runs the pooler, not the sampler (gpu_model_runner.py _dummy_pooler_run)
         rows = self.profile_num_seqs(gpu) if runner == "generate" else 0
         path = None
@@ -660,6 +667,7 @@ class Vllm(Engine):
                 non_torch=non_torch,
                 cuda_graphs=graphs,
                 sequential=sequential,
+                encoder_cache=encoder,
             )
         return Budget(
             requested_bytes(gpu.memory_bytes, util),

@@ -87,6 +87,11 @@ def _memory_table(plan: Plan, console: Console) -> None:
                 ("    profiled peak: " + ("the larger of" if larger else "the sum of"), r.profile_peak_bytes),
                 (f"      forward pass ({s.max_num_batched_tokens:,} batched tokens)", r.activation_bytes),
                 ("      sampler" + (f": {r.sampler_path}" if r.sampler_path else ""), r.sampler_bytes),
+                *(
+                    [("      + dummy encoder outputs held", r.encoder_cache_bytes)]
+                    if r.encoder_cache_bytes
+                    else []
+                ),
                 ("    non-torch (CUDA/cuBLAS workspaces, NCCL)", r.non_torch_bytes),
             ]
             if r.cuda_graph_bytes:
