@@ -19,8 +19,9 @@ History of the held-out figures (what the bounds below hold now is the last line
   5%, SGLang 0.4.3 on 4x L4 -72%.
 - SGLang's mem_fraction_static by release (kvplan/engines/sglang_memory.py) and its startup memory
   (fitted to the QwQ-32B 4x L4 log, now in the fitting set: +3.3%): 7 fitted, 18 held out: held-out
-  median 2.5%, 12 of 18 within 5%. The misses: Qwen3-VL-30B-A3B x4 (+9% to +47%: vLLM's vision-encoder
-  profile, not modelled and warned of), Qwen2-7B on A100 x2 whose install had FlashInfer's sampler
+  median 2.5%, 12 of 18 within 5%. The misses: Qwen3-VL-30B-A3B x4 (+8% to +36% with the vision tower's
+  weights counted: vLLM's dummy encoder outputs need the processor configs, which the fixtures lack, so
+  they are warned of), Qwen2-7B on A100 x2 whose install had FlashInfer's sampler
   (-7%, -18%: the default assumes a pip install without it).
 """
 
