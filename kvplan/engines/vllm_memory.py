@@ -87,7 +87,6 @@ def resolve_runner(runner: str, architecture: str | None, pooling_config: bool) 
 class SamplerPath:
     name: str
     bytes_per_logit: float
-    why: str
 
 
 def runner_v2(version: Version, architecture: str | None, moe: bool, hybrid: bool) -> tuple[bool, str]:
@@ -109,24 +108,22 @@ def sampler_path(version: Version, num_reqs: int, *, runner_v2: bool, flashinfer
     VLLM_USE_FLASHINFER_SAMPLER (None: the release's default)."""
     if runner_v2:
         if version >= (0, 33):
-            return SamplerPath("runner V2 warm-up", RUNNER_V2_WARMUP_BYTES, "0.33's sampler warm-up pass")
-        return SamplerPath("runner V2", RUNNER_V2_BYTES, "its dummy run samples the bf16 logits only")
+            return SamplerPath("runner V2 warm-up", RUNNER_V2_WARMUP_BYTES)  # 0.33's sampler warm-up pass
+        return SamplerPath("runner V2", RUNNER_V2_BYTES)  # its dummy run samples the bf16 logits only
     triton = version >= (0, 30) or (version >= (0, 17) and num_reqs >= 8)
-    fused = SamplerPath(
-        "Triton top-k/p" if triton else "FlashInfer", FUSED_BYTES, "no sort of the vocabulary"
-    )
+    fused = SamplerPath("Triton top-k/p" if triton else "FlashInfer", FUSED_BYTES)
     if version >= (0, 22):
         # a second dummy call with a seeded generator forces the native path (Triton where it applies)
-        return fused if triton else SamplerPath("PyTorch sort", SORT_BYTES, "fewer than 8 sequences")
+        return fused if triton else SamplerPath("PyTorch sort", SORT_BYTES)
     if flashinfer is None:
         # 0.10.0-0.11.0: on when flashinfer is installed, which `pip install vllm` does not do (an extra);
         # 0.11.1-0.20: off unless VLLM_USE_FLASHINFER_SAMPLER=1 (PR #26859); 0.21: on (PR #40376)
         flashinfer = version >= (0, 21)
     if flashinfer:
-        return SamplerPath("FlashInfer", FUSED_BYTES, f"{FLASHINFER_SAMPLER_ENV}=1 or its default")
+        return SamplerPath("FlashInfer", FUSED_BYTES)
     if triton:
         return fused
-    return SamplerPath("PyTorch sort", SORT_BYTES, "the PyTorch-native top-k/top-p sort")
+    return SamplerPath("PyTorch sort", SORT_BYTES)
 
 
 def sampler_note(version: Version, path: str) -> str | None:

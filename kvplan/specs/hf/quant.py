@@ -5,7 +5,6 @@ silent bf16 count; a malformed config is a SpecError naming the file and field."
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -340,7 +339,8 @@ def resolve(spec: ModelSpec, scheme: Scheme) -> dict[str, str]:
 # --- files beside config.json -----------------------------------------------------------------------
 
 
-def _read_json(path: Path) -> Any:
+def read_sidecar(path: Path) -> Any:
+    """A JSON file beside config.json, size- and nesting-bounded; any problem is one SpecError."""
     return load_json_text(read_text(path, MAX_INDEX_FILE_BYTES), path)
 
 
@@ -351,7 +351,7 @@ def quant_config(top: dict, cfg: dict, path: Path) -> tuple[Any, str]:
             return source["quantization_config"], f"{path}: {where}"
     beside = path.parent / "hf_quant_config.json"
     if beside.is_file():
-        data = _read_json(beside)
+        data = read_sidecar(beside)
         if not isinstance(data, dict) or not isinstance(data.get("quantization"), dict):
             raise SpecError(f"{beside}: quantization: expected an object (ModelOpt's hf_quant_config.json)")
         return {"quant_method": "modelopt", **data["quantization"]}, f"{beside}: quantization"
@@ -365,10 +365,7 @@ def has_pooling_config(path: Path) -> bool:
     beside = path.parent / "modules.json"
     if path.name != "config.json" or not beside.is_file():
         return False
-    try:
-        modules = json.loads(beside.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise SpecError(f"{beside}: not readable JSON ({exc}); fix or remove it") from None
+    modules = read_sidecar(beside)
     if not isinstance(modules, list):
         raise SpecError(f"{beside}: expected a list of modules (sentence-transformers modules.json)")
     return any(isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling") for m in modules)
@@ -379,7 +376,7 @@ def checkpoint_weight_bytes(path: Path) -> int | None:
     index = path.parent / "model.safetensors.index.json"
     if not index.is_file():
         return None
-    data = _read_json(index)
+    data = read_sidecar(index)
     total = data.get("metadata", {}).get("total_size") if isinstance(data, dict) else None
     if isinstance(total, str) and total.isdigit():  # some exporters write it as a string
         total = int(total)

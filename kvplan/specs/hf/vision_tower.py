@@ -17,11 +17,11 @@ the pixel cap, as for the model's own max_position_embeddings.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from kvplan.errors import SpecError
+from kvplan.specs.hf.quant import read_sidecar
 
 _STYLES = {
     "qwen2_vl": "qwen2_vl",
@@ -81,10 +81,7 @@ def _max_pixels(path: Path) -> int | None:
     """longest_edge (transformers >= 4.5x) or max_pixels (older Qwen2-VL processors) of one file."""
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise SpecError(f"{path}: not readable JSON ({exc}); fix or remove it") from None
+    data = read_sidecar(path)
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected an object (a Hugging Face processor config)")
     size = data.get("size")
