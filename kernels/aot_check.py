@@ -128,8 +128,10 @@ def _kernel_args(v: Variant, arch: int):
         page=v.page,
         v_dim=v.v_dim,
         max_len=v.max_len,
-        programs=4 * SMS[arch],
+        sms=SMS[arch],
         compute=pd.compute_dtype(q_dtype, kv_dtype, interpreted=False),
+        kv_element_bytes=kv_dtype.itemsize,
+        arch=arch,
     )
     meta = {"device": "meta"}
     pages = math.ceil(v.max_len / v.page)
@@ -143,11 +145,11 @@ def _kernel_args(v: Variant, arch: int):
     lse = torch.empty(v.batch, v.q_heads, cfg.splits, dtype=torch.float32, **meta)
     out = torch.empty(v.batch, v.q_heads, v.v_dim, dtype=q_dtype, **meta)
     split = [q, k, val, bt, seq, part, lse, 1.0, *q.stride()[:2], *k.stride()[:3], *val.stride()[:3]]
-    split += [bt.stride(0), *part.stride()[:3], *lse.stride()[:2]]
+    split += [bt.stride(0), *part.stride()[:3], *lse.stride()[:2], cfg.tokens]
     merge = [part, lse, out, 1.0, cfg.splits, *part.stride()[:3], *lse.stride()[:2], *out.stride()[:2]]
     return [
-        ("split", pd._split_kernel, split, cfg.split_constexprs, cfg),
-        ("merge", pd._merge_kernel, merge, cfg.merge_constexprs, cfg),
+        ("split", pd._split_kernel, split, cfg.split_constexprs, (cfg.num_warps, cfg.num_stages)),
+        ("merge", pd._merge_kernel, merge, cfg.merge_constexprs, (pd.MERGE_WARPS, pd.MERGE_STAGES)),
     ]
 
 
@@ -219,12 +221,12 @@ def _one(job: tuple[Variant, int]) -> list[Result]:
             Result(v.name, k, target, None, None, None, limit, "unsupported", why) for k in ("split", "merge")
         ]
     results = []
-    for kernel, fn, args, constexprs, cfg in _kernel_args(v, arch):
+    for kernel, fn, args, constexprs, (warps, stages) in _kernel_args(v, arch):
         try:
             compiled = triton.compile(
                 _source(fn, args, constexprs),
                 target=GPUTarget("cuda", arch, 32),
-                options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+                options={"num_warps": warps, "num_stages": stages},
             )
             regs, spills, smem = _ptxas_v(compiled.asm["ptx"], arch)
         except Exception as e:  # a compile error is a failed variant, reported with its first line

@@ -41,10 +41,10 @@ for _name in ("float8_e4m3fn", "float8_e5m2"):
         KV_DTYPES[getattr(torch, _name)] = tl.bfloat16
 Q_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 LOG2E = 1.4426950408889634
-MIN_SPLIT_TOKENS = 256
-INTERPRETED = (
-    os.environ.get("TRITON_INTERPRET") == "1"
-)  # below this a split does too little work to pay for its merge
+MIN_SPLIT_TOKENS = 256  # below this a split does too little work to pay for its merge
+# the merge kernel's launch: a tile of at most 4K fp32 values is 32 registers a thread at 4 warps
+MERGE_WARPS, MERGE_STAGES = 4, 2
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
@@ -71,6 +71,7 @@ def _split_kernel(
     stride_os,
     stride_lb,
     stride_lh,
+    split_tokens,
     GROUP: tl.constexpr,
     GROUP_PAD: tl.constexpr,
     CHUNKS: tl.constexpr,
@@ -81,7 +82,6 @@ def _split_kernel(
     DV: tl.constexpr,
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    SPLIT: tl.constexpr,
     COMPUTE: tl.constexpr,
 ):
     b = tl.program_id(0)
@@ -89,8 +89,8 @@ def _split_kernel(
     chunk = tl.program_id(1) % CHUNKS
     sp = tl.program_id(2)
     seq_len = tl.load(SEQ + b)
-    start = sp * SPLIT
-    end = tl.minimum(start + SPLIT, seq_len)
+    start = sp * split_tokens
+    end = tl.minimum(start + split_tokens, seq_len)
 
     offs_g = chunk * GROUP_PAD + tl.arange(0, GROUP_PAD)
     gmask = offs_g < GROUP
@@ -280,10 +280,60 @@ def split_plan(batch: int, kv_heads: int, max_len: int, block_n: int, programs: 
 
 
 @dataclass(frozen=True)
+class Tuning:
+    """Launch settings for one GPU architecture and cache kind (kernels/launch.yaml)."""
+
+    block_n: int
+    num_warps: int
+    num_stages: int
+    programs_per_sm: int
+    source: str
+
+
+TUNING_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch.yaml")
+_TUNING: dict[str, dict[str, Tuning]] | None = None
+
+
+def _tunings() -> dict[str, dict[str, Tuning]]:
+    global _TUNING
+    if _TUNING is None:
+        import yaml
+
+        with open(TUNING_FILE, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+        _TUNING = {
+            arch: {kind: Tuning(**{**cfg, "source": entry["source"]}) for kind, cfg in entry["kinds"].items()}
+            for arch, entry in raw.items()
+        }
+    return _TUNING
+
+
+# the K row each kind was tuned on (kernels/launch.yaml): 128 x 2 B, 128 x 1 B, MLA's 576 x 2 B; a wider
+# row (head_dim 256, fp32 KV) takes a proportionally shorter tile, so a stage's shared memory stays
+# what was compiled and measured
+REFERENCE_ROW_BYTES = {"gqa16": 256, "gqa8": 128, "mla": 1152}
+
+
+def cache_kind(head_dim: int, v_dim: int, kv_element_bytes: int) -> str:
+    """The tuning table's kind: mla (one latent head, V inside K), gqa8 (fp8/int8 KV), gqa16."""
+    if v_dim != head_dim:
+        return "mla"
+    return "gqa8" if kv_element_bytes == 1 else "gqa16"
+
+
+def tuning(arch: int | None, kind: str) -> Tuning:
+    """The launch settings measured for this architecture (compute capability x 10, e.g. 90), else
+    the defaults."""
+    table = _tunings()
+    entry = table.get(f"sm{arch}") if arch is not None else None
+    return (entry or table["default"]).get(kind) or table["default"][kind]
+
+
+@dataclass(frozen=True)
 class LaunchConfig:
     """What paged_decode() launches, decided without launching: the grids, the constexprs each kernel
-    is compiled with, and the warps/stages (Triton's NVIDIA defaults, stated here so that the
-    ahead-of-time check in kernels/aot_check.py compiles exactly what the launcher runs)."""
+    is compiled with, the tokens per split (a runtime argument) and the warps/stages (stated here so
+    that the ahead-of-time check in kernels/aot_check.py compiles exactly what the launcher runs)."""
 
     splits: int
     tokens: int
@@ -304,19 +354,31 @@ def launch_config(
     page: int,
     v_dim: int,
     max_len: int,
-    programs: int,
+    sms: int,
     compute: Any,
+    kv_element_bytes: int = 2,
+    arch: int | None = None,
     num_splits: int | None = None,
     block_n: int | None = None,
     head_chunk: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    programs_per_sm: int | None = None,
 ) -> LaunchConfig:
-    """The launch configuration of paged_decode() for these shapes; `programs` is the number of programs
-    that fill the device (4 per SM), `compute` the dtype tl.dot multiplies in (compute_dtype())."""
+    """The launch configuration of paged_decode() for these shapes on a device of `sms` multiprocessors
+    of architecture `arch` (kernels/launch.yaml); `compute` is the dtype tl.dot multiplies in
+    (compute_dtype()). Any setting given overrides the table's."""
+    kind = cache_kind(head_dim, v_dim, kv_element_bytes)
+    tuned = tuning(arch, kind)
     group = q_heads // kv_heads
     d_main, d_tail = _dims(head_dim)
     dv = max(16, triton.next_power_of_2(v_dim))
-    if block_n is None:
-        block_n = 64 if head_dim <= 128 else 32
+    if block_n is None:  # the tuned tile, halved until a row of it is no wider than the tuned kind's
+        block_n = tuned.block_n
+        row = (d_main + d_tail) * kv_element_bytes
+        while block_n > 16 and block_n * row > tuned.block_n * REFERENCE_ROW_BYTES[kind]:
+            block_n //= 2
+    programs = (programs_per_sm or tuned.programs_per_sm) * sms
     splits, tokens = split_plan(batch, kv_heads, max_len, block_n, programs)
     if num_splits is not None:
         tokens = math.ceil(math.ceil(max_len / num_splits) / block_n) * block_n
@@ -336,7 +398,6 @@ def launch_config(
         "DV": dv,
         "PAGE": page,
         "BLOCK_N": block_n,
-        "SPLIT": tokens,
         "COMPUTE": compute,
     }
     # at most 4K partial values a merge tile (MLA: 8 splits x 512; 128 heads: 32 x 128)
@@ -345,6 +406,7 @@ def launch_config(
     # an 8K-value fp32 accumulator (MLA: 16 heads x 512) is 64 registers a thread with 4 warps, and
     # with the 576-wide K tile it spills on sm_100 (kernels/aot_check.py); 8 warps halve it
     wide = min(group_pad, head_chunk) * dv >= 8192
+    warps = num_warps or tuned.num_warps
     return LaunchConfig(
         splits=splits,
         tokens=tokens,
@@ -352,8 +414,22 @@ def launch_config(
         split_constexprs=split_constexprs,
         merge_grid=(batch, q_heads),
         merge_constexprs=merge_constexprs,
-        num_warps=8 if wide else 4,
+        num_warps=max(warps, 8) if wide else warps,
+        num_stages=num_stages or tuned.num_stages,
     )
+
+
+_DEVICES: dict[Any, tuple[int, int | None]] = {}
+
+
+def _device(device: torch.device) -> tuple[int, int | None]:
+    """(multiprocessors, architecture as capability x 10) of a CUDA device; the CPU interpreter: (2, None)."""
+    if device.type != "cuda":
+        return 2, None
+    if device not in _DEVICES:
+        props = torch.cuda.get_device_properties(device)
+        _DEVICES[device] = (props.multi_processor_count, 10 * props.major + props.minor)
+    return _DEVICES[device]
 
 
 def paged_decode(
@@ -371,6 +447,9 @@ def paged_decode(
     block_n: int | None = None,
     max_seq_len: int | None = None,
     head_chunk: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    programs_per_sm: int | None = None,
 ) -> torch.Tensor:
     """Attention of one new token per sequence over its paged K/V; returns [batch, q_heads, v_dim] in q's dtype.
 
@@ -378,7 +457,8 @@ def paged_decode(
     of each V row (MLA: pass the latent cache as both k_cache and v_cache with v_dim=512);
     `max_seq_len` (else read from seq_lens, one device sync) sizes the split-K grid; `head_chunk`
     (a power of two >= 16) caps the query heads one program serves (default: as many as keep its
-    accumulator near 8K values; each chunk re-reads its K/V).
+    accumulator near 8K values; each chunk re-reads its K/V). `block_n`, `num_warps`, `num_stages`
+    and `programs_per_sm` override the settings kernels/launch.yaml gives this GPU's architecture.
     """
     _check(q, k_cache, v_cache, block_table, seq_lens, v_dim)
     batch, q_heads, head_dim = q.shape
@@ -394,10 +474,7 @@ def paged_decode(
         )
     if head_chunk is not None and (head_chunk < 16 or head_chunk & (head_chunk - 1)):
         raise ValueError(f"paged_decode: head_chunk must be a power of two >= 16, got {head_chunk}")
-    if q.is_cuda:
-        programs = 4 * torch.cuda.get_device_properties(q.device).multi_processor_count
-    else:
-        programs = 8
+    sms, arch = _device(q.device)
     cfg = launch_config(
         batch=batch,
         q_heads=q_heads,
@@ -406,11 +483,16 @@ def paged_decode(
         page=page,
         v_dim=vd,
         max_len=max_len,
-        programs=programs,
+        sms=sms,
         compute=compute_dtype(q.dtype, k_cache.dtype),
+        kv_element_bytes=k_cache.element_size(),
+        arch=arch,
         num_splits=num_splits,
         block_n=block_n,
         head_chunk=head_chunk,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        programs_per_sm=programs_per_sm,
     )
     out_part = torch.empty(batch, q_heads, cfg.splits, vd, dtype=torch.float32, device=q.device)
     lse_part = torch.empty(batch, q_heads, cfg.splits, dtype=torch.float32, device=q.device)
@@ -438,6 +520,7 @@ def paged_decode(
         out_part.stride(2),
         lse_part.stride(0),
         lse_part.stride(1),
+        cfg.tokens,
         **cfg.split_constexprs,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
@@ -457,7 +540,7 @@ def paged_decode(
         out.stride(0),
         out.stride(1),
         **cfg.merge_constexprs,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
+        num_warps=MERGE_WARPS,
+        num_stages=MERGE_STAGES,
     )
     return out
