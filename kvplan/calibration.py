@@ -9,6 +9,7 @@ loader checks every field and names the file and the field in one line.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -19,7 +20,7 @@ import yaml
 
 from kvplan.errors import SpecError, UsageError
 from kvplan.specs.io import load_yaml_text, read_text
-from kvplan.userdata import profile_path, write_atomic
+from kvplan.userdata import profile_path, shipped_profile_path, write_atomic
 
 if TYPE_CHECKING:
     from kvplan.specs.models import GpuSpec
@@ -51,6 +52,35 @@ class Fit:
 
     def bandwidth(self, nbytes: float) -> float:
         return self.peak_bytes_per_s * nbytes / (nbytes + self.half_bytes)
+
+
+def fit_curve(points: list[tuple[float, float]]) -> Fit:
+    """Least squares in relative error over (bytes, bytes/s) points; half searched on a log grid,
+    peak in closed form for each half."""
+    if not points:
+        raise UsageError("calibrate: no point was measured; nothing to fit")
+    best: Fit | None = None
+    for k in range(0, 241):
+        half = 10 ** (3 + k * 0.04)  # 1 KB .. 1 TB
+        xs = [b / (b + half) for b, _ in points]
+        num = sum(x / y for x, (_, y) in zip(xs, points, strict=True))
+        den = sum((x / y) ** 2 for x, (_, y) in zip(xs, points, strict=True))
+        peak = num / den
+        err = math.sqrt(
+            sum(((peak * x - y) / y) ** 2 for x, (_, y) in zip(xs, points, strict=True)) / len(points)
+        )
+        if best is None or err < best.rms_relative_error:
+            best = Fit(peak, half, err)
+    assert best is not None
+    return best
+
+
+@functools.lru_cache(maxsize=64)
+def _fit_cached(points: tuple[tuple[float, float], ...]) -> Fit:
+    return fit_curve(list(points))
+
+
+EIGHT_BIT_KV = ("fp8", "int8")
 
 
 @dataclass
@@ -170,8 +200,19 @@ class Profile:
         data = {"schema": SCHEMA, **{k: v for k, v in data.items() if k != "schema"}}
         return yaml.safe_dump(data, sort_keys=False)
 
+    def fit_for(self, kv_bits: float) -> Fit | None:
+        """The kernel curve of this KV width alone: fitted to the 8-bit points (fp8, int8) or the
+        16-bit ones (bf16, fp16) where the profile has 3 or more; else the fit over every point.
+        One curve over both mixes two kernels: on an H200 the fp8 path reads half the bytes in the
+        same time (benchmarks/results/h200/bench_kernel.md)."""
+        eight = kv_bits <= 8
+        pts = tuple((p.bytes, p.bytes_per_s) for p in self.points if (p.kv_dtype in EIGHT_BIT_KV) == eight)
+        return _fit_cached(pts) if len(pts) >= 3 else self.fit
+
     def describe(self, path: Path) -> str:
         what = "CPU profile" if self.device == "cpu" else self.device_name
+        if is_shipped(path):
+            return f"kvplan's shipped profile, {self.measured_on[:10]}; model_specs/calibrations/{path.name}"
         return f"bandwidth measured by kvplan calibrate on {what} ({self.measured_on[:10]}; {path})"
 
 
@@ -264,6 +305,7 @@ class CalibrationUse:
     matches_gpu: bool
     forced: bool  # used for another device because of --force-calibration
     warning: str | None
+    shipped: bool = False  # kvplan's own profile of this GPU (model_specs/calibrations/), not the user's
 
 
 def mismatch(prof: Profile, gpu: GpuSpec) -> str | None:
@@ -291,7 +333,14 @@ def use_for(prof: Profile, path: Path, gpu: GpuSpec, force: bool) -> Calibration
         else None
     )
     return CalibrationUse(
-        str(path), prof.device, prof.device_name, prof.gpu_spec, why is None, bool(why), warning
+        str(path),
+        prof.device,
+        prof.device_name,
+        prof.gpu_spec,
+        why is None,
+        bool(why),
+        warning,
+        is_shipped(path),
     )
 
 
@@ -306,13 +355,17 @@ def save(profile: Profile, path: Path) -> None:
     write_atomic(path, profile.to_yaml())
 
 
+def is_shipped(path: Path) -> bool:
+    return path.resolve().parent == shipped_profile_path("x").parent
+
+
 def find_for(gpu_name: str) -> tuple[Profile, Path] | None:
-    """The profile saved under this shipped GPU's name, if any (whatever device it describes:
-    the caller checks that)."""
-    path = default_path(gpu_name)
-    if not path.exists():
-        return None
-    return load(path), path
+    """The profile saved under this shipped GPU's name (the user's own `kvplan calibrate`), else the
+    one kvplan ships for it, if any (whatever device it describes: the caller checks that)."""
+    for path in (default_path(gpu_name), shipped_profile_path(gpu_name)):
+        if path.exists():
+            return load(path), path
+    return None
 
 
 def load(path: Path) -> Profile:

@@ -218,9 +218,10 @@ def _default_mnbt(f: EstimateFlags, gpu: GpuSpec) -> int:
 def bandwidth_profile(gpu: GpuSpec, use_saved: bool, path: str | None, force: bool = False) -> dict[str, Any]:
     """PlanRequest fields from a `kvplan calibrate` profile: a named one, else this GPU's saved one.
     A profile of another device (a CPU, another GPU) is refused unless `force`, and then says so."""
-    from kvplan.userdata import profile_path
+    from kvplan.userdata import profile_path, shipped_profile_path
 
-    if not path and not (use_saved and profile_path(gpu.name).exists()):
+    saved = profile_path(gpu.name).exists() or shipped_profile_path(gpu.name).exists()
+    if not path and not (use_saved and saved):
         return {}  # nothing to read: the calibration module need not even load
     from kvplan import calibration
 

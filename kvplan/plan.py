@@ -715,7 +715,7 @@ def estimate(req: PlanRequest) -> Plan:
     report = _engine_report(engine, problem, caches, fmt, bs, tp, max_len, math.floor(conc.usable_factor))
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
                                  conc.binding_stage, tp, req_len, conc.max_concurrency, conc.request_bytes_per_gpu,
-                                 avg, weights.stages[0].embedding_bytes_per_gpu)  # fmt: skip
+                                 avg, weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value))  # fmt: skip
     notes.append(
         f"decode step model: {decode.bandwidth_source}; prefill at {prefill.mfu:.0%} of "
         f"{prefill.peak_dtype} peak; both estimates"

@@ -321,8 +321,11 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
         "tpot": 1 - tpot / q.tpot_ms if q.tpot_ms else None,
     }
     step = _step(q, p, ceil_div(q.users, dp))
-    measured = sorted({t for t, v in step.sources.items() if v == speed.MEASURED})
-    source = speed.FITTED + (f"; {', '.join(measured)} {speed.MEASURED}" if measured else "")
+    by_label: dict[str, list[str]] = {}
+    for t, v in sorted(step.sources.items()):
+        if speed.is_measured(v):
+            by_label.setdefault(v, []).append(t)
+    source = speed.FITTED + "".join(f"; {', '.join(terms)} {label}" for label, terms in by_label.items())
     a = Answer(
         gpu=gpu.name,
         num_gpus=n,

@@ -33,6 +33,14 @@ PREFILL_MFU = 0.5  # share of dense bf16/fp8 peak a long prefill reaches (estima
 FIT_FILE = "decode_fit.yaml"
 FITTED = "fitted to published runs"
 MEASURED = "measured on this machine"
+SHIPPED = "measured on {device}"  # kvplan's shipped profile of that GPU (model_specs/calibrations/)
+
+
+def is_measured(source: str) -> bool:
+    """A term's source is a calibration profile (this machine's, or one kvplan ships)."""
+    return source.startswith("measured")
+
+
 CURVE = "kernels.md's decode-kernel curve (not measured here)"
 
 # the coefficients decode_fit.yaml must hold; each entry there is {value, source}
@@ -359,7 +367,8 @@ def decode_step(
     def ms(x: float) -> float:
         return x * scale * 1e3
 
-    sources = {term: MEASURED if term in measured_terms else FITTED for term in TERMS}
+    label = getattr(measured, "label", MEASURED)
+    sources = {term: label if term in measured_terms else FITTED for term in TERMS}
     if "attention" not in measured_terms:
         sources["attention"] = CURVE
     return StepTime(

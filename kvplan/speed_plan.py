@@ -29,8 +29,8 @@ class ProfileParts:
     """A calibration profile seen through speed.Measured, by duck typing: a profile that has
     measured GEMMs, all-reduce or a launch floor exposes them; one that has not gives None."""
 
-    def __init__(self, profile: Any) -> None:
-        self.profile = profile
+    def __init__(self, profile: Any, kv_bits: float = 16, label: str = speed.MEASURED) -> None:
+        self.profile, self.kv_bits, self.label = profile, kv_bits, label
 
     def gemm_seconds(self, dtype: str, batch: int, k: int, n: int) -> float | None:
         f = getattr(self.profile, "gemm_seconds", None)
@@ -41,7 +41,8 @@ class ProfileParts:
         return f(nbytes, world_size) if callable(f) else None
 
     def attention_bytes_per_s(self, nbytes: float) -> float | None:
-        fit = getattr(self.profile, "fit", None)
+        fit_for = getattr(self.profile, "fit_for", None)
+        fit = fit_for(self.kv_bits) if callable(fit_for) else getattr(self.profile, "fit", None)
         f = getattr(fit, "bandwidth", None)
         return f(nbytes) if callable(f) else None
 
@@ -282,9 +283,16 @@ def decode_context(req: PlanRequest, max_len: int) -> tuple[int, str]:
     return max_len, "every request at --max-model-len (give --input-len/--output-len for the mean)"
 
 
-def parts_of(req: PlanRequest) -> ProfileParts | None:
+def parts_of(req: PlanRequest, kv_bits: float = 16) -> ProfileParts | None:
+    """The measured parts the request carries; the kernel curve of the plan's KV width."""
     if req.calibration is not None:
-        return ProfileParts(req.calibration)
+        use = req.calibration_use
+        label = (
+            speed.SHIPPED.format(device=use.device_name)
+            if use is not None and use.shipped
+            else speed.MEASURED
+        )
+        return ProfileParts(req.calibration, kv_bits, label)
     if req.decode_bandwidth_bytes_per_s:
         return CurveParts(req.decode_bandwidth_bytes_per_s, req.decode_bandwidth_half_bytes)
     return None
@@ -311,7 +319,7 @@ def bandwidth_source(step: speed.StepTime, profile: str | None) -> str:
             " (decode_fit.yaml)"
             if source == speed.FITTED
             else f" ({profile})"
-            if profile and source == speed.MEASURED
+            if profile and speed.is_measured(source)
             else ""
         )
         parts.append(f"{', '.join(names)} {source}{where}")
@@ -332,6 +340,7 @@ def plan_speed(
     per_req_gpu: int,
     avg: AvgContext | None,
     embedding_bytes: int = 0,
+    kv_bits: float = 16,
 ) -> tuple[Decode, Prefill]:
     """Decode step time at batch 1 and at the planned concurrency; prefill of one max-length prompt."""
     gpu = req.gpu
@@ -339,7 +348,7 @@ def plan_speed(
     gpn = req.num_gpus // req.nodes if req.num_gpus and req.nodes > 1 else gpu.gpus_per_node
     per_matrix = bool(spec.weight_formats) and not req.weight_dtype
     inp = decode_inputs(spec, gpu, pool, w_fmt, e_fmt, per_matrix, tp, gpn)
-    parts = parts_of(req)
+    parts = parts_of(req, kv_bits)
     ctx, ctx_source = decode_context(req, max_len)
     kv_most = max(range(len(pool.stages)), key=lambda i: pool.stages[i].kv_bits_per_token_per_gpu)
     per_req_ctx = pool.request_bytes(kv_most, ctx)
@@ -354,7 +363,7 @@ def plan_speed(
         at_avg = speed.decode_step(
             inp, avg.max_concurrency_per_replica, avg_kv, avg.avg_context_tokens, parts
         )
-    measured = any(v == speed.MEASURED for v in one.sources.values())
+    measured = any(speed.is_measured(v) for v in one.sources.values())
     decode = Decode(
         bandwidth_bytes_per_s=gpu.hbm_bytes_per_s * c.gemm_efficiency,
         bandwidth_source=bandwidth_source(one, req.decode_bandwidth_source),

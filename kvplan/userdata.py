@@ -29,10 +29,22 @@ def overheads_path() -> Path:
     return data_dir() / "overheads.yaml"
 
 
+def safe_name(name: str) -> str:
+    """A GPU's spec name as a file name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "device"
+
+
+def shipped_profile_path(name: str) -> Path:
+    """The profile kvplan ships for a GPU: model_specs/calibrations/<spec name>.yaml, measured by
+    `kvplan calibrate` on that GPU (benchmarks/device_check.sh) and committed."""
+    import kvplan.model_specs as pkg
+
+    return Path(pkg.__file__).resolve().parent / "calibrations" / f"{safe_name(name)}.yaml"
+
+
 def profile_path(name: str) -> Path:
     """The bandwidth profile `kvplan calibrate` saves for a GPU (by its spec name)."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "device"
-    return data_dir() / "calibrations" / f"{safe}.yaml"
+    return data_dir() / "calibrations" / f"{safe_name(name)}.yaml"
 
 
 TEMP_SUFFIX = ".kvplan-tmp"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.markup import escape
 
@@ -348,8 +350,10 @@ def render_check(result, console: Console, source: str, saved) -> None:
 
 def speed_source(answers) -> str:
     """Where the solve table's TPOT comes from."""
-    measured = any(a.plan.decode.measured for a in answers)
-    return "terms fitted to published runs" + ("; some measured on this machine" if measured else "")
+    from kvplan.speed import is_measured
+
+    labels = sorted({v for a in answers for v in a.plan.decode.batch_1.sources.values() if is_measured(v)})
+    return "terms fitted to published runs" + "".join(f"; some {label}" for label in labels)
 
 
 def render_solve(q, answers, console: Console, max_context: bool) -> None:
@@ -481,13 +485,25 @@ def _render_kernel(prof, label: str, console: Console) -> None:
             f"read-only stream {c['read_bytes_per_s'] / 1e9:,.1f} GB/s",
             highlight=False,
         )
-    f = prof.fit
     sheet = f" (datasheet {prof.datasheet_bytes_per_s / 1e9:,.0f} GB/s)" if prof.datasheet_bytes_per_s else ""
-    console.print(
-        f"fit: bandwidth(B) = {f.peak_bytes_per_s / 1e9:,.1f} GB/s x B / (B + {fmt_bytes(f.half_bytes)}){sheet}; "
-        f"rms error {f.rms_relative_error:.1%}",
-        highlight=False,
-    )
+    widths: list[tuple[int | None, Any]] = [
+        (bits, prof.fit_for(bits))
+        for bits in (16, 8)
+        if any(_is_width(p.kv_dtype, bits) for p in prof.points)
+    ]
+    for bits, f in widths or [(None, prof.fit)]:
+        label = f"fit ({bits}-bit KV)" if len(widths) > 1 else "fit"
+        console.print(
+            f"{label}: bandwidth(B) = {f.peak_bytes_per_s / 1e9:,.1f} GB/s x B / (B + {fmt_bytes(f.half_bytes)})"
+            f"{sheet}; rms error {f.rms_relative_error:.1%}",
+            highlight=False,
+        )
+
+
+def _is_width(kv_dtype: str, bits: int) -> bool:
+    from kvplan.calibration import EIGHT_BIT_KV
+
+    return (kv_dtype in EIGHT_BIT_KV) == (bits == 8)
 
 
 def _gbps(bytes_per_s: float) -> str:
