@@ -26,7 +26,8 @@ from kvplan.units import GiB, MiB
 # - PyTorch sort: bf16 logits 2 + fp32 copy 4 + sorted values 4 + int64 indices 8 + the sort's own
 #   index array 8 and CUB scratch (~12). Fitted to three real logs whose profiler printed its peak
 #   (vLLM 0.10.2 Qwen3-Next-80B on 2x H200: 5.58 GiB; 0.10.2 Qwen3-4B: 5.59 GiB; 0.11.2 Llama-3-8B on
-#   H200: 4.9 GiB less non-torch; all 1024 sequences): 38.5 B.
+#   H200: 4.9 GiB less non-torch; all 1024 sequences): 38.5 B. Replaying that path on an H200 measured
+#   38.0 B at four (rows, vocab) shapes (benchmarks/sampler_peak.py; benchmarks/results/h200/).
 # - Triton top-k/top-p (topk_topp_triton.py, from 0.17) and FlashInfer's sampler: 2 + 4 + softmax 4 +
 #   exponential noise 4 = 14 B (derived from the source, not measured).
 # - Model runner V2 (vllm/v1/worker/gpu/model_runner.py) up to 0.32: its dummy run adds no request, so
