@@ -150,9 +150,10 @@ CASES: dict[str, Case] = {
         runner="pooling",
     ),
     "vllm_0.12.0_qwen3-vl-30b-a3b-instruct_h100_tp2.log": Case(
-        str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct.json"),
+        str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct" / "config.json"),
         "H100-SXM",
-        "corpus qwen3-vl-30b-a3b-instruct.json (the model's own config, vendored by ai-dynamo/aiconfigurator); "
+        "corpus qwen3-vl-30b-a3b-instruct/: config.json (the model's own, vendored by ai-dynamo/aiconfigurator) "
+        "and the Qwen3-VL processor configs (Qwen3-VL-4B-Instruct's, vendored by sophgo/LLM-TPU; SOURCES.tsv); "
         "H100 SXM from device_name=NVIDIA_H100_80GB_HBM3 printed by both workers",
     ),
     "vllm_0.27.1_qwen3.6-27b-fp8_h100_tp1.log": Case(
@@ -165,22 +166,23 @@ CASES: dict[str, Case] = {
         "for the same host and model path",
     ),
     "vllm_0.12.0_qwen3-vl-30b-a3b-instruct_h100_tp2_seqs256.log": Case(
-        str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct.json"),
+        str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct" / "config.json"),
         "H100-SXM",
-        "corpus qwen3-vl-30b-a3b-instruct.json; same user and cluster as the 0.12.0 Qwen3-VL TP2 log, another run "
-        "(max_num_seqs 256, no --disable-mm-preprocessor-cache); H100 SXM from device_name=NVIDIA_H100_80GB_HBM3",
+        "corpus qwen3-vl-30b-a3b-instruct/ (config.json + processor configs); same user and cluster as the "
+        "0.12.0 Qwen3-VL TP2 log, another run (max_num_seqs 256, no --disable-mm-preprocessor-cache); H100 SXM "
+        "from device_name=NVIDIA_H100_80GB_HBM3",
     ),
     "vllm_0.11.0rc2.dev113_qwen3-vl-30b-a3b-instruct_h100_tp1.log": Case(
-        str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct.json"),
+        str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct" / "config.json"),
         "H100-SXM",
-        "corpus qwen3-vl-30b-a3b-instruct.json; one GPU (no tensor_parallel_size), max_num_seqs 256; H100 SXM from "
-        "device_name=NVIDIA_H100_80GB_HBM3 printed in the log",
+        "corpus qwen3-vl-30b-a3b-instruct/ (config.json + processor configs); one GPU (no "
+        "tensor_parallel_size), max_num_seqs 256; H100 SXM from device_name=NVIDIA_H100_80GB_HBM3 printed in the log",
     ),
     "vllm_0.11.0rc2.dev113_qwen3-vl-30b-a3b-instruct_h100_tp2.log": Case(
-        str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct.json"),
+        str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct" / "config.json"),
         "H100-SXM",
-        "corpus qwen3-vl-30b-a3b-instruct.json; the 0.12.0 TP2 flags run on vLLM 0.11.0rc2; H100 SXM from "
-        "device_name=NVIDIA_H100_80GB_HBM3 printed by both workers",
+        "corpus qwen3-vl-30b-a3b-instruct/ (config.json + processor configs); the 0.12.0 TP2 flags run on vLLM "
+        "0.11.0rc2; H100 SXM from device_name=NVIDIA_H100_80GB_HBM3 printed by both workers",
     ),
     "vllm_0.11.0rc2.dev113_qwen3-embedding-8b_h100_tp1.log": Case(
         str(HF / "corpus" / "qwen3-embedding-8b.json"),

@@ -28,7 +28,7 @@ class Reserve:
     given: bool  # True when the user stated the reserve (then only `total` matters)
     hidden_bytes: int = 0
     sequential: bool = True  # False: kvplan's rule before vLLM 0.10, forward and sampler added
-    encoder_cache_bytes: int = 0  # a multimodal model's dummy encoder outputs, held through both
+    encoder_cache_bytes: int = 0  # a multimodal model's dummy encoder outputs and inputs, held through both
 
     @property
     def peak_bytes(self) -> int:

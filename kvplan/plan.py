@@ -110,7 +110,9 @@ class ReserveSummary:
     estimated: bool
     used: bool
     profile_peak_bytes: int = 0  # the larger of forward and sampler (vLLM >= 0.10), else their sum
-    encoder_cache_bytes: int = 0  # a multimodal model's dummy encoder outputs held through the profile
+    encoder_cache_bytes: int = (
+        0  # a multimodal model's dummy encoder outputs and inputs held through the profile
+    )
     sampler_path: str | None = None  # the engine's top-k/top-p path its profiling run takes
 
 
@@ -325,20 +327,27 @@ def _weights(
 def _as_loaded(
     engine: Engine, spec: ModelSpec, stages: list[StageWeights], e_fmt: Format, tp: int, notes: list[str]
 ) -> list[StageWeights]:
-    """The routed experts as the engine's kernels hold them (padding), where that differs."""
+    """The routed experts as the engine's kernels hold them (padding), where that differs, and the
+    buffers the engine allocates with the model on every GPU."""
     factor, why = engine.loaded_expert_factor(spec, engine.req.gpu, tp, e_fmt.name)
-    if why is None:
-        return stages
-    notes.append(why)
-    out = []
-    for w in stages:
-        extra = round(w.expert_bytes_per_gpu * (factor - 1))
-        out.append(
-            dataclasses.replace(
-                w, bytes_per_gpu=w.bytes_per_gpu + extra, expert_bytes_per_gpu=w.expert_bytes_per_gpu + extra
+    if why is not None:
+        notes.append(why)
+        out = []
+        for w in stages:
+            extra = round(w.expert_bytes_per_gpu * (factor - 1))
+            out.append(
+                dataclasses.replace(
+                    w,
+                    bytes_per_gpu=w.bytes_per_gpu + extra,
+                    expert_bytes_per_gpu=w.expert_bytes_per_gpu + extra,
+                )
             )
-        )
-    return out
+        stages = out
+    buffers, why = engine.load_buffer_bytes(spec)
+    if why is not None:
+        notes.append(why)
+        stages = [dataclasses.replace(w, bytes_per_gpu=w.bytes_per_gpu + buffers) for w in stages]
+    return stages
 
 
 def _offload(

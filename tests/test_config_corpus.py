@@ -10,13 +10,11 @@ import json
 import pytest
 
 from helpers import REPO, run_cli
+from kvplan.specs.hf.vision_tower import PROCESSOR_FILES
 
 CORPUS = REPO / "tests" / "fixtures" / "hf"
-CONFIGS = sorted(
-    p
-    for p in CORPUS.rglob("*.json")
-    if not p.name.endswith("hf_quant_config.json") and p.name != "SOURCES.tsv"
-)
+SIDECARS = ("hf_quant_config.json", *PROCESSOR_FILES)  # read beside a config.json, not planned alone
+CONFIGS = sorted(p for p in CORPUS.rglob("*.json") if p.name not in SIDECARS and p.name != "SOURCES.tsv")
 
 
 def test_corpus_is_large():

@@ -23,6 +23,10 @@ History of the held-out figures (what the bounds below hold now is the last line
   weights counted: vLLM's dummy encoder outputs need the processor configs, which the fixtures lack, so
   they are warned of), Qwen2-7B on A100 x2 whose install had FlashInfer's sampler
   (-7%, -18%: the default assumes a pip install without it).
+- Real Qwen3-VL processor configs beside the Qwen3-VL-30B-A3B config (the padded dummy encoder outputs:
+  +2.0/+2.0/+1.7/+9.0%), then what vLLM allocates with a Qwen-VL model (the M-RoPE cache, deepstack
+  buffers) and the profile's other held encoder tensors (unpadded output, pixel inputs): Qwen3-VL
+  -0.3% to -0.5%; held-out median 1.7%, 16 of 18 within 5%. The misses: the two Qwen2-7B logs above.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ sys.modules["log_predictions"] = lp
 _spec.loader.exec_module(lp)
 
 # (median |error|, worst |error|) each part must stay within: what kvplan reaches now (25 logs)
-BOUNDS = {"fit": (0.02, 0.04), "held-out": (0.03, 0.50)}
+BOUNDS = {"fit": (0.02, 0.04), "held-out": (0.02, 0.18)}
 
 
 def test_every_real_log_is_evaluated_or_skipped_with_a_reason():
@@ -103,10 +107,10 @@ def test_only_typed_flags_reach_the_prediction(results):
 
 
 def test_held_out_logs_against_the_issue_targets(results):
-    # issue 12: median |error| <= 3% (met: 2.5%) and >= 80% of logs within 5% (not met: 12 of 18, the
+    # issue 12: median |error| <= 3% (met: 1.7%) and >= 80% of logs within 5% (met: 16 of 18, the
     # misses named in the docstring); this holds what is reached so that a regression fails
     median, _, within = lp.summary([r for r in results if r.half == "held-out"])
-    assert median <= 0.03 and within >= 12 / 18 - 1e-9
+    assert median <= 0.03 and within >= 16 / 18 - 1e-9
 
 
 def test_the_defaults_applied_are_stated(results):

@@ -246,6 +246,11 @@ class Engine(ABC):
         padding or repacking), and why; (1.0, None) when they load as stored."""
         return 1.0, None
 
+    def load_buffer_bytes(self, spec: ModelSpec) -> tuple[int, str | None]:
+        """Buffers the engine allocates with the model on each GPU beside its parameters, counted with the
+        weights as the engine's load measures them, and why; (0, None) when kvplan counts none."""
+        return 0, None
+
     @abstractmethod
     def budget(self, spec: ModelSpec, gpu: GpuSpec, tp: int, pp: int) -> Budget:
         """The memory the engine gives weights + KV on one GPU, and its reserve."""

@@ -33,6 +33,7 @@ from kvplan.specs.models import (
     CompressedAttention,
     CompressedLatent,
     CrossAttention,
+    FullAttention,
     GpuSpec,
     LatentAttention,
     Layer,
@@ -606,6 +607,25 @@ class Vllm(Engine):
             f"its {backend} kernel on {gpu.name}, which pads hidden and intermediate sizes (mxfp4.py)"
         )
 
+    def load_buffer_bytes(self, spec: ModelSpec) -> tuple[int, str | None]:
+        tower = spec.vision_tower
+        rotary = next((t.head_dim for t in spec.layer_types.values() if isinstance(t, FullAttention)), None)
+        if tower is None or rotary is None or self.version < (0, 10):
+            return 0, None
+        act_bytes = 4 if spec.activation_dtype == "fp32" else 2
+        extra = vm.vision_load_bytes(
+            tower, spec.max_context, rotary, spec.hidden_size, self.req.batched_tokens, act_bytes
+        )
+        deep = (
+            f" and {tower.deepstack_mergers} deepstack input buffers of {self.req.batched_tokens:,} tokens"
+            if tower.deepstack_mergers
+            else ""
+        )
+        return extra, (
+            f"weights include {fmt_gib(extra)} a GPU that {self.label} allocates with the model: the M-RoPE "
+            f"cos/sin cache over {vm.MROPE_CACHE_POSITIONS} x {spec.max_context:,} positions (mrope.py){deep}"
+        )
+
     def env_bool(self, name: str) -> bool | None:
         given = self.env(name)
         return None if given is None else env_flag(name, given)
@@ -634,12 +654,12 @@ class Vllm(Engine):
         runner, self.runner_why = vm.resolve_runner(req.runner, spec.architecture, spec.pooling_config)
         tower = spec.vision_tower
         self.vision_counted = tower is not None
-        # gpu_model_runner.py profile_run: the dummy encoder outputs of the largest multimodal item, padded
-        # to the encoder budget (encoder_cache_manager.py: max(max_num_batched_tokens, largest item)),
-        # stay in the encoder cache through the dummy forward and the sampler
+        # gpu_model_runner.py profile_run: the dummy encoder outputs of the largest multimodal item (padded
+        # from 0.11) and its pixel inputs stay alive through the dummy forward and the sampler
+        # (engines/vllm_memory.py dummy_encoder_bytes)
         encoder = 0
         if tower is not None and tower.max_item_tokens and self.version >= (0, 10):
-            encoder = max(req.batched_tokens, tower.max_item_tokens) * tower.encoder_output_width * act_bytes
+            encoder = vm.dummy_encoder_bytes(self.version, tower, req.batched_tokens, act_bytes)
         self.vision_profile = spec.vision_encoder and not encoder
         # a pooling model's profile runs the pooler, not the sampler (gpu_model_runner.py _dummy_pooler_run)
         rows = self.profile_num_seqs(gpu) if runner == "generate" else 0

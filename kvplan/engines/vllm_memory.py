@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from kvplan.engines.base import Version
 from kvplan.parallel import has_nvls
-from kvplan.specs.models import GpuSpec
+from kvplan.specs.models import GpuSpec, VisionTower
 from kvplan.units import GiB, MiB
 
 # Bytes alive per logit (one row of the vocabulary for one sequence) at the sampler's peak, by path
@@ -216,3 +216,42 @@ def mxfp4_expert_factor(
     per_rank = -(-inter // tp)
     padded = _round_up(per_rank, m_inter) * _round_up(hidden, m_hidden)
     return padded / (per_rank * hidden), backend
+
+
+# rotary_embedding/mrope.py MRotaryEmbedding (0.10.2, 0.11.0, 0.12.0): the M-RoPE of Qwen2/2.5/3-VL text
+# models caches cos/sin for 4 x max_position_embeddings positions, rotary_dim values each in the model
+# dtype, built at model init, so inside "Model loading took"
+MROPE_CACHE_POSITIONS = 4
+
+
+def vision_load_bytes(
+    tower: VisionTower,
+    max_positions: int,
+    rotary_dim: int,
+    text_hidden: int,
+    batched_tokens: int,
+    act_bytes: int,
+) -> int:
+    """Buffers a Qwen-VL model allocates at load beside its parameters: the M-RoPE cache, and Qwen3-VL's
+    deepstack inputs (qwen3_vl.py, qwen3_vl_moe.py __init__: one zeroed max_num_batched_tokens x text
+    hidden buffer per deepstack level)."""
+    rope = MROPE_CACHE_POSITIONS * max_positions * rotary_dim * act_bytes
+    return rope + tower.deepstack_mergers * batched_tokens * text_hidden * act_bytes
+
+
+def dummy_encoder_bytes(version: Version, tower: VisionTower, batched_tokens: int, act_bytes: int) -> int:
+    """What gpu_model_runner.py profile_run keeps alive through the dummy forward and the sampler for the
+    largest multimodal item: its encoder outputs, and its dummy pixel_values (the batched inputs stay
+    referenced until profile_run returns; float32 as the processor made them).
+
+    0.10.2 caches the outputs as the encoder returns them. From 0.11 they are copied, zero-padded, into a
+    larger tensor (0.11.0: to the encoder budget, max(max_num_batched_tokens, the item's tokens); 0.12.0:
+    to the item's tokens) and the loop variable keeps the last unpadded output alive too."""
+    assert tower.max_item_tokens is not None
+    rows = tower.max_item_rows or tower.max_item_tokens
+    width = tower.encoder_output_width * act_bytes
+    inputs = rows * tower.spatial_merge_size**2 * tower.pixel_patch_bytes
+    if version < (0, 11):
+        return rows * width + inputs
+    padded = max(batched_tokens, tower.max_item_tokens) if version < (0, 12) else tower.max_item_tokens
+    return (padded * width if padded > rows else 0) + rows * width + inputs

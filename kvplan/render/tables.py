@@ -90,7 +90,7 @@ def _memory_table(plan: Plan, console: Console) -> None:
                 (f"      forward pass ({s.max_num_batched_tokens:,} batched tokens)", r.activation_bytes),
                 ("      sampler" + (f": {r.sampler_path}" if r.sampler_path else ""), r.sampler_bytes),
                 *(
-                    [("      + dummy encoder outputs held", r.encoder_cache_bytes)]
+                    [("      + dummy encoder tensors held", r.encoder_cache_bytes)]
                     if r.encoder_cache_bytes
                     else []
                 ),

@@ -250,11 +250,19 @@ class VisionTower(_Strict):
     # the largest multimodal item in encoder tokens (vLLM's max_tokens_per_mm_item), from the processor
     # configs beside config.json; None when they are absent
     max_item_tokens: PositiveInt | None = None
+    # that item's encoder-output rows (its merged patches; a Qwen3-VL video's before the timestamp text)
+    max_item_rows: PositiveInt | None = None
 
     @property
     def encoder_output_width(self) -> int:
         """Width of one encoder-output token: out_hidden_size, times (1 + deepstack) for Qwen3-VL."""
         return self.out_hidden_size * (1 + self.deepstack_mergers)
+
+    @property
+    def pixel_patch_bytes(self) -> int:
+        """One row of the processor's pixel_values: in_channels x temporal_patch x patch^2 values in
+        float32 (transformers' Qwen2-VL image and Qwen3-VL video processors normalise in float32)."""
+        return self.in_channels * self.temporal_patch_size * self.patch_size**2 * 4
 
 
 class ModelSpec(_Strict):

@@ -73,7 +73,7 @@ def tower(top: dict, path: Path) -> dict[str, Any] | None:
         "deepstack_mergers": len(deep) if style == "qwen3_vl" and isinstance(deep, list) else 0,
         "position_embeddings": (_pos_int(vc, "num_position_embeddings") or 0) if style == "qwen3_vl" else 0,
     }
-    fields["max_item_tokens"] = max_item_tokens(fields, path)
+    fields["max_item_tokens"], fields["max_item_rows"] = largest_item(fields, path) or (None, None)
     return fields
 
 
@@ -90,18 +90,23 @@ def _max_pixels(path: Path) -> int | None:
     return _pos_int(data, "max_pixels")
 
 
-def max_item_tokens(t: dict[str, Any], path: Path) -> int | None:
-    """vLLM's max_tokens_per_mm_item from the processor configs beside config.json (None: none there).
+def largest_item(t: dict[str, Any], path: Path) -> tuple[int, int] | None:
+    """vLLM's max_tokens_per_mm_item and that item's encoder-output rows, from the processor configs
+    beside config.json (None: none there).
 
-    Images: longest_edge / (patch x merge)^2. Videos (Qwen3-VL only, video_preprocessor_config.json):
-    longest_edge / (temporal_patch x (patch x merge)^2) soft tokens x 12.5. Qwen2/2.5-VL videos depend
-    on the context length (qwen2_vl.py _get_max_video_frames), which kvplan does not model: images only."""
+    Images: longest_edge / (patch x merge)^2 tokens, one row each. Videos (Qwen3-VL only,
+    video_preprocessor_config.json): longest_edge / (temporal_patch x (patch x merge)^2) rows, x 12.5
+    tokens. Qwen2/2.5-VL videos depend on the context length (qwen2_vl.py _get_max_video_frames), which
+    kvplan does not model: images only. vLLM profiles the modality with the most tokens."""
     if path.name != "config.json":
         return None
     unit = (t["patch_size"] * t["spatial_merge_size"]) ** 2
+    found: list[tuple[int, int]] = []  # (tokens, rows)
     image = _max_pixels(path.parent / "preprocessor_config.json")
-    found = [image // unit] if image else []
+    if image and image // unit:
+        found.append((image // unit, image // unit))
     video = _max_pixels(path.parent / "video_preprocessor_config.json") if t["style"] == "qwen3_vl" else None
-    if video:
-        found.append(int(video // (t["temporal_patch_size"] * unit) * VIDEO_TEXT_FACTOR))
-    return max(found) if found and max(found) > 0 else None
+    rows = video // (t["temporal_patch_size"] * unit) if video else 0
+    if rows:
+        found.append((int(rows * VIDEO_TEXT_FACTOR), rows))
+    return max(found) if found else None
