@@ -110,9 +110,7 @@ class ReserveSummary:
     estimated: bool
     used: bool
     profile_peak_bytes: int = 0  # the larger of forward and sampler (vLLM >= 0.10), else their sum
-    encoder_cache_bytes: int = (
-        0  # a multimodal model's dummy encoder outputs and inputs held through the profile
-    )
+    encoder_cache_bytes: int = 0  # a multimodal model's dummy encoder tensors held through the profile
     sampler_path: str | None = None  # the engine's top-k/top-p path its profiling run takes
 
 
