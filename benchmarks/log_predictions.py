@@ -191,6 +191,14 @@ CASES: dict[str, Case] = {
         "server (host server105, 'PCIe-only GPUs'), nothing says a card drives a display; the launch command "
         "is in the log: --tensor-parallel-size 4 --gpu-memory-utilization 0.90 (the default) --max-model-len 65536",
     ),
+    "vllm_0.22.0_qwen3-8b_t4_tp2.log": Case(
+        "qwen3-8b",
+        "T4",
+        "shipped spec (Kaggle model qwen-lm/qwen-3/transformers/8b, Qwen3ForCausalLM, run in fp16); Tesla T4 x2 "
+        "stated: the notebook prints 'GPU 0 : Tesla T4 (14.6 GB)' and 'GPU 1 : ...' from torch's device properties, "
+        "and vLLM 'Device capability 7.5'; a Kaggle VM, no display; the offline LLM class (from vllm import LLM)",
+        usage="offline",
+    ),
     "vllm_0.11.0rc2.dev113_qwen3-embedding-8b_h100_tp1.log": Case(
         str(HF / "corpus" / "qwen3-embedding-8b.json"),
         "H100-SXM",
