@@ -46,6 +46,9 @@ class Case:
     # vLLM --runner, where the model itself decides it (a sentence-transformers model folder: vLLM logs
     # "Found pooling configuration"): what the user knows of the model they serve, not an engine figure
     runner: str = "auto"
+    # the checkpoint's weight format where the log's quantization method does not name it
+    # (compressed-tensors holds fp8 or int4 alike): what the user knows of the checkpoint they serve
+    weight_dtype: str | None = None
 
 
 # log -> the model config and GPU, mapped by hand (the GPU from SOURCES.tsv)
@@ -198,6 +201,18 @@ CASES: dict[str, Case] = {
         "stated: the notebook prints 'GPU 0 : Tesla T4 (14.6 GB)' and 'GPU 1 : ...' from torch's device properties, "
         "and vLLM 'Device capability 7.5'; a Kaggle VM, no display; the offline LLM class (from vllm import LLM)",
         usage="offline",
+    ),
+    "vllm_0.11.0_deepseek-r1-distill-qwen-32b-fp8_l40s_tp1.log": Case(
+        str(HF / "corpus" / "qwen2.5-32b-instruct.json"),
+        "L40S",
+        "DeepSeek-R1-Distill-Qwen-32B is Qwen2.5-32B distilled (64 layers, 8 KV heads x 128, hidden 5120, MLP 27648, "
+        "vocab 152064, untied; the log resolves Qwen2ForCausalLM): corpus qwen2.5-32b-instruct.json (only max "
+        "positions and rope differ; the user set --max-model-len 24576); fp8 weights: the repo's setup.sh downloads "
+        "neuralmagic/DeepSeek-R1-Distill-Qwen-32B-FP8 (an llm-compressor FP8 checkpoint; the log's "
+        "quantization=compressed-tensors), whose config.json is not in the index; L40S stated in the repo's chat "
+        "export ('The L40S GPU has 48 GB of VRAM', a Lightning AI studio); its llm_client.py launches "
+        "--dtype half --max-model-len 24576 --gpu-memory-utilization 0.9 (the default)",
+        weight_dtype="fp8",
     ),
     "vllm_0.11.0rc2.dev113_qwen3-embedding-8b_h100_tp1.log": Case(
         str(HF / "corpus" / "qwen3-embedding-8b.json"),
@@ -362,6 +377,8 @@ def flags_for(name: str) -> tuple[dict[str, Any], str]:
         flags[usage_flag] = case.usage
     if case.runner != "auto":
         flags["runner"] = case.runner
+    if case.weight_dtype:
+        flags["weight_dtype"] = case.weight_dtype
     return flags, version
 
 
