@@ -231,7 +231,8 @@ SKIPPED: dict[str, str] = {
     "vllm_0.10.2_qwen3-4b_unknowngpu_tp1.log": "GPU unknown (80GB class); no Qwen3-4B config",
     "vllm_0.11.0_granite-4.0-micro-fp8_l40s_tp1.log": "no granite-4.0-micro config in the fixtures",
     "vllm_0.11.0_mistral-7b-gptq_dgxspark-gb10_tp1.log": "GPU not shipped (GB10, unified memory)",
-    "vllm_0.11.0_qwen3-vl-embedding-2b_t4_tp1.log": "GPU not shipped (T4); pooling model, no config",
+    "vllm_0.11.0_qwen3-vl-embedding-2b_t4_tp1.log": "no Qwen3-VL-Embedding-2B config (pooling VL model; not in the "
+    "index); the T4 is shipped now",
     "vllm_0.13.0_gpt-oss-20b-mxfp4_dgxspark-gb10_tp1.log": "GPU not shipped (GB10, unified memory)",
     "vllm_0.13.0_llama-3-8b-instruct_unknowngpu_tp4.log": "GPU not stated: compute capability 8.0 and ~80 GiB "
     "(A100-80GB or A800-80GB; not told apart)",

@@ -23,6 +23,11 @@ History of the held-out figures (what the bounds below hold now is the last line
   weights counted: vLLM's dummy encoder outputs need the processor configs, which the fixtures lack, so
   they are warned of), Qwen2-7B on A100 x2 whose install had FlashInfer's sampler
   (-7%, -18%: the default assumes a pip install without it).
+- The RTX 3090 and T4 in the GPU catalog and three more held-out logs (nothing tuned on them): 7 fitted,
+  21 held out: held-out median 2.6%, 13 of 21 within 5%. Qwen3-8B on Kaggle's 2x T4 (vLLM 0.22): -0.3%.
+  The new misses: Qwen3-VL-30B-A3B on 4x RTX 3090 (+125%: the vision encoder's profile, warned of, is
+  ~2.3 GiB a GPU against a 2.31 GiB KV budget) and DeepSeek-R1-Distill-Qwen-32B FP8 (compressed-tensors)
+  on one L40S (+9.5%).
 """
 
 from __future__ import annotations
@@ -40,8 +45,9 @@ lp = importlib.util.module_from_spec(_spec)
 sys.modules["log_predictions"] = lp
 _spec.loader.exec_module(lp)
 
-# (median |error|, worst |error|) each part must stay within: what kvplan reaches now (25 logs)
-BOUNDS = {"fit": (0.02, 0.04), "held-out": (0.03, 0.50)}
+# (median |error|, worst |error|) each part must stay within: what kvplan reaches now (28 logs; the worst
+# held-out log is the 4x RTX 3090 Qwen3-VL one, +125%)
+BOUNDS = {"fit": (0.02, 0.04), "held-out": (0.03, 1.30)}
 
 
 def test_every_real_log_is_evaluated_or_skipped_with_a_reason():
@@ -103,10 +109,12 @@ def test_only_typed_flags_reach_the_prediction(results):
 
 
 def test_held_out_logs_against_the_issue_targets(results):
-    # issue 12: median |error| <= 3% (met: 2.5%) and >= 80% of logs within 5% (not met: 12 of 18, the
+    # issue 12: median |error| <= 3% (met: 2.6%) and >= 80% of logs within 5% (not met: 13 of 21, the
     # misses named in the docstring); this holds what is reached so that a regression fails
-    median, _, within = lp.summary([r for r in results if r.half == "held-out"])
-    assert median <= 0.03 and within >= 12 / 18 - 1e-9
+    held = [r for r in results if r.half == "held-out"]
+    median, _, within = lp.summary(held)
+    assert len(held) == 21
+    assert median <= 0.03 and within >= 13 / 21 - 1e-9
 
 
 def test_the_defaults_applied_are_stated(results):
