@@ -46,6 +46,9 @@ class Case:
     # vLLM --runner, where the model itself decides it (a sentence-transformers model folder: vLLM logs
     # "Found pooling configuration"): what the user knows of the model they serve, not an engine figure
     runner: str = "auto"
+    # the checkpoint's weight format where the log's quantization method does not name it
+    # (compressed-tensors holds fp8 or int4 alike): what the user knows of the checkpoint they serve
+    weight_dtype: str | None = None
 
 
 # log -> the model config and GPU, mapped by hand (the GPU from SOURCES.tsv)
@@ -184,6 +187,36 @@ CASES: dict[str, Case] = {
         "corpus qwen3-vl-30b-a3b-instruct/ (config.json + processor configs); the 0.12.0 TP2 flags run on vLLM "
         "0.11.0rc2; H100 SXM from device_name=NVIDIA_H100_80GB_HBM3 printed by both workers",
     ),
+    "vllm_0.11.0_qwen3-vl-30b-a3b_rtx3090_tp4.log": Case(
+        str(HF / "corpus" / "qwen3-vl-30b-a3b-instruct" / "config.json"),
+        "RTX3090",
+        "corpus qwen3-vl-30b-a3b-instruct/ (config.json + processor configs, as the H100 cases; the model "
+        "folder the log serves is the Hub checkpoint's; the log resolves "
+        "Qwen3VLMoeForConditionalGeneration, bf16); RTX 3090 from the fused_moe config name "
+        "device_name=NVIDIA_GeForce_RTX_3090 printed by all 4 workers and 'Device capability 8.6'; a 4-GPU "
+        "server (host server105, 'PCIe-only GPUs'), nothing says a card drives a display; the launch command "
+        "is in the log: --tensor-parallel-size 4 --gpu-memory-utilization 0.90 (the default) --max-model-len 65536",
+    ),
+    "vllm_0.22.0_qwen3-8b_t4_tp2.log": Case(
+        "qwen3-8b",
+        "T4",
+        "shipped spec (Kaggle model qwen-lm/qwen-3/transformers/8b, Qwen3ForCausalLM, run in fp16); Tesla T4 x2 "
+        "stated: the notebook prints 'GPU 0 : Tesla T4 (14.6 GB)' and 'GPU 1 : ...' from torch's device properties, "
+        "and vLLM 'Device capability 7.5'; a Kaggle VM, no display; the offline LLM class (from vllm import LLM)",
+        usage="offline",
+    ),
+    "vllm_0.11.0_deepseek-r1-distill-qwen-32b-fp8_l40s_tp1.log": Case(
+        str(HF / "corpus" / "qwen2.5-32b-instruct.json"),
+        "L40S",
+        "DeepSeek-R1-Distill-Qwen-32B is Qwen2.5-32B distilled (64 layers, 8 KV heads x 128, hidden 5120, MLP 27648, "
+        "vocab 152064, untied; the log resolves Qwen2ForCausalLM): corpus qwen2.5-32b-instruct.json (only max "
+        "positions and rope differ; the user set --max-model-len 24576); fp8 weights: the repo's setup.sh downloads "
+        "neuralmagic/DeepSeek-R1-Distill-Qwen-32B-FP8 (an llm-compressor FP8 checkpoint; the log's "
+        "quantization=compressed-tensors), whose config.json is not in the index; L40S stated in the repo's chat "
+        "export ('The L40S GPU has 48 GB of VRAM', a Lightning AI studio); its llm_client.py launches "
+        "--dtype half --max-model-len 24576 --gpu-memory-utilization 0.9 (the default)",
+        weight_dtype="fp8",
+    ),
     "vllm_0.11.0rc2.dev113_qwen3-embedding-8b_h100_tp1.log": Case(
         str(HF / "corpus" / "qwen3-embedding-8b.json"),
         "H100-SXM",
@@ -201,8 +234,8 @@ SKIPPED: dict[str, str] = {
     "vllm_0.10.2_qwen3-4b_unknowngpu_tp1.log": "GPU unknown (80GB class); no Qwen3-4B config",
     "vllm_0.11.0_granite-4.0-micro-fp8_l40s_tp1.log": "no granite-4.0-micro config in the fixtures",
     "vllm_0.11.0_mistral-7b-gptq_dgxspark-gb10_tp1.log": "GPU not shipped (GB10, unified memory)",
-    "vllm_0.11.0_qwen3-vl-30b-a3b_rtx3090_tp4.log": "GPU not shipped (RTX 3090)",
-    "vllm_0.11.0_qwen3-vl-embedding-2b_t4_tp1.log": "GPU not shipped (T4); pooling model, no config",
+    "vllm_0.11.0_qwen3-vl-embedding-2b_t4_tp1.log": "no Qwen3-VL-Embedding-2B config (pooling VL model; not in the "
+    "index); the T4 is shipped now",
     "vllm_0.13.0_gpt-oss-20b-mxfp4_dgxspark-gb10_tp1.log": "GPU not shipped (GB10, unified memory)",
     "vllm_0.13.0_llama-3-8b-instruct_unknowngpu_tp4.log": "GPU not stated: compute capability 8.0 and ~80 GiB "
     "(A100-80GB or A800-80GB; not told apart)",
@@ -213,9 +246,13 @@ SKIPPED: dict[str, str] = {
     "vllm_0.19.1rc1.dev329_glm-5.1-fp8_h200_tp8.log": "log tail only: no command line or engine config",
     "sglang_0.5.2rc2_grok-2-fp8_h100_tp8.log": "no Grok-2 config: xai-org/grok-2's config.json is not in the "
     "code index (only sgl-jax test stubs with 1-2 layers); kvplan not tried on it",
-    "sglang_unknownver_deepseek-r1-distill-qwen-7b_rtx3090_tp1.log": "GPU not shipped (RTX 3090)",
+    "sglang_unknownver_deepseek-r1-distill-qwen-7b_rtx3090_tp1.log": "RTX 3090 shared with a Windows desktop: SGLang "
+    "in Docker Desktop under WSL2 (the repo's compose.yaml mounts D:\\sglang; its README: WSL2, driver 560.76, an "
+    "i9-12900K desktop whose 'Graphics: RTX 3090'); no DeepSeek-R1-Distill-Qwen-7B config either",
     "sglang_unknownver_llama-3.1-8b-instruct_unknowngpu_tp1.log": "GPU unknown",
-    "sglang_unknownver_qwen3-0.6b_rtx5080_tp1.log": "GPU not shipped (RTX 5080); no Qwen3-0.6B config",
+    "sglang_unknownver_qwen3-0.6b_rtx5080_tp1.log": "no launch command: the block starts at weight loading (no "
+    "server_args line) and the flags are in the repo's Taskfile ('task run-qwen3'), which the index does not hold; "
+    "RTX 5080 not shipped",
     "sglang_unknownver_qwen3-14b_unknowngpu_tp2.log": "GPU unknown; log cut off mid CUDA-graph capture",
 }
 
@@ -344,6 +381,8 @@ def flags_for(name: str) -> tuple[dict[str, Any], str]:
         flags[usage_flag] = case.usage
     if case.runner != "auto":
         flags["runner"] = case.runner
+    if case.weight_dtype:
+        flags["weight_dtype"] = case.weight_dtype
     return flags, version
 
 

@@ -30,6 +30,8 @@ def test_fit_recovers_a_known_curve():
         ("NVIDIA H100 80GB HBM3", 79.2, "H100-SXM"),
         ("NVIDIA A100-SXM4-80GB", 79.15, "A100-80GB"),
         ("NVIDIA L40S", 44.5, "L40S"),
+        ("NVIDIA GeForce RTX 3090", 23.56, "RTX3090"),
+        ("Tesla T4", 14.6, "T4"),  # Turing: the arch the catalog's oldest card needs
         ("Some Future GPU", 200, None),
     ],
 )

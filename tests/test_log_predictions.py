@@ -27,6 +27,11 @@ History of the held-out figures (what the bounds below hold now is the last line
   +2.0/+2.0/+1.7/+9.0%), then what vLLM allocates with a Qwen-VL model (the M-RoPE cache, deepstack
   buffers) and the profile's other held encoder tensors (unpadded output, pixel inputs): Qwen3-VL
   -0.3% to -0.5%; held-out median 1.7%, 16 of 18 within 5%. The misses: the two Qwen2-7B logs above.
+- The RTX 3090 and T4 in the GPU catalog and three more held-out logs (nothing tuned on them): 7 fitted,
+  21 held out: held-out median 1.9%, 17 of 21 within 5%. Qwen3-8B on Kaggle's 2x T4 (vLLM 0.22): -0.3%.
+  The new misses: Qwen3-VL-30B-A3B on 4x RTX 3090 (-8.6%: 0.2 GiB on a 2.31 GiB KV budget) and
+  DeepSeek-R1-Distill-Qwen-32B FP8 (compressed-tensors) on one L40S (+9.5%: 0.57 GiB; the L40S's
+  runtime memory total is itself an approximation, model_specs/gpus/l40s.yaml).
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ lp = importlib.util.module_from_spec(_spec)
 sys.modules["log_predictions"] = lp
 _spec.loader.exec_module(lp)
 
-# (median |error|, worst |error|) each part must stay within: what kvplan reaches now (25 logs)
+# (median |error|, worst |error|) each part must stay within: what kvplan reaches now (28 logs)
 BOUNDS = {"fit": (0.02, 0.04), "held-out": (0.02, 0.18)}
 
 
@@ -107,10 +112,12 @@ def test_only_typed_flags_reach_the_prediction(results):
 
 
 def test_held_out_logs_against_the_issue_targets(results):
-    # issue 12: median |error| <= 3% (met: 1.7%) and >= 80% of logs within 5% (met: 16 of 18, the
+    # issue 12: median |error| <= 3% (met: 1.9%) and >= 80% of logs within 5% (met: 17 of 21, the
     # misses named in the docstring); this holds what is reached so that a regression fails
-    median, _, within = lp.summary([r for r in results if r.half == "held-out"])
-    assert median <= 0.03 and within >= 16 / 18 - 1e-9
+    held = [r for r in results if r.half == "held-out"]
+    median, _, within = lp.summary(held)
+    assert len(held) == 21
+    assert median <= 0.03 and within >= 17 / 21 - 1e-9
 
 
 def test_the_defaults_applied_are_stated(results):

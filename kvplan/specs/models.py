@@ -422,7 +422,7 @@ class GpuSpec(_Strict):
     aliases: list[str] = []
     vendor: Literal["nvidia", "amd"]
     # GPU generation: engines pick kernels (and so MLA block sizes) by it
-    arch: Literal["ampere", "ada", "hopper", "blackwell", "cdna3"]
+    arch: Literal["turing", "ampere", "ada", "hopper", "blackwell", "cdna3"]
     sources: Annotated[list[str], Field(min_length=1)]
     notes: list[str] = []
 
