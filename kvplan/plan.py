@@ -636,12 +636,13 @@ def _model_dtype(
     spec = req.model
     given = model_dtype_name(req.dtype) or "auto"
     if given == "auto":
-        dtype, why = cls.auto_dtype(spec, version)
+        dtype, why = cls.auto_dtype(spec, version, req.gpu)
         notes = [why] if why else []
         applied: dict[str, Any] = {"dtype": dtype}
     else:
         dtype, applied = given, {}
         check_dtype(spec, dtype)
+        cls.check_model_dtype(dtype, req.gpu)
         notes = [
             f"--dtype {req.dtype}: activations{', the KV cache (auto)' if req.kv_cache_dtype == 'auto' else ''}"
             f"{' and the weights' if _unquantized(spec) else ''} in {dtype}"

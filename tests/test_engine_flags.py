@@ -266,6 +266,24 @@ def test_dtype_float16_refused_for_gemma2_by_vllm(cli):
     assert r.exit_code == 2 and "does not support float16" in r.stderr
 
 
+def test_no_bfloat16_on_a_t4(cli):
+    # vllm/platforms/cuda.py supported_dtypes: fp16 and fp32 below compute capability 8.0, so --dtype auto
+    # serves a bf16 model in fp16 (config/model.py _resolve_auto_dtype) and --dtype bfloat16 is refused
+    # (check_if_supports_dtype); the 2x T4 Qwen3-8B log ran with --dtype half
+    args = ["estimate", "-m", "qwen3-8b", "-g", "2xT4", "--max-model-len", "4K"]
+    auto = cli(*args, "--json").json()
+    assert auto["settings"]["dtype"] == auto["settings"]["kv_cache_dtype"] == "fp16"
+    assert any("T4 has no bfloat16" in a for a in auto["assumptions"])
+    half = cli(*args, "--dtype", "half", "--json").json()
+    assert half["kv_bytes_per_token"] == auto["kv_bytes_per_token"] == 36 * 8 * 128 * 2 * 2  # 147,456 B
+    bf16 = cli(*args, "--dtype", "bfloat16")
+    assert bf16.exit_code == 2 and bf16.stderr.count("\n") == 1
+    assert "vLLM refuses it on T4" in bf16.stderr and "--dtype half" in bf16.stderr
+    # an Ampere card keeps the model's bf16
+    a100 = cli("estimate", "-m", "qwen3-8b", "-g", "A100", "--max-model-len", "4K", "--json").json()
+    assert a100["settings"]["dtype"] == "bf16"
+
+
 # --- every flag checked with one line -----------------------------------------------------------------
 
 

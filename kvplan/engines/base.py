@@ -178,9 +178,14 @@ class Engine(ABC):
         return BatchDefaults(8192, None, f"kvplan's default for {cls.display_name}")
 
     @classmethod
-    def auto_dtype(cls, spec: ModelSpec, version: Version) -> tuple[str, str | None]:
+    def auto_dtype(cls, spec: ModelSpec, version: Version, gpu: GpuSpec) -> tuple[str, str | None]:
         """(the model dtype --dtype auto serves, why when it is not the config's own torch_dtype)."""
         return spec.activation_dtype, None
+
+    @classmethod
+    def check_model_dtype(cls, dtype: str, gpu: GpuSpec) -> None:
+        """Refuse, in one line, a --dtype the engine refuses on this GPU (by default: none)."""
+        return None
 
     def env(self, name: str) -> str | None:
         """The value the user gave an environment variable with --env, or None."""

@@ -370,7 +370,7 @@ class Sglang(Engine):
     profiled_tokens: int | None = None  # the pool before --max-total-tokens (fewest over stages)
 
     @classmethod
-    def auto_dtype(cls, spec: ModelSpec, version: Version) -> tuple[str, str | None]:
+    def auto_dtype(cls, spec: ModelSpec, version: Version, gpu: GpuSpec) -> tuple[str, str | None]:
         # python/sglang/srt/configs/model_config.py _get_and_verify_dtype: "auto" serves a float32
         # checkpoint in float16 ("Following the common practice")
         if spec.config_dtype == "fp32":

@@ -462,14 +462,30 @@ class Vllm(Engine):
             env_flag(CHUNKED_HYBRID_ENV, given)
 
     @classmethod
-    def auto_dtype(cls, spec: ModelSpec, version: Version) -> tuple[str, str | None]:
+    def auto_dtype(cls, spec: ModelSpec, version: Version, gpu: GpuSpec) -> tuple[str, str | None]:
         # vllm/config/model.py _resolve_auto_dtype: a float32 config is served in the platform's first
-        # supported dtype (bf16 on every GPU kvplan ships, Ampere on); before 0.10.1 it was float16
+        # supported dtype (platforms/cuda.py supported_dtypes: bf16 from compute capability 8.0, else fp16);
+        # before 0.10.1 it was float16; a bf16 config on a GPU without bf16 falls back to float16
+        if not gpu.has_bf16 and spec.activation_dtype in ("bf16", "fp32"):
+            return "fp16", (
+                f"--dtype auto: {gpu.name} has no bfloat16 (compute capability < 8.0), so vLLM serves this "
+                f"{spec.activation_dtype} model in float16 (vllm/config/model.py _resolve_auto_dtype)"
+            )
         if spec.config_dtype != "fp32":
             return spec.activation_dtype, None
         if version < (0, 10):
             return "fp16", f"--dtype auto: {fmt_version(version)} serves a float32 checkpoint in float16"
         return "bf16", None
+
+    @classmethod
+    def check_model_dtype(cls, dtype: str, gpu: GpuSpec) -> None:
+        # platforms/cuda.py check_if_supports_dtype: "Bfloat16 is only supported on GPUs with compute
+        # capability of at least 8.0"
+        if dtype == "bf16" and not gpu.has_bf16:
+            raise UsageError(
+                f"--dtype bfloat16: vLLM refuses it on {gpu.name} (compute capability < 8.0, no bfloat16); "
+                "use --dtype half"
+            )
 
     def chunked_hybrid(self) -> tuple[bool, str]:
         """Whether chunked-local layers get the hybrid KV cache manager, and where that comes from."""

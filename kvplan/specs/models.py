@@ -438,3 +438,8 @@ class GpuSpec(_Strict):
     @property
     def all_names(self) -> list[str]:
         return [self.name, *self.aliases]
+
+    @property
+    def has_bf16(self) -> bool:
+        """bfloat16 arithmetic: NVIDIA from Ampere (compute capability 8.0) on, and AMD's CDNA3."""
+        return self.arch != "turing"
