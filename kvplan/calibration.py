@@ -332,15 +332,18 @@ def use_for(prof: Profile, path: Path, gpu: GpuSpec, force: bool) -> Calibration
         if why
         else None
     )
+    shipped = is_shipped(path)
+    # kvplan's own profile is named as it sits in the package, the same on every machine
+    where = f"model_specs/calibrations/{path.name}" if shipped else str(path)
     return CalibrationUse(
-        str(path),
+        where,
         prof.device,
         prof.device_name,
         prof.gpu_spec,
         why is None,
         bool(why),
         warning,
-        is_shipped(path),
+        shipped,
     )
 
 
