@@ -44,7 +44,7 @@ def main() -> None:
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         spec = calibrate.match_gpu(props.name, props.total_memory, all_gpus())
-        name, sheet, l2 = props.name, spec.hbm_bytes_per_s if spec else None, props.L2_cache_size
+        name, sheet = props.name, spec.hbm_bytes_per_s if spec else None
         tk.warm(torch)
         read = calibrate.measure_ceilings("cuda", 1 << 31, 30)["read_bytes_per_s"]
         fp8 = torch.cuda.get_device_capability(0) >= (8, 9)
@@ -52,7 +52,7 @@ def main() -> None:
         def bench(calls):
             return calibrate.graph_seconds(torch, calls)
     else:
-        name, sheet, read, fp8, l2 = "CPU (interpreter smoke run)", None, None, True, 0
+        name, sheet, read, fp8 = "CPU (interpreter smoke run)", None, None, True
 
         def bench(calls):
             t = time.perf_counter()
@@ -67,7 +67,7 @@ def main() -> None:
     shapes += [("mla", b, c) for b in ([2] if args.smoke else [32, 128]) for c in contexts[-2:]]
     rows = []
     for kind, b, c in shapes:
-        sets, per_set = tk.make_sets(torch, kind, b, c, device, l2)
+        sets, per_set = tk.make_sets(torch, kind, b, c, device)
         t = bench(
             [
                 lambda q=q, k=k, v=v, tb=tb, n=n, vd=vd, c=c: paged_decode(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import os
 import sys
 import time
@@ -53,14 +52,16 @@ def warm(torch) -> None:
     torch.cuda.synchronize()
 
 
-def make_sets(torch, kind: str, batch: int, context: int, device: str, l2: int):
+def make_sets(torch, kind: str, batch: int, context: int, device: str):
     """Independent input sets (q, k, v, table, lens, v_dim) whose K/V together exceed 4x the L2."""
     mla = kind == "mla"
     hq, hkv, d = (MLA_HEADS, 1, MLA_D) if mla else (HQ, HKV, D)
     pages = -(-context // PAGE)
     elt = 1 if kind == "gqa8" else 2
     per_set = batch * pages * PAGE * hkv * d * elt * (1 if mla else 2)
-    n = max(1, min(32, math.ceil(4 * l2 / per_set))) if device == "cuda" else 1
+    from kvplan import calibrate
+
+    n = calibrate.rotation(torch, per_set) if device == "cuda" else 1
     sets = []
     for _ in range(n):
         k = torch.randn(batch * pages, PAGE, hkv, d, device=device, dtype=torch.bfloat16)
@@ -134,11 +135,11 @@ def main() -> None:
     shapes = [(k, 1, 64) for k in ("gqa16", "mla")] if args.smoke else SHAPES
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        l2, sms, arch = props.L2_cache_size, props.multi_processor_count, 10 * props.major + props.minor
+        sms, arch = props.multi_processor_count, 10 * props.major + props.minor
         warm(torch)
         timer = lambda calls: calibrate.graph_seconds(torch, calls)  # noqa: E731
     else:
-        l2, sms, arch = 0, 2, None
+        sms, arch = 2, None
 
         def timer(calls):
             t = time.perf_counter()
@@ -150,7 +151,7 @@ def main() -> None:
     best: dict[tuple, tuple] = {}
     summary: list[str] = []
     for kind, batch, context in shapes:
-        sets, per_set = make_sets(torch, kind, batch, context, device, l2)
+        sets, per_set = make_sets(torch, kind, batch, context, device)
         sdpa = timer(sdpa_calls(torch, sets, context)) if device == "cuda" else float("nan")
         grid = GRID[kind]
         stages = (3,) if args.quick or args.smoke else grid["num_stages"]
