@@ -209,6 +209,21 @@ class Profile:
         pts = tuple((p.bytes, p.bytes_per_s) for p in self.points if (p.kv_dtype in EIGHT_BIT_KV) == eight)
         return _fit_cached(pts) if len(pts) >= 3 else self.fit
 
+    def attention_seconds(self, kv_bits: float, batch: int, nbytes: float) -> float | None:
+        """One decode-kernel call of `batch` sequences reading `nbytes` in all, from the measured points of
+        this KV width (grid_seconds over batch and bytes per sequence: the kernel's speed depends on both,
+        which one curve in bytes cannot hold; on the H200 batch 8 at 128K reads at 3.0 TB/s, batch 32 at
+        8K at 4.0); None when the profile measured no point of this width."""
+        eight = kv_bits <= 8
+        rows = [
+            (p.bytes / p.batch, p.batch, p.seconds)
+            for p in self.points
+            if (p.kv_dtype in EIGHT_BIT_KV) == eight
+        ]
+        if not rows or batch < 1 or nbytes <= 0:
+            return None
+        return grid_seconds(rows, batch, nbytes / batch)
+
     def describe(self, path: Path) -> str:
         what = "CPU profile" if self.device == "cpu" else self.device_name
         if is_shipped(path):
@@ -244,22 +259,28 @@ def _along_batch(pts: list[tuple[int, float]], batch: int) -> float:
 def gemm_seconds_from(pts: list[GemmPoint], batch: int, weight_elems: int) -> float:
     """Seconds of a GEMM whose weight holds `weight_elems` (k x n), at `batch` rows, from points of
     one dtype. Shapes of the same k x n are pooled (median per batch)."""
-    by_size: dict[int, dict[int, list[float]]] = {}
-    for p in pts:
-        by_size.setdefault(p.k * p.n, {}).setdefault(p.batch, []).append(p.seconds)
+    return grid_seconds([(p.k * p.n, p.batch, p.seconds) for p in pts], batch, weight_elems)
+
+
+def grid_seconds(rows: list[tuple[float, int, float]], batch: int, size: float) -> float:
+    """Seconds at (`batch`, `size`) from measured (size, batch, seconds) rows: along batch at each
+    measured size (_along_batch), then log-log between the two sizes around `size`; below or above the
+    measured sizes, that size's time scaled by size (its bandwidth). Repeats are pooled (median)."""
+    by_size: dict[float, dict[int, list[float]]] = {}
+    for sz, b, sec in rows:
+        by_size.setdefault(sz, {}).setdefault(b, []).append(sec)
     sizes = sorted(by_size)
 
-    def at(size: int) -> float:
-        rows = sorted((b, _median(s)) for b, s in by_size[size].items())
-        return _along_batch(rows, batch)
+    def at(sz: float) -> float:
+        return _along_batch(sorted((b, _median(s)) for b, s in by_size[sz].items()), batch)
 
-    if weight_elems <= sizes[0]:  # below or above the measured sizes: that size's bandwidth
-        return at(sizes[0]) * weight_elems / sizes[0]
-    if weight_elems >= sizes[-1]:
-        return at(sizes[-1]) * weight_elems / sizes[-1]
-    hi = next(i for i, s in enumerate(sizes) if s >= weight_elems)
+    if size <= sizes[0]:
+        return at(sizes[0]) * size / sizes[0]
+    if size >= sizes[-1]:
+        return at(sizes[-1]) * size / sizes[-1]
+    hi = next(i for i, s in enumerate(sizes) if s >= size)
     lo_size, hi_size = sizes[hi - 1], sizes[hi]
-    return _loglerp(lo_size, at(lo_size), hi_size, at(hi_size), weight_elems)
+    return _loglerp(lo_size, at(lo_size), hi_size, at(hi_size), size)
 
 
 def _median(values: list[float]) -> float:

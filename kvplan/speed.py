@@ -105,7 +105,7 @@ class Measured(Protocol):
 
     def allreduce_seconds(self, nbytes: int, world_size: int) -> float | None: ...
 
-    def attention_bytes_per_s(self, nbytes: float) -> float | None: ...
+    def attention_bytes_per_s(self, nbytes: float, batch: int | None = None) -> float | None: ...
 
     @property
     def launch_seconds(self) -> float | None: ...
@@ -235,14 +235,20 @@ def gemm_seconds(
 
 
 def attention_seconds(
-    kv_bytes: float, calls: int, inp: DecodeInputs, c: Coefficients, measured: Measured | None = None
+    kv_bytes: float,
+    calls: int,
+    inp: DecodeInputs,
+    c: Coefficients,
+    measured: Measured | None = None,
+    batch: int | None = None,
 ) -> tuple[float, bool]:
-    """`calls` attention kernels reading `kv_bytes` together, at the curve's bandwidth for one call."""
+    """`calls` attention kernels reading `kv_bytes` together (`batch` sequences each), at the measured
+    bandwidth for one call, else the curve's."""
     if not calls or kv_bytes <= 0:
         return 0.0, measured is not None and measured.attention_bytes_per_s(1.0) is not None
     per_call = kv_bytes / calls
     if measured is not None:
-        bw = measured.attention_bytes_per_s(per_call)
+        bw = measured.attention_bytes_per_s(per_call, batch)
         if bw:
             return kv_bytes / bw, True
     bw = inp.hbm_bytes_per_s * c.attention_efficiency * per_call / (per_call + c.attention_half_bytes)
@@ -292,7 +298,7 @@ def _stage_terms(
             t.measured.add("weights")
     kv = batch * kv_bytes_per_request * s.kv_share
     t.kv_bytes = round(kv)
-    t.attention, m = attention_seconds(kv, s.attention_layers, inp, c, measured)
+    t.attention, m = attention_seconds(kv, s.attention_layers, inp, c, measured, batch)
     if m:
         t.measured.add("attention")
     if s.experts is not None and s.moe_layers:

@@ -40,7 +40,12 @@ class ProfileParts:
         f = getattr(self.profile, "allreduce_seconds", None)
         return f(nbytes, world_size) if callable(f) else None
 
-    def attention_bytes_per_s(self, nbytes: float) -> float | None:
+    def attention_bytes_per_s(self, nbytes: float, batch: int | None = None) -> float | None:
+        grid = getattr(self.profile, "attention_seconds", None)
+        if batch and callable(grid):
+            sec = grid(self.kv_bits, batch, nbytes)
+            if sec:
+                return nbytes / sec
         fit_for = getattr(self.profile, "fit_for", None)
         fit = fit_for(self.kv_bits) if callable(fit_for) else getattr(self.profile, "fit", None)
         f = getattr(fit, "bandwidth", None)
@@ -62,7 +67,7 @@ class CurveParts(ProfileParts):
         super().__init__(None)
         self.peak, self.half = peak_bytes_per_s, half_bytes
 
-    def attention_bytes_per_s(self, nbytes: float) -> float | None:
+    def attention_bytes_per_s(self, nbytes: float, batch: int | None = None) -> float | None:
         return self.peak * nbytes / (nbytes + self.half)
 
 

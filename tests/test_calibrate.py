@@ -110,11 +110,12 @@ def test_cpu_pipeline_measures_every_part_saves_and_estimate_reads_it(tmp_path):
     d = j["decode"]
     assert d["measured"] and "CPU profile" in d["bandwidth_source"]
     one = d["batch_1"]
-    # the profile's kernel curve replaces the attention term, at the bytes one layer's call reads, and
-    # its measured GEMMs and launch floor replace the fitted weight and launch terms: the round trip
+    # the profile's measured kernel points replace the attention term, at the batch and bytes one layer's
+    # call reads (32 layers), and its measured GEMMs and launch floor replace the fitted weight and
+    # launch terms: the round trip
     kv = one["kv_bytes_read"]
     assert one["sources"]["attention"] == "measured on this machine"
-    assert one["attention_ms"] == pytest.approx(kv / prof.fit.bandwidth(kv / 32) * 1e3, rel=1e-6)
+    assert one["attention_ms"] == pytest.approx(32 * prof.attention_seconds(16, 1, kv / 32) * 1e3, rel=1e-6)
     assert one["sources"]["weights"] == "measured on this machine"
     assert one["sources"]["launch"] == "measured on this machine"
     # a CPU profile is never picked up by GPU name, only when named
