@@ -316,19 +316,23 @@ def engine_of(name: str) -> str:
     return name.split("_")[0]
 
 
+def base_flags(case: Case, tp: int, engine: str) -> dict[str, Any]:
+    """The flags every case gives: its model, TP GPUs of its card, the engine; no saved calibration."""
+    return {
+        "model": case.model,
+        "gpus": f"{tp}x{case.gpu}",
+        "tensor_parallel_size": tp,
+        "engine": engine,
+        "calibration": False,
+    }
+
+
 def sglang_flags_for(name: str) -> tuple[dict[str, Any], str]:
     """(EstimateFlags keywords, engine version) for an SGLang log: only the flags of the launch command."""
     case = CASES[name]
     typed = dict(case.typed)
     version = name.split("_")[1]
-    tp = int(typed.get("tp_size", 1))
-    flags: dict[str, Any] = {
-        "model": case.model,
-        "gpus": f"{tp}x{case.gpu}",
-        "tensor_parallel_size": tp,
-        "engine": "sglang",
-        "calibration": False,
-    }
+    flags = base_flags(case, int(typed.get("tp_size", 1)), "sglang")
     if version != "unknownver":
         flags["engine_version"] = version  # SGLang rules change within a minor (0.4.3.post4)
     if "context_length" in typed:
@@ -350,15 +354,8 @@ def flags_for(name: str) -> tuple[dict[str, Any], str]:
     args = user_args(text)
     case = CASES[name]
     version = name.split("_")[1]
-    tp = int(args.get("tensor_parallel_size", 1))
-    flags: dict[str, Any] = {
-        "model": case.model,
-        "gpus": f"{tp}x{case.gpu}",
-        "tensor_parallel_size": tp,
-        "engine": "vllm",
-        "engine_version": ".".join(version.split(".")[:2]),
-        "calibration": False,
-    }
+    flags = base_flags(case, int(args.get("tensor_parallel_size", 1)), "vllm")
+    flags["engine_version"] = ".".join(version.split(".")[:2])
     if "max_model_len" in args:
         flags["max_model_len"] = args["max_model_len"]
     for key in ("gpu_memory_utilization",):

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.calibration import (
-    EIGHT_BIT_KV,
     SCHEMA,
     Fit,
     Point,
@@ -308,9 +307,10 @@ def measure_kernel(
     prof.layout, prof.ceilings, prof.points = layout, ceilings, points
     # the profile's headline curve is the 16-bit KV one where measured; Profile.fit_for(bits) gives
     # each width its own (the fp8 path is another kernel)
-    every = [(float(p.bytes), p.bytes_per_s) for p in points]
-    sixteen = [pt for pt, p in zip(every, points, strict=True) if p.kv_dtype not in EIGHT_BIT_KV]
-    prof.fit = fit_curve(sixteen if len(sixteen) >= 3 else every)
+    sixteen = prof.points_of_width(16)
+    prof.fit = fit_curve(
+        [(float(p.bytes), p.bytes_per_s) for p in (sixteen if len(sixteen) >= 3 else points)]
+    )
     prof.notes += [
         "decode kernel bytes counted: Q + K/V read in whole pages + output; decimal GB/s",
         f"{skipped} of {len(grid)} kernel points skipped: their caches exceed {budget / 2**30:.1f} GiB",

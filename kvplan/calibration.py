@@ -200,13 +200,17 @@ class Profile:
         data = {"schema": SCHEMA, **{k: v for k, v in data.items() if k != "schema"}}
         return yaml.safe_dump(data, sort_keys=False)
 
+    def points_of_width(self, kv_bits: float) -> list[Point]:
+        """The kernel points of one KV width: 8-bit (fp8, int8) for kv_bits <= 8, else 16-bit (bf16, fp16)."""
+        eight = kv_bits <= 8
+        return [p for p in self.points if (p.kv_dtype in EIGHT_BIT_KV) == eight]
+
     def fit_for(self, kv_bits: float) -> Fit | None:
         """The kernel curve of this KV width alone: fitted to the 8-bit points (fp8, int8) or the
         16-bit ones (bf16, fp16) where the profile has 3 or more; else the fit over every point.
         One curve over both mixes two kernels: on an H200 the fp8 path reads half the bytes in the
         same time (benchmarks/results/h200/bench_kernel.md)."""
-        eight = kv_bits <= 8
-        pts = tuple((p.bytes, p.bytes_per_s) for p in self.points if (p.kv_dtype in EIGHT_BIT_KV) == eight)
+        pts = tuple((p.bytes, p.bytes_per_s) for p in self.points_of_width(kv_bits))
         return _fit_cached(pts) if len(pts) >= 3 else self.fit
 
     def attention_seconds(self, kv_bits: float, batch: int, nbytes: float) -> float | None:
@@ -214,12 +218,7 @@ class Profile:
         this KV width (grid_seconds over batch and bytes per sequence: the kernel's speed depends on both,
         which one curve in bytes cannot hold; on the H200 batch 8 at 128K reads at 3.0 TB/s, batch 32 at
         8K at 4.0); None when the profile measured no point of this width."""
-        eight = kv_bits <= 8
-        rows = [
-            (p.bytes / p.batch, p.batch, p.seconds)
-            for p in self.points
-            if (p.kv_dtype in EIGHT_BIT_KV) == eight
-        ]
+        rows = [(p.bytes / p.batch, p.batch, p.seconds) for p in self.points_of_width(kv_bits)]
         if not rows or batch < 1 or nbytes <= 0:
             return None
         return grid_seconds(rows, batch, nbytes / batch)

@@ -132,7 +132,7 @@ def test_kernel_time_interpolates_the_measured_grid():
     # the grid predicts the held-out kernel times better than one curve in bytes fitted to all of them
     grid, curve = [], []
     for bits in (16, 8):
-        pts = [q for q in prof.points if (q.kv_dtype in calibration.EIGHT_BIT_KV) == (bits == 8)]
+        pts = prof.points_of_width(bits)
         batches, contexts = sorted({q.batch for q in pts}), sorted({q.context for q in pts})
         for q in pts:
             if q.batch in (batches[0], batches[-1]) or q.context in (contexts[0], contexts[-1]):

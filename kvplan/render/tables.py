@@ -487,9 +487,7 @@ def _render_kernel(prof, label: str, console: Console) -> None:
         )
     sheet = f" (datasheet {prof.datasheet_bytes_per_s / 1e9:,.0f} GB/s)" if prof.datasheet_bytes_per_s else ""
     widths: list[tuple[int | None, Any]] = [
-        (bits, prof.fit_for(bits))
-        for bits in (16, 8)
-        if any(_is_width(p.kv_dtype, bits) for p in prof.points)
+        (bits, prof.fit_for(bits)) for bits in (16, 8) if prof.points_of_width(bits)
     ]
     for bits, f in widths or [(None, prof.fit)]:
         label = f"fit ({bits}-bit KV)" if len(widths) > 1 else "fit"
@@ -498,12 +496,6 @@ def _render_kernel(prof, label: str, console: Console) -> None:
             f"{sheet}; rms error {f.rms_relative_error:.1%}",
             highlight=False,
         )
-
-
-def _is_width(kv_dtype: str, bits: int) -> bool:
-    from kvplan.calibration import EIGHT_BIT_KV
-
-    return (kv_dtype in EIGHT_BIT_KV) == (bits == 8)
 
 
 def _gbps(bytes_per_s: float) -> str:
