@@ -360,7 +360,11 @@ def _measure_parts(
     if "gemm" in parts:
         batches = ", ".join(map(str, calibrate_gemm.GEMM_BATCHES))
         progress(f"{prof.device_name}: decode GEMMs, batch {batches}")
-        prof.gemm, notes = calibrate_gemm.measure_gemms(torch, device, quick, progress)
+        timer = None
+        if device == "cuda":  # timed as an engine replays its decode step: a CUDA graph, L2-rotated
+            timer = (lambda calls: graph_seconds(torch, calls), lambda nbytes: rotation(torch, nbytes))
+        prof.gemm, notes = calibrate_gemm.measure_gemms(torch, device, quick, progress, timer)
+        prof.gemm_timing = "graph" if device == "cuda" else "cpu"
         prof.notes += notes
     if "launch" in parts:
         prof.launch = calibrate_gemm.measure_launch(torch, device)

@@ -3,8 +3,9 @@
 A decode GEMM is F.linear(x[B, K], W[N, K]) with B (the batch) small: it streams the weight once,
 so its time is weight bytes / bandwidth until B is large enough to be compute-bound. bf16 and fp16
 everywhere; fp8 (e4m3, per-tensor scales, torch._scaled_mm, bf16 out) where that runs (sm89+
-GPUs, CPU builds that have it). Each point is the median of many runs: CUDA events with L2 flushed
-before each run on a GPU, perf_counter on a CPU. torch is passed in by the caller (kvplan.calibrate), never imported at module level.
+GPUs, CPU builds that have it). On a GPU each point is timed as an engine runs it: replays of one
+CUDA graph over enough independent weights to be 4x the L2 (the caller's `graph`), so neither the
+host's launch gap nor the cache is in it; on a CPU, the median of perf_counter runs. torch is passed in by the caller (kvplan.calibrate), never imported at module level.
 """
 
 from __future__ import annotations
@@ -95,36 +96,56 @@ def _gemm_fn(torch: Any, device: str, dtype: str, batch: int, w: Any) -> Callabl
     return lambda: linear(x, w)
 
 
+GraphTimer = Callable[[list[Callable[[], Any]]], float]  # calls -> seconds per call, replayed as one graph
+Rotation = Callable[[int], int]  # bytes of one call's weight -> independent copies that make 4x the L2
+
+
 def measure_gemms(
-    torch: Any, device: str, quick: bool, progress: Callable[[str], None]
+    torch: Any,
+    device: str,
+    quick: bool,
+    progress: Callable[[str], None],
+    graph: tuple[GraphTimer, Rotation] | None = None,
 ) -> tuple[list[GemmPoint], list[str]]:
     """Every (dtype, K x N, batch) of the sweep; a dtype or shape torch refuses here is skipped
-    with a note, never a failure."""
+    with a note, never a failure. On a GPU `graph` times each point (kvplan.calibrate passes its
+    CUDA-graph timer); without it, one eager launch at a time (the profile says which)."""
     dtypes, notes = gemm_dtypes(torch, device)
     shapes = GEMM_SHAPES[(device, quick)]
     runs = 20 if quick else 50
-    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device) if device == "cuda" else None
+    flush = (
+        torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+        if device == "cuda" and not graph
+        else None
+    )
     points: list[GemmPoint] = []
     for dtype in dtypes:
         for k, n in shapes:
             row = []
-            w = _weight(torch, device, dtype, k, n)
+            weight_bytes = k * n * ELEMENT_BYTES[dtype]
+            copies = graph[1](weight_bytes) if graph is not None else 1
+            weights = [_weight(torch, device, dtype, k, n) for _ in range(copies)]
             for batch in GEMM_BATCHES:
                 try:
-                    fn = _gemm_fn(torch, device, dtype, batch, w)
+                    fn = _gemm_fn(torch, device, dtype, batch, weights[0])
                     fn()
                 except (RuntimeError, TypeError) as exc:  # unsupported here: say so, keep going
                     notes.append(
                         f"GEMM {dtype} {k}x{n} batch {batch} skipped: {str(exc).splitlines()[0][:120]}"
                     )
                     continue
-                seconds = median_seconds(torch, fn, device, runs, flush)
-                p = GemmPoint(dtype, batch, k, n, seconds, k * n * ELEMENT_BYTES[dtype] / seconds)
+                if graph is not None:
+                    calls = [_gemm_fn(torch, device, dtype, batch, w) for w in weights]
+                    seconds = graph[0](calls)
+                else:
+                    seconds = median_seconds(torch, fn, device, runs, flush)
+                p = GemmPoint(dtype, batch, k, n, seconds, weight_bytes / seconds)
                 points.append(p)
                 row.append(f"{batch}:{p.weight_bytes_per_s / 1e9:.3g}")
             progress(f"  GEMM {dtype} {k}x{n} (batch:GB/s of weight) {' '.join(row)}")
+    how = "CUDA-graph replays over L2-rotated weights" if graph else "one launch per run"
     notes.append(
-        "GEMM: F.linear(x[batch, K], W[N, K]) (fp8: torch._scaled_mm, per-tensor scales, bf16 out); "
+        f"GEMM: F.linear(x[batch, K], W[N, K]) (fp8: torch._scaled_mm, per-tensor scales, bf16 out), {how}; "
         "weight_bytes_per_s counts K x N x element bytes only; decimal GB/s"
     )
     return points, notes

@@ -152,6 +152,16 @@ class Profile:
     datasheet_bytes_per_s: float | None = None
     schema: str = SCHEMA
     notes: list[str] = field(default_factory=list)
+    # how the GEMM points were timed: "graph" (CUDA-graph replays over L2-rotated weights, as an
+    # engine replays its decode steps), "eager" (one launch between two events: the host's launch
+    # gap is in every point), "cpu"; null in profiles written before kvplan recorded it (eager)
+    gemm_timing: str | None = None
+
+    @property
+    def gemm_as_engine_runs(self) -> bool:
+        """The GEMM points time what an engine launches: CUDA-graph replays on a GPU (vLLM and SGLang
+        capture their decode steps in CUDA graphs), plain ops on a CPU."""
+        return bool(self.gemm) and (self.device == "cpu" or self.gemm_timing == "graph")
 
     @property
     def device_kind(self) -> str:
@@ -457,6 +467,7 @@ NON_NEGATIVE: Check = (lambda v: _number(v) and v >= 0, "a finite number >= 0")
 COUNT: Check = (lambda v: _int(v) and v >= 1, "an integer >= 1")
 TEXT: Check = (lambda v: isinstance(v, str), "text")
 
+GEMM_TIMINGS = ("graph", "eager", "cpu")
 _PROFILE_FIELDS: dict[str, Check] = {
     "device": (lambda v: v in ("cuda", "cpu"), "cuda or cpu"),
     "device_name": TEXT,
@@ -469,6 +480,7 @@ _PROFILE_FIELDS: dict[str, Check] = {
     "triton": _maybe(TEXT),
     "sm_count": _maybe(COUNT),
     "datasheet_bytes_per_s": _maybe(POSITIVE),
+    "gemm_timing": _maybe((lambda v: v in GEMM_TIMINGS, f"one of {', '.join(GEMM_TIMINGS)}")),
 }
 _FIT_FIELDS = {"peak_bytes_per_s": POSITIVE, "half_bytes": NON_NEGATIVE, "rms_relative_error": NON_NEGATIVE}
 _POINT_FIELDS = {

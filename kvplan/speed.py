@@ -321,17 +321,25 @@ def _stage_terms(
 def _moe_seconds(
     e: Experts, batch: int, inp: DecodeInputs, c: Coefficients, measured: Measured | None
 ) -> tuple[float, int, bool]:
-    """One MoE layer's expert reads: (seconds, bytes, measured?). The grouped GEMMs stream every
-    touched expert; their fixed cost (gemm_half_bytes) is paid once per grouped GEMM."""
+    """One MoE layer's expert reads: (seconds, bytes, measured?). The engines run each projection of
+    the routed experts as one grouped/fused GEMM over every touched expert (vLLM's fused_moe Triton
+    kernel, vllm/model_executor/layers/fused_moe/fused_moe.py; SGLang's, srt/layers/moe/fused_moe_triton),
+    so its fixed cost is paid once per projection, not once per expert. A profile's GEMM points time
+    it as one GEMM streaming the touched experts' weights (touched x k x n) at the tokens each expert
+    sees; the fitted roofline as one GEMM of the touched experts' bytes."""
     touched = e.num_experts * experts_touched(batch, e.num_experts, e.experts_per_token)
     tokens_per_expert = max(1, round(batch * e.experts_per_token / touched)) if touched else 1
     secs, is_measured = 0.0, False
     nbytes = 0
     for g in (e.gate_up, e.down):
         grouped = Gemm(g.k, g.n, round(g.weight_bytes * touched), g.dtype, g.lowbit)
-        one = measured.gemm_seconds(g.dtype, tokens_per_expert, g.k, g.n) if measured is not None else None
+        one = (
+            measured.gemm_seconds(g.dtype, tokens_per_expert, g.k, max(1, round(g.n * touched)))
+            if measured is not None
+            else None
+        )
         if one is not None:
-            secs += one * touched
+            secs += one
             is_measured = True
         else:
             sec, _ = gemm_seconds(grouped, batch * e.experts_per_token, inp, c)

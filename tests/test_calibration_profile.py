@@ -48,6 +48,7 @@ def _profile(**kw) -> Profile:
         "gemm": _gemm_points(),
         "allreduce": [_allreduce()],
         "launch": Launch(5e-6, 1.5e-6, "test"),
+        "gemm_timing": "graph",
     }
     return Profile(**{**base, **kw})
 
@@ -159,10 +160,20 @@ def test_another_gpus_profile_is_refused_unless_forced(tmp_path):
     assert ok.exit_code == 0 and ok.stderr == ""
     use = ok.json()["calibration"]
     assert use["matches_gpu"] and not use["forced"] and use["warning"] is None
-    # no kernel part in this profile: attention keeps the datasheet curve; its GEMMs and launch floor count
+    # no kernel part in this profile: attention keeps the datasheet curve; its graph-timed GEMMs count,
+    # its launch floor (one trivial kernel, not a layer's small ops) does not
     sources = ok.json()["decode"]["batch_1"]["sources"]
     assert sources["attention"] != "measured on this machine"
-    assert sources["weights"] == sources["launch"] == "measured on this machine"
+    assert sources["weights"] == "measured on this machine"
+    assert sources["launch"] == "fitted to published runs"
+    # the same GEMM points timed one eager launch at a time are not taken
+    eager = tmp_path / "eager.yaml"
+    calibration.save(_profile(gemm_timing="eager"), eager)
+    j = run_cli(
+        "estimate", "-m", "llama3-8b", "-g", "H200", "--calibration-file", str(eager), "--json"
+    ).json()
+    assert j["decode"]["batch_1"]["sources"]["weights"] == "fitted to published runs"
+    assert j["decode"]["batch_1"]["weights_ms"] != ok.json()["decode"]["batch_1"]["weights_ms"]
     other = run_cli("estimate", "-m", "llama3-8b", "-g", "H100", "--calibration-file", str(path))
     assert other.exit_code == 2 and "measured on NVIDIA H200 (H200), not H100-SXM" in other.stderr
     # the same when a stray profile sits under this GPU's name in kvplan's data dir
