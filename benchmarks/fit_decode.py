@@ -9,7 +9,7 @@ coordinate search on log-coefficients minimising the mean squared log error of p
 published TPOT. Coefficients no spec gives and the data cannot pin are stated assumptions, not
 fitted (the attention kernel curve from shared/reference/kernels.md, the inter-node network).
 
-What is counted: the published figure itself, predicted from kvplan's step model (kvplan/speed.py)
+What is counted: the published figure itself, predicted from kvplan's step model (kvplan/speed/step_model.py)
 at the published batch, each request at the mean context of its decode (input + output / 2), and
 kvplan's prefill model (speed.prefill_seconds) where the figure includes prefill. What each source's
 figure measures is stated per source in METRICS, with the words that say so (quotes.md):
@@ -38,13 +38,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kvplan import speed  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
-from kvplan.params import param_breakdown  # noqa: E402
-from kvplan.plan import PlanRequest, estimate  # noqa: E402
+from kvplan.model.params import param_breakdown  # noqa: E402
+from kvplan.plan.plan import PlanRequest, estimate  # noqa: E402
 from kvplan.specs.models import HeadLayer, ModelSpec  # noqa: E402
 from kvplan.specs.registry import load_gpu, load_model  # noqa: E402
-from kvplan.speed_plan import attention_width  # noqa: E402
+from kvplan.speed import step_model as speed  # noqa: E402
+from kvplan.speed.plan_speed import attention_width  # noqa: E402
 
 TSV = REPO / "tests" / "fixtures" / "bench" / "decode_runs.tsv"
 CORPUS = REPO / "tests" / "fixtures" / "hf" / "corpus"
@@ -490,7 +490,7 @@ def _fitted_source(name: str, n_fit: int) -> str:
 
 def write_yaml(c: speed.Coefficients, n_fit: int, stats: dict[str, tuple[float, float]], n_held: int) -> None:
     lines = [
-        "# kvplan's decode step model coefficients (kvplan/speed.py). Written by benchmarks/fit_decode.py",
+        "# kvplan's decode step model coefficients (kvplan/speed/step_model.py). Written by benchmarks/fit_decode.py",
         "# from tests/fixtures/bench/decode_runs.tsv: fitted on two thirds of the usable rows, checked on",
         "# the third held out (every third row sorted by source, model, GPU, TP, batch, input length). Each row",
         "# is compared as published: a step, a served TPOT with the other requests' prefill, or a static batch",

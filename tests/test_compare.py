@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib
 import io
 import json
 import sys
@@ -13,11 +12,10 @@ import pytest
 
 from helpers import run_cli
 from kvplan.errors import UsageError
-from kvplan.plan import PlanRequest
+from kvplan.plan.plan import PlanRequest
+from kvplan.search import compare
 from kvplan.specs.registry import load_gpu, load_model
 from kvplan.units import GiB, KiB
-
-compare = importlib.import_module("kvplan.compare")  # the name kvplan.compare is the API function
 
 
 def base(model="llama2-7b", gpu="H100", n=1, **kw) -> PlanRequest:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan import speed
+from kvplan.speed import step_model
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,7 @@ def rows(bench):
 
 
 def _abs_errors(bench, prepared):
-    return [abs(e) for e in bench.errors(prepared, speed.coefficients())]
+    return [abs(e) for e in bench.errors(prepared, step_model.coefficients())]
 
 
 def test_split_and_exclusions_are_stated(rows):
@@ -74,7 +74,7 @@ def test_held_out_errors(bench, rows):
 def _row(bench, rows, line: int):
     for p in rows["fit"] + rows["held"]:
         if p.case.row.line == line:
-            return p, bench.predict(p, speed.coefficients())
+            return p, bench.predict(p, step_model.coefficients())
     raise AssertionError(f"row {line} is not usable")
 
 
@@ -87,7 +87,7 @@ def test_qwen3_8b_on_one_h100(bench, rows):
     assert p.case.row.tpot_ms == 7.22
     assert step.weights_ms == pytest.approx(6.61, abs=0.01)
     assert step.tpot_ms == pytest.approx(7.48, abs=0.01)
-    assert bench.published_ms(p, speed.coefficients()) == step.tpot_ms  # concurrency 1: no other prompts
+    assert bench.published_ms(p, step_model.coefficients()) == step.tpot_ms  # concurrency 1: no other prompts
     assert step.tpot_ms == pytest.approx(7.22, rel=0.06)
 
 
@@ -96,7 +96,7 @@ def test_fp8_weights_are_faster_but_not_twice(bench, rows):
     # (x 0.68): half the bytes at 0.904 x the efficiency, the same fixed costs per GEMM, layer and step
     _, bf16 = _row(bench, rows, 37)
     p, fp8 = _row(bench, rows, 38)
-    assert bench.published_ms(p, speed.coefficients()) == pytest.approx(5.58, rel=0.08)
+    assert bench.published_ms(p, step_model.coefficients()) == pytest.approx(5.58, rel=0.08)
     assert 0.6 < fp8.tpot_ms / bf16.tpot_ms < 0.85
 
 
@@ -111,7 +111,7 @@ def test_moe_at_tp8_small_batch(bench, rows):
     assert step.moe_ms == pytest.approx(4.59, abs=0.02)
     assert step.communication_ms == pytest.approx(1.15, abs=0.02)
     assert p.prefill_ms == pytest.approx(9.97, abs=0.01)
-    assert bench.published_ms(p, speed.coefficients()) == pytest.approx(9.78, abs=0.01)
+    assert bench.published_ms(p, step_model.coefficients()) == pytest.approx(9.78, abs=0.01)
 
 
 def test_static_batch_includes_its_context_phase_and_pre_xqa_reads(bench, rows):
@@ -125,7 +125,7 @@ def test_static_batch_includes_its_context_phase_and_pre_xqa_reads(bench, rows):
     assert step.kv_bytes_read == 64 * 3072 * 81920 * 8
     assert step.attention_ms == pytest.approx(43.98, abs=0.02)
     assert p.prefill_ms == pytest.approx(145.55, abs=0.01)
-    assert bench.published_ms(p, speed.coefficients()) == pytest.approx(68.27, abs=0.01)
+    assert bench.published_ms(p, step_model.coefficients()) == pytest.approx(68.27, abs=0.01)
 
 
 def test_served_itl_includes_the_other_prompts(bench, rows):
@@ -135,4 +135,4 @@ def test_served_itl_includes_the_other_prompts(bench, rows):
     p, step = _row(bench, rows, 9)
     assert p.prefill_ms == pytest.approx(373.09, abs=0.01)
     assert step.tpot_ms == pytest.approx(34.80, abs=0.01)
-    assert bench.published_ms(p, speed.coefficients()) == pytest.approx(71.36, abs=0.01)
+    assert bench.published_ms(p, step_model.coefficients()) == pytest.approx(71.36, abs=0.01)

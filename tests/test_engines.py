@@ -14,7 +14,7 @@ import yaml
 from helpers import REPO, plan, run_cli
 from kvplan.engines.sglang import memory_settings as sglang_memory_settings
 from kvplan.errors import UsageError
-from kvplan.plan import PlanRequest, estimate
+from kvplan.plan.plan import PlanRequest, estimate
 from kvplan.specs.registry import load_gpu, load_model
 from kvplan.units import GiB
 

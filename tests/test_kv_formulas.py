@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from helpers import REPO, plan
-from kvplan import kv
 from kvplan.errors import UsageError
 from kvplan.formats import KV_DTYPES, kv_format
+from kvplan.model import kv
 from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,

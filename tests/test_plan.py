@@ -7,9 +7,9 @@ import math
 import pytest
 
 from helpers import plan
-from kvplan import kv
 from kvplan.errors import InfeasibleError, UsageError
 from kvplan.formats import KV_DTYPES
+from kvplan.model import kv
 from kvplan.specs.registry import load_model
 from kvplan.units import GiB, KiB
 
@@ -61,7 +61,7 @@ def test_pipeline_stages_hold_their_own_layers():
 
 
 def test_uneven_pipeline_split_like_vllm():
-    from kvplan.parallel import stage_ranges
+    from kvplan.model.parallel import stage_ranges
 
     assert [len(r) for r in stage_ranges(61, 4)] == [15, 15, 16, 15]
     assert [len(r) for r in stage_ranges(126, 4)] == [31, 32, 32, 31]

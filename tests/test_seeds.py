@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from helpers import plan, run_cli
-from kvplan import kv
 from kvplan.formats import KV_DTYPES
+from kvplan.model import kv
 from kvplan.specs.registry import load_model
 from kvplan.units import GiB, KiB, MiB
 

@@ -10,7 +10,7 @@ import triton.language as tl
 import yaml
 
 from helpers import run_cli
-from kvplan import calibration
+from kvplan.calibrate import calibration
 from kvplan.kernels import paged_decode as pd
 from kvplan.specs.registry import load_gpu
 from kvplan.userdata import profile_path, shipped_profile_path

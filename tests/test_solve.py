@@ -9,11 +9,11 @@ import math
 import pytest
 
 from helpers import plan, run_cli
-from kvplan import speed
 from kvplan.errors import InfeasibleError
-from kvplan.parallel import valid_tps
-from kvplan.solve import Query, solve, verdict
+from kvplan.model.parallel import valid_tps
+from kvplan.search.solve import Query, solve, verdict
 from kvplan.specs.registry import load_gpu, load_model
+from kvplan.speed import step_model
 
 
 def _meets(model, gpu, n, tp, pp, dtype, length, users, tpot_ms) -> bool:
@@ -27,7 +27,7 @@ def _meets(model, gpu, n, tp, pp, dtype, length, users, tpot_ms) -> bool:
     if tpot_ms is None:
         return True
     dp = p.cluster.data_parallel_size
-    step = speed.decode_step(p.decode.inputs, math.ceil(users / dp), p.kv_bytes_per_request_per_gpu)
+    step = step_model.decode_step(p.decode.inputs, math.ceil(users / dp), p.kv_bytes_per_request_per_gpu)
     return step.tpot_ms <= tpot_ms
 
 
@@ -204,7 +204,7 @@ def test_pipeline_stages_are_not_free_and_solve_says_why():
             or "the weights do not fit" in (a.why_pipeline or "")
             or ("does not fit" in (a.why_pipeline or ""))
         )
-        assert a.tpot_source.startswith(speed.FITTED)
+        assert a.tpot_source.startswith(step_model.FITTED)
         assert a.decode_step["tpot_ms"] == pytest.approx(a.tpot_ms)
     pp = [a for a in answers if a.pipeline_parallel_size > 1]
     assert pp and all(a.decode_step["pp_hop_ms"] > 0 for a in pp)

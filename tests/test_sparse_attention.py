@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli
-from kvplan import kv
 from kvplan.formats import KV_DTYPES
+from kvplan.model import kv
 from kvplan.specs.models import CompressedLatent
 from kvplan.specs.registry import load_model
 

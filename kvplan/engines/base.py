@@ -19,7 +19,7 @@ from kvplan.limits import MAX_VERSION_CHARS
 from kvplan.specs.models import GpuSpec, Layer, ModelSpec, RecurrentState
 
 if TYPE_CHECKING:
-    from kvplan.budget import Reserve
+    from kvplan.engines.budget import Reserve
     from kvplan.request import PlanRequest
 
 Version = tuple[int, int]
@@ -137,10 +137,6 @@ class BatchDefaults:
     max_num_batched_tokens: int
     max_num_seqs: int | None  # None: the engine has no default cap kvplan models
     why: str  # the rule, for the assumptions
-
-
-RUNNERS = ("auto", "generate", "pooling")  # vLLM's --runner (vllm/config/model.py RunnerOption)
-USAGES = ("serve", "offline")  # vLLM's UsageContext: OPENAI_API_SERVER (`vllm serve`) or LLM_CLASS
 
 
 class Engine(ABC):

@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvplan import kv
-from kvplan.budget import Reserve
 from kvplan.engines import sglang_memory
 from kvplan.engines.base import (
     Budget,
@@ -25,10 +23,12 @@ from kvplan.engines.base import (
     Version,
     fmt_version,
 )
+from kvplan.engines.budget import Reserve
 from kvplan.engines.sglang_memory import Release
 from kvplan.errors import UsageError
 from kvplan.formats import Format
-from kvplan.parallel import has_nvls
+from kvplan.model import kv
+from kvplan.model.parallel import has_nvls
 from kvplan.specs.models import (
     CompressedAttention,
     CompressedLatent,

@@ -11,8 +11,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kvplan import kv
-from kvplan.budget import CUDA_GRAPH_BYTES, estimate_reserve, given_reserve, requested_bytes
 from kvplan.engines import vllm_memory as vm
 from kvplan.engines.base import (
     BatchDefaults,
@@ -26,8 +24,10 @@ from kvplan.engines.base import (
     VllmDetails,
     fmt_version,
 )
+from kvplan.engines.budget import CUDA_GRAPH_BYTES, estimate_reserve, given_reserve, requested_bytes
 from kvplan.errors import UsageError
 from kvplan.formats import Format
+from kvplan.model import kv
 from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,

@@ -12,7 +12,7 @@ from kvplan.units import fmt_bytes, fmt_gib
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvplan.comparisons import LadderResult, TableResult
+    from kvplan.commands.comparisons import LadderResult, TableResult
 
 FORMATS = ("table", "md", "csv", "json")
 
@@ -105,15 +105,7 @@ def print_table(
 
 
 def table_json(result: TableResult) -> dict[str, Any]:
-    from kvplan.compare import SCHEMA
-
-    return {
-        "schema": SCHEMA,
-        "kind": "table",
-        "cluster": result.cluster,
-        "rows": [r.to_dict() for r in result.rows],
-        "notes": result.notes,
-    }
+    return result.to_dict()
 
 
 def table_title(result: TableResult) -> str:
@@ -130,7 +122,7 @@ def table_title(result: TableResult) -> str:
 
 
 def ladder_json(result: LadderResult) -> dict[str, Any]:
-    from kvplan.compare import SCHEMA
+    from kvplan.search.compare import SCHEMA
 
     return {
         "schema": SCHEMA,

@@ -9,18 +9,25 @@ from __future__ import annotations
 
 import typing
 from functools import cached_property
-from typing import TYPE_CHECKING, Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, Union
 
 from kvplan.formats import KV_DTYPES, normalize_dtype_name
+from kvplan.specs import schema
 from kvplan.specs.record import Record
 
 if TYPE_CHECKING:
     # Only in annotations: kvplan/specs/schema.py evaluates them, with pydantic, to validate.
     from pydantic import Field, PositiveInt
 
+S = TypeVar("S", bound=Record)
+
 
 class _Strict(Record):
     """Validation (kvplan/specs/schema.py) forbids unknown fields; every spec is frozen."""
+
+    @classmethod
+    def model_validate(cls: type[S], data: Any) -> S:
+        return schema.validate_record(cls, data, LAYER_CLASSES, OTHER_RECORDS)
 
 
 class FullAttention(_Strict):
@@ -443,3 +450,7 @@ class GpuSpec(_Strict):
     def has_bf16(self) -> bool:
         """bfloat16 arithmetic: NVIDIA from Ampere (compute capability 8.0) on, and AMD's CDNA3."""
         return self.arch != "turing"
+
+
+# every other record a spec holds, for validation (kvplan/specs/schema.py)
+OTHER_RECORDS: tuple[type[_Strict], ...] = (MoE, VisionTower, Interconnect, ModelSpec, GpuSpec)

@@ -8,12 +8,8 @@ layers `1/128` entries); vLLM vllm/v1/attention/backends/mla/sparse_swa.py (laye
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from kvplan.specs.hf.family import Basics, Layers
 from kvplan.specs.hf.reader import Reader
-
-if TYPE_CHECKING:
-    from kvplan.specs.hf.layers import Basics, Layers
 
 CSA_RATIO = 4  # the engines key the indexer on ratio 4 (SGLang num_layers_ca4, vLLM "c4a")
 HCA_RATIO = 128
@@ -23,8 +19,6 @@ def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
     ratios = r.list("compress_ratios")
     if ratios is None:
         return None
-    from kvplan.specs.hf.layers import Layers
-
     out = Layers()
     n = basics.num_layers or 1
     if len(ratios) < n:

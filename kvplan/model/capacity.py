@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvplan import kv
 from kvplan.formats import Format
+from kvplan.model import kv
 from kvplan.specs.models import Layer
 
 
@@ -144,6 +144,16 @@ def prefix_caching(
         memory_saved_bytes_per_gpu=int(saved),
         prefill_tokens_saved_per_request=hit_rate * shared_blocks * bs,
     )
+
+
+@dataclass(frozen=True)
+class AvgContext:
+    """The pool at --avg-context-tokens: what one request holds, and how many fit."""
+
+    avg_context_tokens: int
+    kv_bytes_per_request_per_gpu: int
+    max_concurrency_per_replica: int
+    max_concurrency: int
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvplan import engines, kv
+from kvplan import engines
 from kvplan.errors import InfeasibleError, KvplanError, UsageError
 from kvplan.formats import KV_DTYPES, kv_format
 from kvplan.limits import MAX_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENS
-from kvplan.plan import Plan, PlanRequest, estimate
+from kvplan.model import kv
+from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.specs.models import (
     CompressedLatent,
     FullAttention,

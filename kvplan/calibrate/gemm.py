@@ -4,7 +4,7 @@ A decode GEMM is F.linear(x[B, K], W[N, K]) with B (the batch) small: it streams
 so its time is weight bytes / bandwidth until B is large enough to be compute-bound. bf16 and fp16
 everywhere; fp8 (e4m3, per-tensor scales, torch._scaled_mm, bf16 out) where that runs (sm89+
 GPUs, CPU builds that have it). Each point is the median of many runs: CUDA events with L2 flushed
-before each run on a GPU, perf_counter on a CPU. torch is passed in by the caller (kvplan.calibrate), never imported at module level.
+before each run on a GPU, perf_counter on a CPU. torch is passed in by the caller (kvplan.calibrate.run), never imported at module level.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kvplan.calibration import GemmPoint, Launch
+from kvplan.calibrate.calibration import GemmPoint, Launch
 
 GEMM_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # (K, N) of typical decode matrices: Llama-3-8B attention/MLP (4096 x 4096, 4096 x 14336),

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from kvplan.errors import UsageError
+from kvplan.search import compare
 from kvplan.units import GiB, fmt_gib
 
 if TYPE_CHECKING:
-    from kvplan.compare import Row, Step
-    from kvplan.plan import Plan, PlanRequest
+    from kvplan.plan.plan import Plan, PlanRequest
+    from kvplan.search.compare import Row, Step
     from kvplan.specs.models import ModelSpec
 
 
@@ -42,9 +42,13 @@ class TableResult:
 
     def to_dict(self) -> dict[str, Any]:
         """As `compare table --json`."""
-        from kvplan.render.rows import table_json
-
-        return table_json(self)
+        return {
+            "schema": compare.SCHEMA,
+            "kind": "table",
+            "cluster": self.cluster,
+            "rows": [r.to_dict() for r in self.rows],
+            "notes": self.notes,
+        }
 
 
 @dataclass(frozen=True)
@@ -76,8 +80,8 @@ def split(text: str) -> list[str]:
 
 
 def base_request(model_ref: str, flags: ClusterFlags, max_model_len: str | None) -> PlanRequest:
-    from kvplan.inputs import load_cluster
-    from kvplan.plan import PlanRequest
+    from kvplan.commands.inputs import load_cluster
+    from kvplan.plan.plan import PlanRequest
     from kvplan.specs.registry import load_model
     from kvplan.units import parse_bytes, parse_count
 
@@ -99,7 +103,6 @@ def base_request(model_ref: str, flags: ClusterFlags, max_model_len: str | None)
 
 
 def _models(models: str | None) -> tuple[list[str], list[ModelSpec]]:
-    compare = import_module("kvplan.compare")  # kvplan.compare is also the public function
     from kvplan.specs.registry import load_model
 
     names = split(models) if models else list(compare.DEFAULT_MODELS)
@@ -119,7 +122,6 @@ def _cluster(base: PlanRequest, rows: list[Row]) -> dict[str, Any]:
 
 def table(models: str | None, variants: str, flags: ClusterFlags, offload_gib: float) -> TableResult:
     """One row per model x variant on the flags' cluster (8K tokens per request by default)."""
-    compare = import_module("kvplan.compare")  # kvplan.compare is also the public function
 
     names, specs = _models(models)
     vlist = split(variants) or ["shipped"]
@@ -174,7 +176,6 @@ def ladder(
     prefix_hit_rate: float,
 ) -> LadderResult:
     """Seed 000 15.8's ladder on the flags' cluster; averages default to half the context and 3/4 of it."""
-    compare = import_module("kvplan.compare")  # kvplan.compare is also the public function
     from kvplan.units import parse_count
 
     base = base_request(model, flags, flags.max_model_len)
@@ -204,7 +205,6 @@ def ladder(
 def plot(models: str | None, variants: str, flags: ClusterFlags) -> PlotResult:
     """Max concurrency at doubling contexts up to --max-model-len (default: the longest maximum),
     and each model/variant's memory per GPU at its own longest context."""
-    compare = import_module("kvplan.compare")  # kvplan.compare is also the public function
     from kvplan.units import parse_count
 
     names, specs = _models(models)

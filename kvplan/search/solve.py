@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvplan import engines, speed
+from kvplan import engines
 from kvplan.engines.sglang import Sglang
 from kvplan.engines.sglang import memory_settings as sglang_memory_settings
 from kvplan.engines.vllm import default_utilization as vllm_default_utilization
@@ -27,9 +27,10 @@ from kvplan.errors import (
     UsageError,
     WeightsDoNotFit,
 )
-from kvplan.parallel import valid_tps
-from kvplan.plan import Plan, PlanRequest, estimate
+from kvplan.model.parallel import valid_tps
+from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.specs.models import GpuSpec, ModelSpec
+from kvplan.speed import step_model
 from kvplan.units import ceil_div
 
 SCHEMA = "kvplan.solve/1"
@@ -120,7 +121,7 @@ def _request(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int)
     )
 
 
-def _step(q: Query, p: Plan, batch: int) -> speed.StepTime:
+def _step(q: Query, p: Plan, batch: int) -> step_model.StepTime:
     """The step model at `batch` requests of one replica, each at the mean context of its decode when
     the query gives the workload (as estimate's decode figures), else at max_model_len."""
     if q.has_workload:
@@ -323,9 +324,9 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
     step = _step(q, p, ceil_div(q.users, dp))
     by_label: dict[str, list[str]] = {}
     for t, v in sorted(step.sources.items()):
-        if speed.is_measured(v):
+        if step_model.is_measured(v):
             by_label.setdefault(v, []).append(t)
-    source = speed.FITTED + "".join(f"; {', '.join(terms)} {label}" for label, terms in by_label.items())
+    source = step_model.FITTED + "".join(f"; {', '.join(terms)} {label}" for label, terms in by_label.items())
     a = Answer(
         gpu=gpu.name,
         num_gpus=n,
@@ -354,7 +355,7 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
 
 
 def _why_pipeline(
-    q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dtype: str, step: speed.StepTime
+    q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dtype: str, step: step_model.StepTime
 ) -> str | None:
     """Why a layout has PP stages: what fails with one stage fewer, and what the stages cost."""
     if pp == 1:

@@ -12,28 +12,37 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from kvplan import engines, kv
-from kvplan.capacity import Fragmentation, Pool, PrefixCaching, StagePlan, fragmentation, prefix_caching
+from kvplan import engines
 from kvplan.engines import Budget, Engine, EngineReport, EngineUnsupported, StageCache
 from kvplan.errors import NoKvMemoryLeft, RequestDoesNotFit, UsageError, WeightsDoNotFit
 from kvplan.formats import Format, normalize_dtype_name, weight_format
-from kvplan.offload import offload_limit_bytes, offload_stage
-from kvplan.parallel import Layout, check_tp, make_layout, stage_layers, stage_ranges
-from kvplan.params import ParamBreakdown, param_breakdown
-from kvplan.request import PlanRequest, model_dtype_name
-from kvplan.specs.models import ChunkedAttention, CrossAttention, GpuSpec, ModelSpec, SlidingWindow
-from kvplan.speed_plan import Decode, Prefill, plan_speed
-from kvplan.units import GiB, fmt_bytes, fmt_gib
-from kvplan.weights import (
+from kvplan.model import kv
+from kvplan.model.capacity import (
+    AvgContext,
+    Fragmentation,
+    Pool,
+    PrefixCaching,
+    StagePlan,
+    fragmentation,
+    prefix_caching,
+)
+from kvplan.model.parallel import Layout, check_tp, make_layout, stage_layers, stage_ranges
+from kvplan.model.params import ParamBreakdown, param_breakdown
+from kvplan.model.weights import (
     StageWeights,
     checkpoint_stage_weights,
     component_formats,
     matrix_stage_weights,
     stage_weights,
 )
+from kvplan.plan.offload import offload_limit_bytes, offload_stage
+from kvplan.request import PlanRequest, model_dtype_name
+from kvplan.specs.models import ChunkedAttention, CrossAttention, GpuSpec, ModelSpec, SlidingWindow
+from kvplan.speed.plan_speed import Decode, Prefill, plan_speed
+from kvplan.units import GiB, fmt_bytes, fmt_gib
 
 if TYPE_CHECKING:
-    from kvplan.calibration import CalibrationUse
+    from kvplan.calibrate.calibration import CalibrationUse
 
 __all__ = ["SCHEMA", "Plan", "PlanRequest", "StagePlan", "estimate"]
 
@@ -112,14 +121,6 @@ class ReserveSummary:
     profile_peak_bytes: int = 0  # the larger of forward and sampler (vLLM >= 0.10), else their sum
     encoder_cache_bytes: int = 0  # a multimodal model's dummy encoder tensors held through the profile
     sampler_path: str | None = None  # the engine's top-k/top-p path its profiling run takes
-
-
-@dataclass(frozen=True)
-class AvgContext:
-    avg_context_tokens: int
-    kv_bytes_per_request_per_gpu: int
-    max_concurrency_per_replica: int
-    max_concurrency: int
 
 
 @dataclass(frozen=True)
@@ -351,7 +352,7 @@ def _as_loaded(
 def _offload(
     req: PlanRequest, spec: ModelSpec, stages: list[StageWeights], pp: int, notes: list[str]
 ) -> list[StageWeights]:
-    """--cpu-offload-gb: whole decoder layers per GPU moved to CPU memory (kvplan/offload.py)."""
+    """--cpu-offload-gb: whole decoder layers per GPU moved to CPU memory (kvplan/plan/offload.py)."""
     limit = offload_limit_bytes(req.cpu_offload_gb)
     # the LM head (the embedding's shape) sits on the last stage unless it is the tied embedding itself
     head = stages[0].embedding_bytes_per_gpu if not spec.tie_word_embeddings or pp > 1 else 0
