@@ -205,9 +205,9 @@ def test_pipeline_stages_are_not_free_and_solve_says_why():
             or ("does not fit" in (a.why_pipeline or ""))
         )
         assert a.tpot_source.startswith(step_model.FITTED)
-        assert a.decode_step["tpot_ms"] == pytest.approx(a.tpot_ms)
+        assert a.decode_step.tpot_ms == pytest.approx(a.tpot_ms)
     pp = [a for a in answers if a.pipeline_parallel_size > 1]
-    assert pp and all(a.decode_step["pp_hop_ms"] > 0 for a in pp)
+    assert pp and all(a.decode_step.pp_hop_ms > 0 for a in pp)
     # one stage fewer at the same TP is never slower for one user
     tp8 = plan("llama3-70b", "H100", num_gpus=8, tp=8, pp=1, max_model_len=8192)
     tp8pp2 = plan("llama3-70b", "H100", num_gpus=16, nodes=2, tp=8, pp=2, max_model_len=8192)

@@ -15,7 +15,7 @@ from kvplan.search import compare
 from kvplan.units import GiB, fmt_gib
 
 if TYPE_CHECKING:
-    from kvplan.plan.plan import Plan, PlanRequest
+    from kvplan.plan.plan import Cluster, Plan, PlanRequest
     from kvplan.search.compare import Row, Step
     from kvplan.specs.models import ModelSpec
 
@@ -34,10 +34,28 @@ class ClusterFlags:
 
 
 @dataclass(frozen=True)
+class TableCluster:
+    """The cluster a comparison table ran on: the GPU, and the layout and context of its first
+    row that planned (none when no row could run)."""
+
+    gpu: str
+    memory_bytes_per_gpu: int
+    layout: Cluster | None = None
+    max_model_len: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"gpu": self.gpu, "memory_bytes_per_gpu": self.memory_bytes_per_gpu}
+        if self.layout is not None:
+            out.update(dataclasses.asdict(self.layout))
+            out["max_model_len"] = self.max_model_len
+        return out
+
+
+@dataclass(frozen=True)
 class TableResult:
     base: PlanRequest
     rows: list[Row]
-    cluster: dict[str, Any]
+    cluster: TableCluster
     notes: list[str]
 
     def to_dict(self) -> dict[str, Any]:
@@ -45,7 +63,7 @@ class TableResult:
         return {
             "schema": compare.SCHEMA,
             "kind": "table",
-            "cluster": self.cluster,
+            "cluster": self.cluster.to_dict(),
             "rows": [r.to_dict() for r in self.rows],
             "notes": self.notes,
         }
@@ -111,13 +129,11 @@ def _models(models: str | None) -> tuple[list[str], list[ModelSpec]]:
     return names, [load_model(n) for n in names]
 
 
-def _cluster(base: PlanRequest, rows: list[Row]) -> dict[str, Any]:
+def _cluster(base: PlanRequest, rows: list[Row]) -> TableCluster:
     plan = next((r.plan for r in rows if r.plan is not None), None)
-    out: dict[str, Any] = {"gpu": base.gpu.name, "memory_bytes_per_gpu": base.gpu.memory_bytes}
-    if plan is not None:
-        out.update(dataclasses.asdict(plan.cluster))
-        out["max_model_len"] = plan.settings.max_model_len
-    return out
+    if plan is None:
+        return TableCluster(base.gpu.name, base.gpu.memory_bytes)
+    return TableCluster(base.gpu.name, base.gpu.memory_bytes, plan.cluster, plan.settings.max_model_len)
 
 
 def table(models: str | None, variants: str, flags: ClusterFlags, offload_gib: float) -> TableResult:
@@ -138,7 +154,7 @@ def table(models: str | None, variants: str, flags: ClusterFlags, offload_gib: f
     return TableResult(base, rows, cluster, _table_notes(rows, cluster, base))
 
 
-def _table_notes(rows: list[Row], cluster: dict[str, Any], base: PlanRequest) -> list[str]:
+def _table_notes(rows: list[Row], cluster: TableCluster, base: PlanRequest) -> list[str]:
     notes = [
         "vs MHA: KV bytes per token against the same model with one K/V head per query head, in bf16",
         "KV read/step: the KV bytes a decode step reads on one GPU (one request at the full context, or every "
@@ -146,7 +162,7 @@ def _table_notes(rows: list[Row], cluster: dict[str, Any], base: PlanRequest) ->
         f"({base.gpu.hbm_bytes_per_s / 1e12:.2f} TB/s), weights excluded; `kvplan estimate` gives the step "
         "model's TPOT (kernel efficiency, weights, communication)",
     ]
-    tp = cluster.get("tensor_parallel_size", 1)
+    tp = cluster.layout.tensor_parallel_size if cluster.layout else 1
     if tp > 1 and any(r.plan and "MLA" in r.attention for r in rows):
         notes.append(
             f"MLA: vLLM keeps the whole latent on each of the {tp} TP ranks (engines.md), so per GPU it can hold "
@@ -158,7 +174,7 @@ def _table_notes(rows: list[Row], cluster: dict[str, Any], base: PlanRequest) ->
             f"{base.gpu.pcie_bytes_per_s / 1e9:.0f} GB/s (seed 000 15.7)"
         )
     capped = {
-        r.model for r in rows if r.plan and r.plan.settings.max_model_len < cluster.get("max_model_len", 0)
+        r.model for r in rows if r.plan and r.plan.settings.max_model_len < (cluster.max_model_len or 0)
     }
     for m in sorted(capped):
         notes.append(f"{m}: context capped at its maximum")

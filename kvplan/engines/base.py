@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kvplan.errors import UsageError
@@ -128,6 +128,24 @@ class StageCache:
     layers: list[Layer]
     layer_ids: range
     kv_budget_bytes: int
+
+
+@dataclass(frozen=True)
+class EngineDefaults:
+    """The flags a plan took from the engine's defaults because none was given; `--json` lists
+    only those taken, in this order."""
+
+    dtype: str | None = None  # the model dtype (--dtype auto)
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    gpu_memory_utilization: float | None = None  # vLLM
+    cuda_graph_max_bs: int | None = None  # SGLang
+    chunked_prefill_size: int | None = None  # SGLang
+    mem_fraction_static: float | None = None  # SGLang
+    mem_fraction_static_source: str | None = None  # SGLang: the rule (and release) it came from
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass(frozen=True)

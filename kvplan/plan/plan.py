@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from kvplan import engines
-from kvplan.engines import Budget, Engine, EngineReport, EngineUnsupported, StageCache
+from kvplan.engines import Budget, Engine, EngineDefaults, EngineReport, EngineUnsupported, StageCache
 from kvplan.errors import NoKvMemoryLeft, RequestDoesNotFit, UsageError, WeightsDoNotFit
 from kvplan.formats import Format, normalize_dtype_name, weight_format
 from kvplan.model import kv
@@ -97,7 +97,7 @@ class Settings:
     max_num_seqs: int | None
     enable_prefix_caching: bool
     usage: str
-    engine_defaults: dict[str, Any]  # flags not given, filled from the engine's own default rule
+    engine_defaults: EngineDefaults  # flags not given, filled from the engine's own default rule
     dtype: str  # the model dtype served (--dtype, or the engine's rule for auto)
     cpu_offload_gb: float
     max_total_tokens: int | None  # SGLang
@@ -190,6 +190,7 @@ class Plan:
                 out["engine_num_blocks"] = self.engine.num_blocks
                 out["engine_max_concurrency"] = self.engine.max_concurrency
             out[key] = value
+        out["settings"]["engine_defaults"] = self.settings.engine_defaults.to_dict()
         out["decode"] = self.decode.to_dict()
         if out["engine"]["details"] is None:  # the schema has always had an object here
             out["engine"]["details"] = {}
@@ -759,7 +760,7 @@ def estimate(req: PlanRequest) -> Plan:
             max_num_seqs=req.max_num_seqs,
             enable_prefix_caching=req.enable_prefix_caching,
             usage=req.usage,
-            engine_defaults={**applied, **engine.defaults_applied()},
+            engine_defaults=EngineDefaults(**applied, **engine.defaults_applied()),
             dtype=spec.activation_dtype,
             cpu_offload_gb=req.cpu_offload_gb,
             max_total_tokens=req.max_total_tokens,

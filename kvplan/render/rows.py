@@ -109,15 +109,15 @@ def table_json(result: TableResult) -> dict[str, Any]:
 
 
 def table_title(result: TableResult) -> str:
-    c = result.cluster
+    c = result.cluster.layout
     base = result.base
-    if "num_gpus" not in c:  # no row could run: say what was asked for
+    if c is None:  # no row could run: say what was asked for
         gpus = f"{base.num_gpus}x " if base.num_gpus else ""
         tp = f", TP {base.tp}" if base.tp else ""
         return f"{gpus}{base.gpu.name}{tp}, {base.max_model_len or 0:,} tokens per request"
     return (
-        f"{c['num_gpus']}x {base.gpu.name}, TP {c.get('tensor_parallel_size', '?')}, "
-        f"{c.get('max_model_len', 0):,} tokens per request"
+        f"{c.num_gpus}x {base.gpu.name}, TP {c.tensor_parallel_size}, "
+        f"{result.cluster.max_model_len or 0:,} tokens per request"
     )
 
 

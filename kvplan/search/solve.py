@@ -54,7 +54,7 @@ class Answer:
     tpot_source: str  # where the step model's terms come from (fitted to published runs / measured)
     tpot_context_tokens: int  # the context each request holds in that step
     tpot_context_source: str  # max_model_len, or the mean over a decode (as estimate's)
-    decode_step: dict[str, Any]  # the step at that load, term by term (ms)
+    decode_step: step_model.StepTime  # the step at that load, term by term
     why_pipeline: str | None  # with PP > 1: why the layout has pipeline stages
     cost_per_hour: float | None
     margins: dict[str, float | None]
@@ -66,6 +66,7 @@ class Answer:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d.pop("plan")
+        d["decode_step"] = self.decode_step.to_dict()  # in ms, with memory_ms
         return d
 
 
@@ -341,7 +342,7 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
         tpot_source=source,
         tpot_context_tokens=step.context_tokens,
         tpot_context_source=p.decode.context_source if q.has_workload else "every request at --max-model-len",
-        decode_step=step.to_dict(),
+        decode_step=step,
         why_pipeline=_why_pipeline(q, gpu, p, tp, pp, dtype, step),
         cost_per_hour=n * q.prices[gpu.name] if q.prices else None,
         margins=margins,
