@@ -391,11 +391,11 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
             a.kv_cache_dtype,
             f"{a.max_model_len:,}",
             f"{a.max_concurrency:,}",
-            f"{a.margins['users']:+.0%}",
+            f"{a.margins.users:+.0%}",
             f"{a.tpot_ms:,.1f} ms",
         ]
         if q.tpot_ms:
-            row.append(f"{a.margins['tpot']:+.0%}")
+            row.append(f"{a.margins.tpot or 0:+.0%}")
         if q.prices:
             row.append(f"{a.cost_per_hour:,.2f}")
         rows.append(row)

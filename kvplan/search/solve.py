@@ -39,6 +39,15 @@ ENGINE_DTYPES = ("auto", "fp8")
 MAX_PP = 16
 
 
+@dataclass(frozen=True)
+class Margins:
+    """How far an answer clears the targets, as fractions: users (its concurrency over --users,
+    minus 1) and TPOT (1 - its step time over --tpot-ms; None without a TPOT target)."""
+
+    users: float
+    tpot: float | None
+
+
 @dataclass
 class Answer:
     gpu: str
@@ -57,7 +66,7 @@ class Answer:
     decode_step: step_model.StepTime  # the step at that load, term by term
     why_pipeline: str | None  # with PP > 1: why the layout has pipeline stages
     cost_per_hour: float | None
-    margins: dict[str, float | None]
+    margins: Margins
     vllm_flags: str
     sglang_flags: str
     sglang_max_concurrency: int | None
@@ -318,10 +327,7 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
     n = tp * pp * dp
     conc = p.max_concurrency_per_replica * dp
     mfs = sglang_memory_settings(gpu.memory_bytes, tp, pp).mem_fraction_static
-    margins = {
-        "users": conc / q.users - 1,
-        "tpot": 1 - tpot / q.tpot_ms if q.tpot_ms else None,
-    }
+    margins = Margins(users=conc / q.users - 1, tpot=1 - tpot / q.tpot_ms if q.tpot_ms else None)
     step = _step(q, p, ceil_div(q.users, dp))
     by_label: dict[str, list[str]] = {}
     for t, v in sorted(step.sources.items()):
