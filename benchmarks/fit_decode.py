@@ -7,7 +7,8 @@ by (source, model, GPU, TP, batch, input length, weight dtype, engine) and every
 3rd, 6th, ...) is held out; the coefficients are fitted on the other two thirds only, by a
 coordinate search on log-coefficients minimising the mean squared log error of predicted vs
 published TPOT. Coefficients no spec gives and the data cannot pin are stated assumptions, not
-fitted (the attention kernel curve from shared/reference/kernels.md, the inter-node network).
+fitted (the attention kernel curve, README: Where the decode-kernel efficiency figures come from; the
+inter-node network).
 
 What is counted: the published figure itself, predicted from kvplan's step model (kvplan/speed/step_model.py)
 at the published batch, each request at the mean context of its decode (input + output / 2), and
@@ -116,12 +117,12 @@ ASSUMED = {
     "gemm_mfu": (0.5, "assumed: kvplan's prefill MFU (few published rows are compute bound, none pins it)"),
     "attention_efficiency": (
         0.88,
-        "assumed from shared/reference/kernels.md: FlashInfer decode reaches 88% of datasheet bandwidth "
-        "at batch 64, long context (H100)",
+        "assumed from FlashInfer's decode benchmarks (arXiv:2501.01005; README, Where the decode-kernel efficiency figures come from): about 88% of "
+        "datasheet bandwidth at batch 64, long context (H100)",
     ),
     "attention_half_bytes": (
         10.0e6,
-        "assumed from shared/reference/kernels.md: under 25% at batch 1 below 1k tokens, i.e. a 4 MiB call "
+        "assumed (README, Where the decode-kernel efficiency figures come from): under 25% at batch 1 below 1k tokens, i.e. a 4 MiB call "
         "(one Llama-3-8B layer, 1k tokens) at 0.88 x 4 / (4 + 10)",
     ),
     "network_latency_s": (

@@ -119,7 +119,7 @@ def compare(
 ) -> TableResult:
     """Models and KV techniques side by side (`kvplan compare table`): one row per model x variant.
 
-    models: names (a list or "a,b"; default the seeds' models). variants: what-ifs such as
+    models: names (a list or "a,b"; default compare's DEFAULT_MODELS). variants: what-ifs such as
     "shipped,gqa8+int8,mla512+fp8". gpus: "8xH200". max_model_len: tokens per request (default 8K).
     kv_cache_memory: bytes per GPU ("50GiB"). offload_gib: CPU memory per GPU, in GiB, added as a
     KV tier. Each row's figures are bytes, ms and counts (`row.to_dict()`); a row that cannot run

@@ -1,4 +1,4 @@
-"""Golden cases built by hand from the engines' rules (shared/reference/engines.md).
+"""Golden cases built by hand from the engines' rules (README, How the engines size their KV cache).
 
 Each expected figure is worked out in the comment beside it from the rule, not read back
 from kvplan: page bytes per layer, blocks, tokens, concurrency, log lines.

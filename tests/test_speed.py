@@ -32,7 +32,9 @@ def test_dense_step_adds_its_terms():
     # the input embedding is gathered by row, not streamed
     assert one.weight_bytes_read == sum(g.count * g.weight_bytes for g in gemms)
     assert one.weight_bytes_read < p.weight_bytes_per_gpu
-    assert one.kv_bytes_read == p.kv_bytes_per_request_per_gpu == 8192 * 32 * 8 * 256 * 2  # seed 003: 1 GiB
+    assert (
+        one.kv_bytes_read == p.kv_bytes_per_request_per_gpu == 8192 * 32 * 8 * 256 * 2
+    )  # README, The formulas: 1 GiB
     assert one.launch_ms == pytest.approx(32 * c.launch_per_layer_s * 1e3)
     assert one.communication_ms == 0 and one.pp_hop_ms == 0 and one.moe_ms == 0  # TP 1, PP 1, dense
     total = one.weights_ms + one.attention_ms + one.launch_ms + one.overhead_ms

@@ -308,7 +308,7 @@ def parts_for(device: str, only: str | None, nproc: int | None) -> tuple[tuple[s
 
 def kv_dtypes_for(device: str, requested: str | None) -> list[str]:
     """The KV dtypes to sweep: those asked for (a comma list), else bf16, and fp8 where the GPU
-    has it: Triton's fp8e4nv needs sm89 or newer (kernels.md)."""
+    has it: Triton's fp8e4nv needs sm89 or newer (assumed from Triton's fp8 support)."""
     if requested:
         return [d.strip() for d in requested.split(",") if d.strip()]
     torch = require_torch(device)

@@ -95,10 +95,10 @@ def ladder_cmd(
     fmt: o.Format = "table",
     json_out: o.Json = False,
 ) -> None:
-    """Seed 000 15.8's ladder for your model and GPUs: naive -> paged -> GQA -> INT8 -> prefix -> MLA + FP8.
+    """The optimisation ladder (README, Comparing models and techniques) for your model and GPUs: naive -> paged -> GQA -> INT8 -> prefix -> MLA + FP8.
 
     Defaults: --avg-context half of --max-model-len, --shared-prefix-tokens 3/4 of --avg-context,
-    --prefix-hit-rate 0.5 (the seed's 50%)."""
+    --prefix-hit-rate 0.5 (the README's worked example)."""
     from kvplan.commands import comparisons
     from kvplan.render import rows as render_rows
 

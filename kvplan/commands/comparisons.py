@@ -165,13 +165,13 @@ def _table_notes(rows: list[Row], cluster: TableCluster, base: PlanRequest) -> l
     tp = cluster.layout.tensor_parallel_size if cluster.layout else 1
     if tp > 1 and any(r.plan and "MLA" in r.attention for r in rows):
         notes.append(
-            f"MLA: vLLM keeps the whole latent on each of the {tp} TP ranks (engines.md), so per GPU it can hold "
+            f"MLA: vLLM keeps the whole latent on each of the {tp} TP ranks (README, How the engines size their KV cache), so per GPU it can hold "
             f"less than GQA split {tp} ways; engines serving MLA with data-parallel attention hold {tp}x more"
         )
     if any(r.offload_bytes_per_gpu for r in rows):
         notes.append(
             f"offload: CPU memory per GPU added to the KV pool; what spills is read back over PCIe each step at "
-            f"{base.gpu.pcie_bytes_per_s / 1e9:.0f} GB/s (seed 000 15.7)"
+            f"{base.gpu.pcie_bytes_per_s / 1e9:.0f} GB/s (assumed)"
         )
     capped = {
         r.model for r in rows if r.plan and r.plan.settings.max_model_len < (cluster.max_model_len or 0)
@@ -191,7 +191,7 @@ def ladder(
     shared_prefix_tokens: str | None,
     prefix_hit_rate: float,
 ) -> LadderResult:
-    """Seed 000 15.8's ladder on the flags' cluster; averages default to half the context and 3/4 of it."""
+    """The optimisation ladder (README, Comparing models and techniques) on the flags' cluster; averages default to half the context and 3/4 of it."""
     from kvplan.units import parse_count
 
     base = base_request(model, flags, flags.max_model_len)
@@ -212,7 +212,7 @@ def ladder(
         f"every step on the same KV budget: {fmt_gib(shipped.kv_budget_bytes_per_gpu)} per GPU "
         f"({shipped.kv_budget_source}; {base.model.name}'s weights)",
         f"naive preallocates {length:,} tokens per request; later steps hold the {avg:,}-token average "
-        "(seed 000 15.4: preallocation wastes what requests do not use)",
+        "(the vLLM paper, arXiv:2309.06180: preallocation wastes what requests do not use)",
         "factor: against the previous step; cumulative: against the first",
     ]
     return LadderResult(base, steps, shipped, length, avg, prefix, prefix_hit_rate, notes)

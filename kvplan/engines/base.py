@@ -3,7 +3,7 @@
 kvplan's planner models what physically fits; an engine (vllm.py, sglang.py) adds its own
 rounding, grouping, defaults and log lines. A third engine is one more file implementing
 `Engine` and one line in `engines/__init__.py`. Every rule names its source in
-`shared/reference/engines.md` or the engine's own source file.
+the engine's own source file at a release (README, How the engines size their KV cache).
 """
 
 from __future__ import annotations

@@ -113,7 +113,7 @@ def prefix_caching(
     dp: int,
     base_factor: float,
 ) -> PrefixCaching:
-    """Shared prefix (seed 000 15.6, engines.md): only full blocks are shared, stored once."""
+    """Shared prefix: only full blocks are shared, stored once (vLLM vllm/v1/core/kv_cache_utils.py at v0.11.0)."""
     bs = pool.block_size
     shared_blocks = shared_prefix_tokens // bs
     if shared_blocks * bs >= max_len:  # a hit never covers the request's last token
@@ -168,7 +168,7 @@ class Fragmentation:
 
 
 def fragmentation(pool: Pool, stage: int, context: int, max_len: int, usable_bytes: int) -> Fragmentation:
-    """Seed 000 15.4: preallocating max_model_len per request vs paged blocks."""
+    """Preallocating max_model_len per request vs paged blocks (the vLLM paper, arXiv:2309.06180)."""
     layers, fmt, tp = pool.layers[stage], pool.fmt, pool.tp
     exact_rank = kv.sequence_bytes(layers, fmt, context, tp)
     exact_max = kv.sequence_bytes(layers, fmt, max_len, tp)

@@ -271,7 +271,7 @@ def _kv_totals(spec: ModelSpec, fmt: Format, max_len: int, ex: list[Explain]) ->
             "KV bytes per token",
             fmt_bytes(_num(totals.bits_per_token)),
             "sum over layers: 2 x kv_heads x head_dim x bytes (MLA: kv_lora_rank + qk_rope_head_dim)",
-            f"layer_types/layer_pattern of {spec.name}; dtype {fmt.describe()}; seed 000 15.2",
+            f"layer_types/layer_pattern of {spec.name}; dtype {fmt.describe()}; README, The formulas",
         )
     )
     ex.append(
@@ -279,7 +279,7 @@ def _kv_totals(spec: ModelSpec, fmt: Format, max_len: int, ex: list[Explain]) ->
             "KV bytes per request",
             fmt_gib(totals.request_bytes),
             "max_model_len x bytes per token (windowed layers capped at their window)",
-            f"max_model_len {max_len:,}; seed 000 15.3",
+            f"max_model_len {max_len:,}; README, The formulas",
         )
     )
     return totals
@@ -582,19 +582,19 @@ def _explain_pool(ex: list[Explain], engine: Engine, budget: Budget, gpu: GpuSpe
             "blocks per GPU",
             f"{num_blocks:,}" if num_blocks is not None else "n/a",
             "floor(KV budget / (block_size x KV bytes per token per GPU)); min over PP stages",
-            f"block_size {bs}; KV heads per rank max(1, h_kv // {tp}); MLA latent replicated; engines.md",
+            f"block_size {bs}; KV heads per rank max(1, h_kv // {tp}); MLA latent replicated; vLLM vllm/v1/core/kv_cache_utils.py at v0.11.0",
         ),
         Explain(
             "KV pool tokens",
             f"{(num_blocks or 0) * bs:,}",
             "blocks x block_size",
-            "engines.md (vLLM: GPU KV cache size)",
+            "vLLM vllm/v1/core/kv_cache_utils.py at v0.11.0 (GPU KV cache size)",
         ),
         Explain(
             "max concurrency",
             f"{conc.max_concurrency:,} per replica x {dp} replica(s)",
             "floor((blocks - 1 null block) / blocks one request needs at max_model_len)",
-            f"ceil({max_len:,} / {bs}) blocks per full-attention layer; seed 000 15.8",
+            f"ceil({max_len:,} / {bs}) blocks per full-attention layer; null block: vLLM vllm/v1/core/block_pool.py at v0.11.0",
         ),
     ]
 

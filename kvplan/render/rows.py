@@ -31,7 +31,7 @@ TABLE_COLUMNS: Columns = [
     ("KV read/step, 1 req (datasheet BW)", "decode_kv_read_ms_one_request", "ms"),
     ("KV read/step, all (datasheet BW)", "decode_kv_read_ms", "ms"),
     ("offload read/step", "offload_read_ms", "ms"),
-    ("quality (seeds)", "quality", None),
+    ("quality (source)", "quality", None),
 ]
 # the lesser columns, in the order they go at a narrow terminal (max requests and KV/token stay)
 DROP_FIRST = (
@@ -141,9 +141,7 @@ def ladder_json(result: LadderResult) -> dict[str, Any]:
 
 def ladder_title(result: LadderResult) -> str:
     base = result.base
-    return (
-        f"{base.model.name} on {result.shipped.cluster.num_gpus}x {base.gpu.name}: the ladder (seed 000 15.8)"
-    )
+    return f"{base.model.name} on {result.shipped.cluster.num_gpus}x {base.gpu.name}: the ladder (README, Comparing models and techniques)"
 
 
 def _text(

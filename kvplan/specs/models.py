@@ -58,7 +58,7 @@ class ChunkedAttention(FullAttention):
 
 
 class CompressedAttention(FullAttention):
-    """One KV entry per `ratio` tokens (token-compressed attention, seed 001 10.2.8)."""
+    """One KV entry per `ratio` tokens (token-compressed attention, README, The formulas: DeepSeek-V4)."""
 
     kind: Literal["compressed"] = "compressed"  # type: ignore[assignment]
     ratio: Annotated[int, Field(ge=2)]
@@ -93,7 +93,7 @@ class LatentAttention(_Strict):
 
 
 class CompressedLatent(_Strict):
-    """DeepSeek-V4 attention (seed 001 10.2.8): one latent of `head_dim` values (K = V) per entry;
+    """DeepSeek-V4 attention (README, The formulas: DeepSeek-V4): one latent of `head_dim` values (K = V) per entry;
     the last `window` tokens uncompressed, plus one entry per `ratio` tokens (0: window only).
     CSA layers (`index_head_dim` set) add the sparse indexer's key per compressed entry; HCA layers
     attend densely over their entries."""
@@ -116,7 +116,7 @@ class CompressedLatent(_Strict):
 
 
 class SharedKV(_Strict):
-    """Reuses the KV of an earlier layer (cross-layer attention, seed 001 10.2.9)."""
+    """Reuses the KV of an earlier layer (cross-layer attention, CLA, arXiv:2405.12981)."""
 
     kind: Literal["shared"] = "shared"
     source: Annotated[int, Field(le=-1)] = -1  # offset of the producing layer, e.g. -1 = previous

@@ -1,7 +1,7 @@
 """DeepSeek-V4 attention from a config.json: `compress_ratios` per layer (0: window only,
 4: CSA with the sparse indexer, 128: HCA), `sliding_window`, a single K = V latent of `head_dim`.
 
-Sources: seed 001 10.2.8 (CSA / HCA); SGLang python/sglang/srt/model_executor/pool_configurator.py
+Sources: README, The formulas: DeepSeek-V4 (CSA / HCA); SGLang python/sglang/srt/model_executor/pool_configurator.py
 (DSV4PoolConfigurator: every layer keeps the window, C4 layers `1/4` entries + the indexer, C128
 layers `1/128` entries); vLLM vllm/v1/attention/backends/mla/sparse_swa.py (layer types by ratio).
 """
