@@ -22,7 +22,7 @@ def main() -> None:
     ap.add_argument("profile")
     ap.add_argument("--out")
     args = ap.parse_args()
-    from kvplan import calibration
+    from kvplan.calibrate import calibration
 
     prof = calibration.load(Path(args.profile))
     sheet = prof.datasheet_bytes_per_s

@@ -5,7 +5,7 @@ For GQA 32/8 x 128 in bf16 and fp8 at batch 1/32/128 and context 1k/8k/32k, and 
 (Q + K/V pages + O bytes / median time), the read-only stream ceiling, the datasheet figure, and
 torch's scaled_dot_product_attention on the same K/V gathered into contiguous tensors (SDPA's time
 excludes the gather). Both are timed as CUDA-graph replays over input sets rotated past the L2
-(kvplan/calibrate.py graph_seconds), after half a second of warm-up. Prints a markdown table;
+(kvplan/calibrate/run.py graph_seconds), after half a second of warm-up. Prints a markdown table;
 --out writes it to a file.
 
     python benchmarks/bench_kernel.py [--out FILE]          # on a CUDA GPU (issue 4's targets)
@@ -34,7 +34,8 @@ def main() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import tune_kernel as tk
 
-    from kvplan import calibrate
+    from kvplan.calibrate import run as calibrate
+    from kvplan.calibrate.device import match_gpu
     from kvplan.kernels.paged_decode import paged_decode
     from kvplan.specs.registry import all_gpus
 
@@ -43,7 +44,7 @@ def main() -> None:
         sys.exit("bench_kernel: no CUDA GPU (use --smoke to check the script on the CPU)")
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        spec = calibrate.match_gpu(props.name, props.total_memory, all_gpus())
+        spec = match_gpu(props.name, props.total_memory, all_gpus())
         name, sheet = props.name, spec.hbm_bytes_per_s if spec else None
         tk.warm(torch)
         read = calibrate.measure_ceilings("cuda", 1 << 31, 30)["read_bytes_per_s"]

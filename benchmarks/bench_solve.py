@@ -13,8 +13,8 @@ import subprocess
 import sys
 import time
 
-from kvplan import plan as plan_module
-from kvplan.solve import Query, solve
+from kvplan.plan import plan as plan_module
+from kvplan.search.solve import Query, solve
 from kvplan.specs.registry import load_gpu, load_model
 
 CASES = {
@@ -75,7 +75,7 @@ def main(n: int) -> None:
         times = []
         for _ in range(n):
             calls = 0
-            solve_module = importlib.import_module("kvplan.solve")
+            solve_module = importlib.import_module("kvplan.search.solve")
 
             solve_module.estimate = counting
             t = time.perf_counter()

@@ -57,7 +57,7 @@ for s in $STEPS; do
     sampler_peak) step sampler_peak 60 python3 benchmarks/sampler_peak.py --out "$W/sampler_peak.md" ;;
     calibrate_tests) step calibrate_tests 100 python3 -m pytest -q -s -p no:cacheprovider tests/test_calibrate.py -k gpu ;;
     allreduce) step allreduce 60 python3 -m torch.distributed.run --standalone --nproc-per-node "${NGPU:-1}" \
-      -m kvplan.calibrate_dist --device cuda --quick --output "$W/profile.yaml" ;;
+      -m kvplan.calibrate.dist --device cuda --quick --output "$W/profile.yaml" ;;
     aot_check) (unset TRITON_INTERPRET; step aot_check 90 python3 -m kvplan.kernels.aot_check) ;;
     calibrate_full) step calibrate_full 300 python3 -m kvplan calibrate --only kernel,gemm,launch --output "$W/profile_full.yaml" ;;
     *) echo "device_check: unknown step $s" ;;

@@ -15,10 +15,10 @@ one benchmark suite, one build, one methodology), and its rows are never on both
            tests replay them without refitting).
 The fit is a coordinate search on log-coefficients minimising a robust loss of the log error of
 predicted vs published TPOT. Coefficients no spec gives and the data cannot pin are stated
-assumptions, not fitted (the attention kernel curve, from FlashInfer's published decode figures;
+assumptions, not fitted (the attention kernel curve, README: Where the decode-kernel efficiency figures come from;
 the inter-node network).
 
-What is counted: the published figure itself, predicted from kvplan's step model (kvplan/speed.py)
+What is counted: the published figure itself, predicted from kvplan's step model (kvplan/speed/step_model.py)
 at the published batch, each request at the mean context of its decode (input + output / 2), and
 kvplan's prefill model (speed.prefill_seconds) where the figure includes prefill. What each source's
 figure measures is stated per source in METRICS, with the words that say so (quotes.md):
@@ -49,13 +49,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kvplan import speed  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
-from kvplan.params import param_breakdown  # noqa: E402
-from kvplan.plan import PlanRequest, estimate  # noqa: E402
+from kvplan.model.params import param_breakdown  # noqa: E402
+from kvplan.plan.plan import PlanRequest, estimate  # noqa: E402
 from kvplan.specs.models import HeadLayer, ModelSpec  # noqa: E402
 from kvplan.specs.registry import load_gpu, load_model  # noqa: E402
-from kvplan.speed_plan import attention_width  # noqa: E402
+from kvplan.speed import step_model as speed  # noqa: E402
+from kvplan.speed.plan_speed import attention_width  # noqa: E402
 
 TSV = REPO / "tests" / "fixtures" / "bench" / "decode_runs.tsv"
 CORPUS = REPO / "tests" / "fixtures" / "hf" / "corpus"
@@ -109,13 +109,12 @@ ASSUMED = {
     "gemm_mfu": (0.5, "assumed: kvplan's prefill MFU (few published rows are compute bound, none pins it)"),
     "attention_efficiency": (
         0.88,
-        "assumed from FlashInfer's published batch-decode figures (flashinfer.ai blog 2024-02-02, "
-        "'Accelerating Self-Attentions for LLM Serving with FlashInfer'): about 88% of datasheet bandwidth "
-        "at batch 64, long context (H100)",
+        "assumed from FlashInfer's decode benchmarks (arXiv:2501.01005; README, Where the decode-kernel efficiency figures come from): about 88% of "
+        "datasheet bandwidth at batch 64, long context (H100)",
     ),
     "attention_half_bytes": (
         10.0e6,
-        "assumed from the same FlashInfer figures: under 25% at batch 1 below 1k tokens, i.e. a 4 MiB call "
+        "assumed (README, Where the decode-kernel efficiency figures come from): under 25% at batch 1 below 1k tokens, i.e. a 4 MiB call "
         "(one Llama-3-8B layer, 1k tokens) at 0.88 x 4 / (4 + 10)",
     ),
     "network_latency_s": (
@@ -594,7 +593,7 @@ def write_yaml(
 ) -> None:
     n_src = len(by_source(dev))
     lines = [
-        "# kvplan's decode step model coefficients (kvplan/speed.py). Written by benchmarks/fit_decode.py",
+        "# kvplan's decode step model coefficients (kvplan/speed/step_model.py). Written by benchmarks/fit_decode.py",
         "# from tests/fixtures/bench/decode_runs.tsv. Splits are by source (the publisher's harness):",
         f"# frozen test set ({FROZEN_RULE}; fixed 2026-12-01): {len(frozen)} rows from "
         f"{len(by_source(frozen))} sources, never fitted;",

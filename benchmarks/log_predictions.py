@@ -277,7 +277,7 @@ def user_args(text: str) -> dict[str, str]:
     return {k: v.strip().strip("'") for k, v in _PAIR.findall("{" + top + "}")}
 
 
-# The logs kvplan's constants were fitted to (kvplan/engines/vllm_memory.py, kvplan/budget.py); every
+# The logs kvplan's constants were fitted to (kvplan/engines/vllm_memory.py, kvplan/engines/budget.py); every
 # other case is held out: nothing was tuned on it.
 FITTED: dict[str, str] = {
     "vllm_0.10.2_qwen3-next-80b-a3b_h200_tp2.log": "the PyTorch-sort sampler's 38.5 B a logit",
@@ -346,8 +346,8 @@ def flags_for(name: str) -> tuple[dict[str, Any], str]:
     """(EstimateFlags keywords, engine version) for a log: only what the user typed."""
     if engine_of(name) == "sglang":
         return sglang_flags_for(name)
-    from kvplan.checklog import _QUANT
-    from kvplan.logparse import parse
+    from kvplan.logs.checklog import _QUANT
+    from kvplan.logs.logparse import parse
 
     text = (LOGS / name).read_text(errors="replace")
     facts = parse(text).facts
@@ -384,15 +384,15 @@ def flags_for(name: str) -> tuple[dict[str, Any], str]:
 
 
 def usage_keyword() -> str | None:
-    from kvplan.inputs import EstimateFlags
+    from kvplan.commands.inputs import EstimateFlags
 
     return "usage" if "usage" in EstimateFlags.__dataclass_fields__ else None
 
 
 def predict(name: str) -> Result:
+    from kvplan.commands.inputs import EstimateFlags, plan_request
     from kvplan.errors import RequestDoesNotFit
-    from kvplan.inputs import EstimateFlags, plan_request
-    from kvplan.plan import estimate
+    from kvplan.plan.plan import estimate
 
     flags, version = flags_for(name)
     try:
@@ -419,7 +419,7 @@ def predict(name: str) -> Result:
 def logged_kv_bytes(name: str) -> int:
     """vLLM: "Available KV cache memory" (the budget, per GPU). SGLang: the pool it allocated per GPU,
     K size + V size (MLA: KV size) of "KV Cache is allocated", GiB to 2 decimals."""
-    from kvplan.logparse import parse
+    from kvplan.logs.logparse import parse
 
     facts = parse((LOGS / name).read_text(errors="replace")).facts
     if engine_of(name) == "sglang":

@@ -27,8 +27,9 @@ sys.path.insert(0, str(HERE.parent))
 
 import fit_decode as fd  # noqa: E402
 
-from kvplan import calibration, speed  # noqa: E402
-from kvplan.speed_plan import ProfileParts  # noqa: E402
+from kvplan.calibrate import calibration  # noqa: E402
+from kvplan.speed import step_model as speed  # noqa: E402
+from kvplan.speed.plan_speed import ProfileParts  # noqa: E402
 
 CALIBRATIONS = HERE.parent / "model_specs" / "calibrations"
 CANDIDATES = HERE / "results"

@@ -59,7 +59,7 @@ def make_sets(torch, kind: str, batch: int, context: int, device: str):
     pages = -(-context // PAGE)
     elt = 1 if kind == "gqa8" else 2
     per_set = batch * pages * PAGE * hkv * d * elt * (1 if mla else 2)
-    from kvplan import calibrate
+    from kvplan.calibrate import run as calibrate
 
     n = calibrate.rotation(torch, per_set) if device == "cuda" else 1
     sets = []
@@ -126,7 +126,7 @@ def main() -> None:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
 
-    from kvplan import calibrate
+    from kvplan.calibrate import run as calibrate
     from kvplan.kernels import paged_decode as pd
 
     device = "cpu" if args.smoke else "cuda"

@@ -4,7 +4,7 @@ Cache layout `[num_blocks, page_size, num_kv_heads, head_dim]` (vLLM's flash lay
 head_dim values of one token and head are contiguous, so a tile of tokens is a strided gather
 of contiguous rows, addressed through each sequence's block table.
 
-Design (shared/reference/kernels.md):
+Design (README, Where the decode-kernel efficiency figures come from; FlashInfer, arXiv:2501.01005):
 - GQA packing: a program serves all query heads of one KV head, so each K/V tile is read
   once; the head group is padded to 16 for `tl.dot`.
 - Split-K: each sequence's context is cut into chunks handled by separate programs that write

@@ -2,11 +2,31 @@
 
 From Python: `kvplan.estimate`, `kvplan.solve`, `kvplan.compare`, `kvplan.check_log` (kvplan/api.py),
 with the CLI's flag names and units. They load on first use, so `import kvplan` stays cheap.
+
+The package is a pipeline of stages. A module may import modules of its own stage and of the
+stages listed before it, never of a stage listed after it, and no import circle may form
+(tests/test_architecture.py reads this table and checks every import, those inside functions
+and under TYPE_CHECKING too). Each package's __init__ says what it owns.
+
+    stage      modules (a name covers its submodules)
+    base       kvplan.errors kvplan.limits kvplan.units kvplan.formats kvplan.userdata kvplan.model_specs
+    specs      kvplan.specs
+    model      kvplan.model
+    calibrate  kvplan.calibrate kvplan.kernels
+    request    kvplan.request
+    engines    kvplan.engines
+    speed      kvplan.speed
+    plan       kvplan.plan
+    simulate   kvplan.simulate
+    search     kvplan.search
+    logs       kvplan.logs
+    commands   kvplan.commands
+    render     kvplan.render
+    api        kvplan kvplan.api
+    cli        kvplan.cli kvplan.__main__
 """
 
 import os as _os
-import sys as _sys
-import types as _types
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
@@ -28,18 +48,6 @@ def __getattr__(name: str) -> _Any:
         return getattr(api, name)
     raise AttributeError(f"module 'kvplan' has no attribute {name!r}")
 
-
-class _Package(_types.ModuleType):
-    """kvplan.solve and kvplan.compare are also modules: importing them must not replace the functions
-    (their code stays reachable as `from kvplan.solve import ...` or importlib.import_module)."""
-
-    def __setattr__(self, name: str, value: _Any) -> None:
-        if name in _API and isinstance(value, _types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package
 
 # pyproject installs the top-level folders model_specs/ and kernels/ as kvplan.model_specs and
 # kvplan.kernels. Imported from a source checkout instead (python -m kvplan from the repository

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from kvplan.errors import UsageError
 
 if TYPE_CHECKING:
-    from kvplan.checklog import CheckResult
-    from kvplan.comparisons import TableResult
-    from kvplan.plan import Plan
-    from kvplan.solve import Answer, Query
+    from kvplan.commands.comparisons import TableResult
+    from kvplan.logs.checklog import CheckResult
+    from kvplan.plan.plan import Plan
+    from kvplan.search.solve import Answer, Query
 
 __all__ = ["CheckLogResult", "SolveResult", "check_log", "compare", "estimate", "solve"]
 
@@ -59,8 +59,8 @@ def estimate(model: str, **flags: Any) -> Plan:
       shared_prefix_tokens: tokens; prefix_hit_rate: a fraction; calibration=False ignores what
       this machine measured. Spec warnings are issued with `warnings.warn`.
     """
-    from kvplan import inputs
-    from kvplan.plan import estimate as run_estimate
+    from kvplan.commands import inputs
+    from kvplan.plan.plan import estimate as run_estimate
 
     req = inputs.plan_request(_flags(inputs.EstimateFlags, {"model": model, **flags}, "estimate"))
     for warning in req.model.warnings:
@@ -98,7 +98,7 @@ def solve(model: str, users: int, **flags: Any) -> SolveResult:
       each answer's cost_per_hour is in that unit. top: how many answers.
     No answer raises kvplan.errors.NoAnswer, naming what stopped the search.
     """
-    from kvplan import inputs
+    from kvplan.commands import inputs
 
     f = _flags(inputs.SolveFlags, {"model": model, "users": users, **flags}, "solve")
     q, answers = inputs.solve(f)
@@ -119,13 +119,13 @@ def compare(
 ) -> TableResult:
     """Models and KV techniques side by side (`kvplan compare table`): one row per model x variant.
 
-    models: names (a list or "a,b"; default the seeds' models). variants: what-ifs such as
+    models: names (a list or "a,b"; default compare's DEFAULT_MODELS). variants: what-ifs such as
     "shipped,gqa8+int8,mla512+fp8". gpus: "8xH200". max_model_len: tokens per request (default 8K).
     kv_cache_memory: bytes per GPU ("50GiB"). offload_gib: CPU memory per GPU, in GiB, added as a
     KV tier. Each row's figures are bytes, ms and counts (`row.to_dict()`); a row that cannot run
     keeps its reason in `row.error`. `result.to_dict()` is `compare table --json`.
     """
-    from kvplan import comparisons
+    from kvplan.commands import comparisons
 
     def joined(v: str | list[str] | None) -> str | None:
         return ",".join(v) if isinstance(v, list) else v
@@ -171,7 +171,7 @@ def check_log(
     and mem_fraction_static (fractions), block_size, max_num_batched_tokens (tokens, "8K"),
     kv_cache_dtype, weight_dtype.
     """
-    from kvplan import inputs
+    from kvplan.commands import inputs
 
     known = (
         "engine_version",

@@ -78,9 +78,9 @@ class Format:
 PER_ROW = 1 << 30
 
 
-# KV-cache dtypes. fp8 uses per-layer scalar scales, not stored in the blocks (vLLM, engines.md).
+# KV-cache dtypes. fp8 uses per-layer scalar scales, not stored in the blocks (vLLM; README, How the engines size their KV cache).
 # int8 defaults to the same; int4/int2 default to an fp16 scale + fp16 zero per 64 values
-# (KIVI-style group quantization, seed 000 15.7), overridable from the CLI.
+# (KIVI-style group quantization, arXiv:2402.02750), overridable from the CLI.
 KV_DTYPES: dict[str, Format] = {
     "fp32": Format("fp32", 32),
     "fp16": Format("fp16", 16),

@@ -1,4 +1,8 @@
-"""The request: what a user asks `estimate` for, checked once before any planning."""
+"""The request: what a user asks `estimate` for, checked once before any planning.
+
+A stage of its own: the engines and the speed model read it, the plan answers it. May import the
+base modules, kvplan.specs and kvplan.calibrate (the profile).
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,16 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kvplan.engines.base import RUNNERS, USAGES
 from kvplan.errors import ContextTooLong, UsageError
 from kvplan.formats import Format, kv_format, normalize_dtype_name
 from kvplan.limits import MAX_GIB, MAX_GPUS, MAX_NODES, MAX_TOKENS, MAX_USERS, check_number
 from kvplan.specs.models import GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
-    from kvplan.calibration import CalibrationUse, Profile
+    from kvplan.calibrate.calibration import CalibrationUse, Profile
+
+RUNNERS = ("auto", "generate", "pooling")  # vLLM's --runner (vllm/config/model.py RunnerOption)
+USAGES = ("serve", "offline")  # vLLM's UsageContext: OPENAI_API_SERVER (`vllm serve`) or LLM_CLASS
 
 
 def model_dtype_name(text: str) -> str | None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from kvplan.cli import app
-from kvplan.plan import Plan, PlanRequest, estimate
+from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.specs.registry import load_gpu, load_model
 
 REPO = Path(__file__).resolve().parent.parent

@@ -97,8 +97,8 @@ def test_import_is_cheap_and_the_names_stay_functions():
     assert out.stdout.strip() == "[]"
     import importlib
 
-    importlib.import_module("kvplan.solve")
-    importlib.import_module("kvplan.compare")
+    importlib.import_module("kvplan.search.solve")
+    importlib.import_module("kvplan.search.compare")
     assert callable(kvplan.solve) and kvplan.solve.__module__ == "kvplan.api"
     assert kvplan.compare.__module__ == "kvplan.api"
     assert kvplan.estimate.__doc__ and "8K" in kvplan.estimate.__doc__

@@ -9,7 +9,9 @@ import pytest
 import yaml
 
 from helpers import run_cli
-from kvplan import calibrate, calibrate_dist, calibrate_gemm, calibration
+from kvplan.calibrate import calibration, dist, gemm
+from kvplan.calibrate import run as calibrate
+from kvplan.calibrate.device import match_gpu
 from kvplan.specs.registry import all_gpus
 
 
@@ -36,7 +38,7 @@ def test_fit_recovers_a_known_curve():
     ],
 )
 def test_device_names_match_shipped_gpus(device_name, memory_gib, expected):
-    spec = calibrate.match_gpu(device_name, int(memory_gib * 2**30), all_gpus())
+    spec = match_gpu(device_name, int(memory_gib * 2**30), all_gpus())
     assert (spec.name if spec else None) == expected
 
 
@@ -57,14 +59,14 @@ def test_cpu_pipeline_measures_every_part_saves_and_estimate_reads_it(tmp_path):
     assert {"torch", "triton", "measured_on", "layout", "ceilings", "points", "fit"} <= set(data)
     assert len(data["points"]) == 4 and all(p["seconds"] > 0 for p in data["points"])
     assert data["ceilings"]["copy_bytes_per_s"] > 0 and data["ceilings"]["read_bytes_per_s"] > 0
-    shapes = calibrate_gemm.GEMM_SHAPES[("cpu", True)]
+    shapes = gemm.GEMM_SHAPES[("cpu", True)]
     dtypes = {g["dtype"] for g in data["gemm"]}
-    assert len(data["gemm"]) == len(dtypes) * len(shapes) * len(calibrate_gemm.GEMM_BATCHES)
+    assert len(data["gemm"]) == len(dtypes) * len(shapes) * len(gemm.GEMM_BATCHES)
     # fp8 wherever torch._scaled_mm runs (this torch's CPU build has one), else skipped with a note
     assert dtypes == {"bf16", "fp16", "fp8"} or any("fp8 skipped" in n for n in data["notes"])
     (ar,) = data["allreduce"]
     assert (ar["backend"], ar["world_size"], ar["nodes"]) == ("gloo", 2, 1)
-    assert [p["bytes"] for p in ar["points"]] == list(calibrate_dist.QUICK_MESSAGE_BYTES)
+    assert [p["bytes"] for p in ar["points"]] == list(dist.QUICK_MESSAGE_BYTES)
     assert ar["bytes_per_s"] > 0 and ar["latency_seconds"] >= 0
     assert data["launch"]["seconds"] > 0 and data["launch"]["graph_seconds"] is None
     assert [p.name for p in tmp_path.iterdir()] == ["cpu.yaml"]  # written atomically, nothing left over
@@ -220,10 +222,10 @@ def test_parts_and_processes_are_checked_before_measuring(monkeypatch):
 
 
 def test_calibrate_dist_outside_torchrun_says_how_to_run_it(tmp_path, capsys):
-    assert calibrate_dist.main(["--device", "cpu", "--output", str(tmp_path / "p.yaml")]) == 2
+    assert dist.main(["--device", "cpu", "--output", str(tmp_path / "p.yaml")]) == 2
     assert "torchrun --nproc-per-node" in capsys.readouterr().err
-    assert calibrate_dist.world_sizes(8) == [2, 4, 8] and calibrate_dist.world_sizes(12) == [2, 4, 8, 12]
-    assert calibrate_dist.world_sizes(1) == []
+    assert dist.world_sizes(8) == [2, 4, 8] and dist.world_sizes(12) == [2, 4, 8, 12]
+    assert dist.world_sizes(1) == []
 
 
 def test_gemm_points_can_be_timed_as_graph_replays_over_rotated_weights():
@@ -238,13 +240,11 @@ def test_gemm_points_can_be_timed_as_graph_replays_over_rotated_weights():
             c()
         return 2.5e-5
 
-    points, notes = calibrate_gemm.measure_gemms(
-        torch, "cpu", True, lambda _: None, (timer, lambda nbytes: 3)
-    )
-    shapes = calibrate_gemm.GEMM_SHAPES[("cpu", True)]
+    points, notes = gemm.measure_gemms(torch, "cpu", True, lambda _: None, (timer, lambda nbytes: 3))
+    shapes = gemm.GEMM_SHAPES[("cpu", True)]
     assert seen and set(seen) == {3}  # three independent weights in every replayed graph
     assert all(p.seconds == 2.5e-5 for p in points)
-    assert len(points) == len({p.dtype for p in points}) * len(shapes) * len(calibrate_gemm.GEMM_BATCHES)
+    assert len(points) == len({p.dtype for p in points}) * len(shapes) * len(gemm.GEMM_BATCHES)
     assert any("CUDA-graph replays over L2-rotated weights" in n for n in notes)
 
 

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from helpers import run_cli
-from kvplan import calibration
-from kvplan.calibration import AllreduceFit, AllreducePoint, GemmPoint, Launch, Profile
+from kvplan.calibrate import calibration
+from kvplan.calibrate.calibration import AllreduceFit, AllreducePoint, GemmPoint, Launch, Profile
 
 PEAK = 4.0e12  # bytes/s a large bf16 weight streams at in the synthetic profile
 LATENCY, BYTES_PER_S = 12e-6, 150e9
@@ -187,14 +187,14 @@ def test_another_gpus_profile_is_refused_unless_forced(tmp_path):
 
 
 def test_rank_zero_merges_allreduces_into_an_existing_profile(tmp_path):
-    from kvplan import calibrate_dist
+    from kvplan.calibrate import dist
     from kvplan.errors import UsageError
 
     path = tmp_path / "p.yaml"
     calibration.save(_profile(), path)
     remeasured = AllreduceFit(**{**_allreduce().__dict__, "latency_seconds": 20e-6})
     two_nodes = AllreduceFit(**{**_allreduce().__dict__, "world_size": 16, "nodes": 2})
-    calibrate_dist.write(path, [remeasured, two_nodes], "cuda", quick=True)
+    dist.write(path, [remeasured, two_nodes], "cuda", quick=True)
     prof = calibration.load(path)
     assert prof.gemm == _profile().gemm and prof.launch == _profile().launch  # the rest kept
     assert [(a.world_size, a.nodes, a.latency_seconds) for a in prof.allreduce] == [
@@ -202,4 +202,4 @@ def test_rank_zero_merges_allreduces_into_an_existing_profile(tmp_path):
         (16, 2, LATENCY),
     ]
     with pytest.raises(UsageError, match="a cuda profile; these all-reduces run on cpu"):
-        calibrate_dist.write(path, [remeasured], "cpu", quick=True)
+        dist.write(path, [remeasured], "cpu", quick=True)

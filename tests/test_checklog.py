@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from helpers import REPO, run_cli
-from kvplan import overheads
-from kvplan.checklog import infer_gpu
 from kvplan.errors import SpecError
-from kvplan.logparse import parse
+from kvplan.logs import overheads
+from kvplan.logs.checklog import infer_gpu
+from kvplan.logs.logparse import parse
 from kvplan.specs.registry import all_gpus, load_gpu
 from kvplan.units import GiB
 

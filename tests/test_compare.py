@@ -1,9 +1,8 @@
-"""`kvplan compare`: variants as spec transformations, the seeds' comparisons, the ladder, formats, charts."""
+"""`kvplan compare`: variants as spec transformations, the README's comparisons, the ladder, formats, charts."""
 
 from __future__ import annotations
 
 import csv
-import importlib
 import io
 import json
 import sys
@@ -13,11 +12,10 @@ import pytest
 
 from helpers import run_cli
 from kvplan.errors import UsageError
-from kvplan.plan import PlanRequest
+from kvplan.plan.plan import PlanRequest
+from kvplan.search import compare
 from kvplan.specs.registry import load_gpu, load_model
 from kvplan.units import GiB, KiB
-
-compare = importlib.import_module("kvplan.compare")  # the name kvplan.compare is the API function
 
 
 def base(model="llama2-7b", gpu="H100", n=1, **kw) -> PlanRequest:
@@ -25,7 +23,7 @@ def base(model="llama2-7b", gpu="H100", n=1, **kw) -> PlanRequest:
 
 
 def test_seed001_cross_model_ratios():
-    # seed 001 10.2.7: 405B 516 KB, Qwen2.5-72B 327 KB, DeepSeek-V3 70 KB per token: ~7x and ~5x
+    # DeepSeek-V2, arXiv:2405.04434: 405B 516 KB, Qwen2.5-72B 327 KB, DeepSeek-V3 70 KB per token: ~7x and ~5x
     j = run_cli(
         "compare", "table", "--models", "llama3.1-405b,qwen2.5-72b,deepseek-v3", "--format", "json"
     ).json()
@@ -108,7 +106,7 @@ def test_infeasible_row_keeps_the_table():
 
 
 def test_ladder_reproduces_seed_000_15_8():
-    # the seed's own assumptions: ~50 GiB of KV per GPU, requests averaging 8K (here with up to 16K
+    # the worked example's own assumptions (README, A worked example): ~50 GiB of KV per GPU, requests averaging 8K (here with up to 16K
     # preallocated by the naive baseline), a 6K-token prefix shared by 50% of requests
     j = run_cli(
         "compare",
@@ -130,13 +128,15 @@ def test_ladder_reproduces_seed_000_15_8():
     ).json()
     steps = {s["step"]: s for s in j["steps"]}
     conc = [s["max_concurrency"] for s in j["steps"]]
-    assert 10 <= steps["naive PyTorch"]["max_concurrency"] <= 20  # seed: 10-20
+    assert 10 <= steps["naive PyTorch"]["max_concurrency"] <= 20  # README, A worked example: 10-20
     assert steps["+ PagedAttention"]["factor"] == pytest.approx(2.0, rel=0.06)  # 16K reserved, 8K used
-    assert steps["+ GQA"]["max_concurrency"] == 159  # seed: 400 GiB / 2.5 GiB = 160 (one null block)
+    assert (
+        steps["+ GQA"]["max_concurrency"] == 159
+    )  # README, A worked example: 400 GiB / 2.5 GiB = 160 (one null block)
     assert steps["+ GQA"]["factor"] == pytest.approx(8, rel=0.05)  # 64 query heads, 8 KV heads
-    assert steps["+ INT8 KV"]["factor"] == pytest.approx(2.0, rel=0.01)  # seed: ~300
-    assert 1.5 <= steps["+ prefix caching"]["factor"] <= 2.0  # seed: "1.5-2x", ~500
-    assert steps["+ MLA + FP8"]["max_concurrency"] >= 1000  # seed: "~1000+"
+    assert steps["+ INT8 KV"]["factor"] == pytest.approx(2.0, rel=0.01)  # README, A worked example: ~300
+    assert 1.5 <= steps["+ prefix caching"]["factor"] <= 2.0  # README, A worked example: "1.5-2x", ~500
+    assert steps["+ MLA + FP8"]["max_concurrency"] >= 1000  # README, A worked example: "~1000+"
     assert conc == sorted(conc)
     assert steps["+ MLA + FP8"]["cumulative"] == pytest.approx(conc[-1] / conc[0])
     assert j["kv_budget_bytes_per_gpu"] == 50 * GiB
@@ -144,7 +144,11 @@ def test_ladder_reproduces_seed_000_15_8():
 
 def test_ladder_defaults_and_mla_replication_note():
     r = run_cli("compare", "ladder")
-    assert r.exit_code == 0 and "the ladder (seed 000 15.8)" in r.stdout and "same KV budget" in r.stdout
+    assert (
+        r.exit_code == 0
+        and "the ladder (README, Comparing models and techniques)" in r.stdout
+        and "same KV budget" in r.stdout
+    )
     j = run_cli("compare", "ladder", "--format", "json").json()
     # llama3-70b, 8K, half of it held on average, 3/4 of that shared by half the requests
     assert (j["max_model_len"], j["avg_context_tokens"], j["shared_prefix_tokens"]) == (8192, 4096, 3072)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvplan import speed
+from kvplan.speed import step_model
 
 ROOT = Path(__file__).resolve().parent.parent
 FIT_YAML = ROOT / "kvplan" / "data" / "decode_fit.yaml"
@@ -86,7 +86,7 @@ def test_leave_one_source_out_figures_are_what_the_fits_give(bench, rows, evalua
 
 
 def test_frozen_test_set_figures(bench, rows, evaluation):
-    errs = bench.errors(rows["frozen"], speed.coefficients())
+    errs = bench.errors(rows["frozen"], step_model.coefficients())
     med, worst = bench.summary(errs)
     assert med == pytest.approx(evaluation["frozen_test"]["median_abs"], abs=5e-4)
     assert worst == pytest.approx(evaluation["frozen_test"]["worst_abs"], abs=5e-4)
@@ -110,8 +110,8 @@ def test_the_readme_quotes_the_leave_one_source_out_figures(bench, evaluation):
 
 
 def test_labels_say_fitted_clamped_or_assumed(bench):
-    c = speed.coefficients()
-    for name in speed.COEFFICIENTS:
+    c = step_model.coefficients()
+    for name in step_model.COEFFICIENTS:
         source = c.sources[name]
         if name in bench.FITTED:
             lo, hi = bench.BOUNDS[name]
@@ -125,14 +125,14 @@ def test_labels_say_fitted_clamped_or_assumed(bench):
 def _row(bench, rows, line: int):
     for p in rows["dev"] + rows["frozen"]:
         if p.case.row.line == line:
-            return p, bench.predict(p, speed.coefficients())
+            return p, bench.predict(p, step_model.coefficients())
     raise AssertionError(f"row {line} is not usable")
 
 
 def test_weights_term_is_the_gemm_roofline(bench, rows):
     # vLLM 0.11, Qwen3-8B bf16, 1x H100 SXM, batch 1 (ShareGPT means 233 in / 221 out): 36 layers x 4
     # GEMMs + the LM head = 145 GEMMs, 15.14 GB, each streamed at eff x 3.35 TB/s after its fixed cost
-    c = speed.coefficients()
+    c = step_model.coefficients()
     p, step = _row(bench, rows, 32)
     assert p.case.row.tpot_ms == 7.22
     gemms = p.inputs.stages[0].gemms
@@ -149,7 +149,7 @@ def test_moe_experts_are_one_grouped_gemm_per_projection(bench, rows):
     # SGLang 0.5.12, DeepSeek-R1-0528 fp8, 8x H200 TP 8, 4 concurrent requests, 1k/1k: 58 MoE layers, each
     # a routing cost plus the touched experts' bytes (1 - (1 - 8/256)^4 of 256) streamed as two grouped
     # GEMMs, each paying the GEMM fixed cost once
-    c = speed.coefficients()
+    c = step_model.coefficients()
     p, step = _row(bench, rows, 39)
     e = p.inputs.stages[0].experts
     touched = 256 * (1 - (1 - 8 / 256) ** 4)
@@ -164,7 +164,7 @@ def test_static_batch_includes_its_context_phase_and_pre_xqa_reads(bench, rows):
     # TensorRT-LLM v0.6.1 gptSessionBenchmark, Llama-2-70B fp8, 2x H100, batch 64, 2048 in / 2048 out:
     # KV at 3072 tokens (2048 + 2048 / 2): 64 x 3072 x 81,920 B/GPU, read once per query head (8 per KV
     # head, masked MHA before XQA); the run: (64 x prefill + 2047 x step) / 2048
-    c = speed.coefficients()
+    c = step_model.coefficients()
     p, step = _row(bench, rows, 82)
     assert p.case.row.metric == bench.BATCH and p.case.row.kv_reads_per_head
     assert step.kv_bytes_read == 64 * 3072 * 81920 * 8
@@ -177,7 +177,7 @@ def test_static_batch_includes_its_context_phase_and_pre_xqa_reads(bench, rows):
 def test_served_itl_includes_the_other_prompts(bench, rows):
     # NIM 1.8.0, Llama-3.3-70B fp8, 2x H100, 5000 in / 500 out at concurrency 50: the step plus the
     # other 49 requests' 5000-token prompts, one per slot every 500 steps
-    c = speed.coefficients()
+    c = step_model.coefficients()
     p, step = _row(bench, rows, 9)
     assert p.prefill_ms == pytest.approx(373.09, abs=0.01)
     assert bench.published_ms(p, c) == pytest.approx(step.tpot_ms + 49 * p.prefill_ms / 500, rel=1e-9)

@@ -16,8 +16,8 @@ from kvplan.engines.base import parse_version_text
 from kvplan.engines.sglang import memory_settings, request_limits
 from kvplan.engines.vllm import CHUNKED_HYBRID_ENV, chunked_hybrid_default
 from kvplan.errors import RequestDoesNotFit, UsageError
-from kvplan.logparse import parse
-from kvplan.offload import offloaded_bytes
+from kvplan.logs.logparse import parse
+from kvplan.plan.offload import offloaded_bytes
 from kvplan.specs.registry import load_gpu
 from kvplan.units import GiB, MiB
 

@@ -1,4 +1,4 @@
-"""Golden cases built by hand from the engines' rules (shared/reference/engines.md).
+"""Golden cases built by hand from the engines' rules (README, How the engines size their KV cache).
 
 Each expected figure is worked out in the comment beside it from the rule, not read back
 from kvplan: page bytes per layer, blocks, tokens, concurrency, log lines.
@@ -14,7 +14,7 @@ import yaml
 from helpers import REPO, plan, run_cli
 from kvplan.engines.sglang import memory_settings as sglang_memory_settings
 from kvplan.errors import UsageError
-from kvplan.plan import PlanRequest, estimate
+from kvplan.plan.plan import PlanRequest, estimate
 from kvplan.specs.registry import load_gpu, load_model
 from kvplan.units import GiB
 
@@ -541,9 +541,9 @@ def test_sglang_reproduces_the_qwq_l4_log():
         engine="sglang",
         engine_version="0.4.3.post4",
     )
-    assert p.settings.engine_defaults["mem_fraction_static"] == 0.85
-    assert "0.4.0-0.4.6.post1" in p.settings.engine_defaults["mem_fraction_static_source"]
-    assert p.settings.engine_defaults["cuda_graph_max_bs"] == 80  # the log's cuda_graph_max_bs=80
+    assert p.settings.engine_defaults.mem_fraction_static == 0.85
+    assert "0.4.0-0.4.6.post1" in (p.settings.engine_defaults.mem_fraction_static_source or "")
+    assert p.settings.engine_defaults.cuda_graph_max_bs == 80  # the log's cuda_graph_max_bs=80
     # startup: 22.03 GiB (L4) - 21.63 free = 0.40 GiB = CUDA context 0.35 + NCCL 0.05
     assert p.reserve_bytes_per_gpu == pytest.approx(22.03 * GiB - 21.63 * GiB, abs=0.01 * GiB)
     # kvplan: (22.03 - 0.40) x 0.85 - 15.26 GiB weights - 0.2 GiB load = 2.93 GiB, 48,044 tokens (+3.1%);

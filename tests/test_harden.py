@@ -400,7 +400,7 @@ def test_to_json_never_prints_nan():
 
 
 def _no_measuring(monkeypatch):
-    from kvplan import calibrate
+    from kvplan.calibrate import run as calibrate
 
     def boom(*a, **k):
         raise AssertionError("measured before checking the arguments")
@@ -471,8 +471,8 @@ def test_plot_output_not_through_symlink(tmp_path):
 
 _SAVER = """
 import sys
-from kvplan import overheads
-from kvplan.overheads import Overhead
+from kvplan.logs import overheads
+from kvplan.logs.overheads import Overhead
 path, tag = overheads.default_path(), sys.argv[1]
 for i in range(25):
     overheads.save(path, Overhead(f"m{tag}{i}", "H100", "vllm", 1, 1, 8192, 1, "0.11", "2025-01-01", "x"))
@@ -480,7 +480,7 @@ for i in range(25):
 
 
 def test_concurrent_saves_keep_every_entry(tmp_path):
-    from kvplan import overheads
+    from kvplan.logs import overheads
 
     env = {**os.environ, "KVPLAN_DATA_DIR": str(tmp_path)}
     procs = [subprocess.Popen([sys.executable, "-c", _SAVER, tag], env=env) for tag in "ab"]

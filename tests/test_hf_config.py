@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli
-from kvplan import kv
 from kvplan.formats import KV_DTYPES
-from kvplan.params import param_breakdown
+from kvplan.model import kv
+from kvplan.model.params import param_breakdown
 from kvplan.specs.registry import load_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"

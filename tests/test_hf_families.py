@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli
-from kvplan import kv
 from kvplan.errors import SpecError
 from kvplan.formats import KV_DTYPES
-from kvplan.params import is_moe_layer, param_breakdown
+from kvplan.model import kv
+from kvplan.model.params import is_moe_layer, param_breakdown
 from kvplan.specs.hf.decilm import ffn_mult_to_intermediate_size
 from kvplan.specs.hf.moe import read_moe
 from kvplan.specs.hf.reader import Reader

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO, plan, run_cli
-from kvplan import kv
 from kvplan.engines.sglang import _mamba_pool, sglang_report
 from kvplan.engines.sglang import memory_settings as sglang_memory_settings
 from kvplan.formats import KV_DTYPES
-from kvplan.params import param_breakdown
+from kvplan.model import kv
+from kvplan.model.params import param_breakdown
 from kvplan.specs.models import FullAttention, NoCache, RecurrentState
 from kvplan.specs.registry import load_model
 from kvplan.units import GiB

@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from helpers import REPO, plan
-from kvplan import kv
 from kvplan.errors import UsageError
 from kvplan.formats import KV_DTYPES, kv_format
+from kvplan.model import kv
 from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,
@@ -138,8 +138,8 @@ def test_the_fact_sheet_covers_the_models_it_was_written_for():
 
 @pytest.mark.parametrize("spec", IN_SHEET, ids=lambda m: m.name)
 def test_shipped_models_match_the_reference_fact_sheet(spec):
-    """KV figures derived in the fact sheet (tests/fixtures/reference/model_facts.yaml, a copy of
-    shared/reference/model_facts.yaml) match kvplan's, in bf16."""
+    """KV figures derived in the fact sheet (tests/fixtures/reference/model_facts.yaml, each figure
+    with its public source) match kvplan's, in bf16."""
     fact = FACTS[spec.name]
     k = fact["kv_cache"]
     layers = spec.layers

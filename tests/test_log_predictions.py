@@ -62,7 +62,7 @@ def test_every_real_log_is_evaluated_or_skipped_with_a_reason():
 
 @pytest.mark.parametrize("name", sorted(p.name for p in lp.LOGS.glob("*.log")))
 def test_every_real_log_parses(name):
-    from kvplan.logparse import found_numbers, parse
+    from kvplan.logs.logparse import found_numbers, parse
 
     log = parse((lp.LOGS / name).read_text(errors="replace"))
     assert log.engine == name.split("_")[0] and found_numbers(log)

@@ -4,8 +4,8 @@ def test_qwen3_vl_vision_tower_params_follow_vllm_qwen3_vl_py():
     import json
     from pathlib import Path
 
-    from kvplan.params import vision_matrices
     from kvplan.specs.hf import model_from_config
+    from kvplan.specs.matrices import vision_matrices
 
     path = Path(__file__).parent / "fixtures/hf/corpus/qwen3-vl-30b-a3b-instruct.json"
     spec = model_from_config(json.loads(path.read_text()), path)

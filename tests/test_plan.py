@@ -7,9 +7,9 @@ import math
 import pytest
 
 from helpers import plan
-from kvplan import kv
 from kvplan.errors import InfeasibleError, UsageError
 from kvplan.formats import KV_DTYPES
+from kvplan.model import kv
 from kvplan.specs.registry import load_model
 from kvplan.units import GiB, KiB
 
@@ -32,7 +32,7 @@ def test_block_rounding_charges_a_partial_block():
 
 def test_budget_is_utilization_minus_weights_minus_reserve():
     p = plan("llama3-8b", "H100", num_gpus=1, max_model_len=8192)
-    # engines.md: vLLM's default utilization is 0.92 from 0.20 on, 0.9 before
+    # README, How the engines size their KV cache: vLLM's default utilization is 0.92 from 0.20 on, 0.9 before
     assert p.settings.gpu_memory_utilization == 0.92
     assert p.requested_bytes_per_gpu == math.ceil(p.memory_bytes_per_gpu * 0.92)
     old = plan("llama3-8b", "H100", num_gpus=1, max_model_len=8192, engine_version="0.18")
@@ -61,7 +61,7 @@ def test_pipeline_stages_hold_their_own_layers():
 
 
 def test_uneven_pipeline_split_like_vllm():
-    from kvplan.parallel import stage_ranges
+    from kvplan.model.parallel import stage_ranges
 
     assert [len(r) for r in stage_ranges(61, 4)] == [15, 15, 16, 15]
     assert [len(r) for r in stage_ranges(126, 4)] == [31, 32, 32, 31]

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvplan.errors import InfeasibleError
-from kvplan.plan import PlanRequest, estimate
+from kvplan.plan.plan import PlanRequest, estimate
 from kvplan.specs.registry import load_gpu, load_model
 
 MODELS = [
@@ -84,8 +84,8 @@ def test_longer_context_never_more_users(model, gpu, a, b, block_size):
 @SETTINGS
 @given(st.sampled_from(MODELS), st.sampled_from(["bf16", "fp8", "int4"]), st.integers(1, 131072))
 def test_kv_per_request_is_monotone_in_context(model, dtype, context):
-    from kvplan import kv
     from kvplan.formats import kv_format
+    from kvplan.model import kv
 
     spec = load_model(model)
     fmt = kv_format(dtype, spec.activation_dtype)

@@ -10,9 +10,9 @@ import pytest
 from helpers import run_cli
 from kvplan.errors import SpecError
 from kvplan.formats import weight_format
-from kvplan.params import weight_matrices
+from kvplan.model.weights import matrix_stage_weights
+from kvplan.specs.matrices import weight_matrices
 from kvplan.specs.registry import load_model
-from kvplan.weights import matrix_stage_weights
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "hf" / "corpus"
 

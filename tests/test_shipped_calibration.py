@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from helpers import run_cli
-from kvplan import calibration, userdata
+from kvplan import userdata
+from kvplan.calibrate import calibration
 from kvplan.specs.registry import load_gpu
 from kvplan.userdata import profile_path
 

@@ -9,11 +9,11 @@ import math
 import pytest
 
 from helpers import plan, run_cli
-from kvplan import speed
 from kvplan.errors import InfeasibleError
-from kvplan.parallel import valid_tps
-from kvplan.solve import Query, solve, verdict
+from kvplan.model.parallel import valid_tps
+from kvplan.search.solve import Query, solve, verdict
 from kvplan.specs.registry import load_gpu, load_model
+from kvplan.speed import step_model
 
 
 def _meets(model, gpu, n, tp, pp, dtype, length, users, tpot_ms) -> bool:
@@ -27,7 +27,7 @@ def _meets(model, gpu, n, tp, pp, dtype, length, users, tpot_ms) -> bool:
     if tpot_ms is None:
         return True
     dp = p.cluster.data_parallel_size
-    step = speed.decode_step(p.decode.inputs, math.ceil(users / dp), p.kv_bytes_per_request_per_gpu)
+    step = step_model.decode_step(p.decode.inputs, math.ceil(users / dp), p.kv_bytes_per_request_per_gpu)
     return step.tpot_ms <= tpot_ms
 
 
@@ -57,7 +57,7 @@ def test_answers_meet_the_targets_and_no_smaller_layout_does():
             users,
             tpot,
         )
-        assert a.margins["users"] >= 0 and a.margins["tpot"] >= 0
+        assert a.margins.users >= 0 and (a.margins.tpot or 0) >= 0
     # every layout on fewer GPUs fails a target (brute force over TP x PP x DP and KV dtype)
     spec = load_model(model)
     for n in range(1, best.num_gpus):
@@ -204,10 +204,10 @@ def test_pipeline_stages_are_not_free_and_solve_says_why():
             or "the weights do not fit" in (a.why_pipeline or "")
             or ("does not fit" in (a.why_pipeline or ""))
         )
-        assert a.tpot_source.startswith(speed.FITTED)
-        assert a.decode_step["tpot_ms"] == pytest.approx(a.tpot_ms)
+        assert a.tpot_source.startswith(step_model.FITTED)
+        assert a.decode_step.tpot_ms == pytest.approx(a.tpot_ms)
     pp = [a for a in answers if a.pipeline_parallel_size > 1]
-    assert pp and all(a.decode_step["pp_hop_ms"] > 0 for a in pp)
+    assert pp and all(a.decode_step.pp_hop_ms > 0 for a in pp)
     # one stage fewer at the same TP is never slower for one user
     tp8 = plan("llama3-70b", "H100", num_gpus=8, tp=8, pp=1, max_model_len=8192)
     tp8pp2 = plan("llama3-70b", "H100", num_gpus=16, nodes=2, tp=8, pp=2, max_model_len=8192)

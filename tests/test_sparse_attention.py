@@ -2,7 +2,7 @@
 
 Every figure is worked by hand in a comment; sources: vLLM deepseek_v2.py (DeepseekV32IndexerCache),
 v1/attention/backends/mla/flashmla_sparse.py (fp8_ds_mla) and sparse_swa.py (V4 584 B entries);
-SGLang model_executor/pool_configurator.py (DSA cell size, DSV4PoolConfigurator); seed 001 10.2.8.
+SGLang model_executor/pool_configurator.py (DSA cell size, DSV4PoolConfigurator); README, The formulas: DeepSeek-V4.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli
-from kvplan import kv
 from kvplan.formats import KV_DTYPES
+from kvplan.model import kv
 from kvplan.specs.models import CompressedLatent
 from kvplan.specs.registry import load_model
 
@@ -38,7 +38,7 @@ def test_deepseek_v32_bytes_per_token():
     assert per_token_bytes(spec, BF16) == 61 * (1152 + 132) == 78_324
     # fp8 -> fp8_ds_mla: 61 x (656 + 132) = 61 x 788 = 48,068
     assert per_token_bytes(spec, FP8) == 61 * (656 + 132) == 48_068
-    # the latent and the indexer key are replicated on TP (engines.md): the same on each of 8 ranks
+    # the latent and the indexer key are replicated on TP (README, How the engines size their KV cache): the same on each of 8 ranks
     assert kv.model_bits_per_token(spec.layers, FP8, tp=8) // 8 == 48_068
 
 

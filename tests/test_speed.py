@@ -5,23 +5,23 @@ from __future__ import annotations
 import pytest
 
 from helpers import plan, run_cli
-from kvplan import speed
 from kvplan.specs.registry import load_gpu
+from kvplan.speed import step_model
 
 
 def test_experts_touched():
     # 1 - (1 - k/E)^batch: one token touches k of E experts; many tokens touch nearly all
-    assert speed.experts_touched(1, 32, 4) == pytest.approx(4 / 32)
-    assert speed.experts_touched(8, 32, 4) == pytest.approx(1 - (28 / 32) ** 8)
-    assert speed.experts_touched(512, 32, 4) > 0.999
-    assert speed.experts_touched(7, 0, 0) == 1.0  # dense
+    assert step_model.experts_touched(1, 32, 4) == pytest.approx(4 / 32)
+    assert step_model.experts_touched(8, 32, 4) == pytest.approx(1 - (28 / 32) ** 8)
+    assert step_model.experts_touched(512, 32, 4) > 0.999
+    assert step_model.experts_touched(7, 0, 0) == 1.0  # dense
 
 
 def test_dense_step_adds_its_terms():
     p = plan("llama3-8b", "H100", num_gpus=1, max_model_len=8192, kv_cache_memory_bytes=40 * 2**30)
     d = p.decode
-    c = speed.coefficients()
-    assert not d.measured and speed.FITTED in d.bandwidth_source
+    c = step_model.coefficients()
+    assert not d.measured and step_model.FITTED in d.bandwidth_source
     one = d.batch_1
     # every weight GEMM: (bytes + half) / (efficiency x datasheet); 32 layers x 4 fused GEMMs + LM head
     gemms = d.inputs.stages[0].gemms
@@ -32,13 +32,15 @@ def test_dense_step_adds_its_terms():
     # the input embedding is gathered by row, not streamed
     assert one.weight_bytes_read == sum(g.count * g.weight_bytes for g in gemms)
     assert one.weight_bytes_read < p.weight_bytes_per_gpu
-    assert one.kv_bytes_read == p.kv_bytes_per_request_per_gpu == 8192 * 32 * 8 * 256 * 2  # seed 003: 1 GiB
+    assert (
+        one.kv_bytes_read == p.kv_bytes_per_request_per_gpu == 8192 * 32 * 8 * 256 * 2
+    )  # README, The formulas: 1 GiB
     assert one.launch_ms == pytest.approx(32 * c.launch_per_layer_s * 1e3)
     assert one.communication_ms == 0 and one.pp_hop_ms == 0 and one.moe_ms == 0  # TP 1, PP 1, dense
     total = one.weights_ms + one.attention_ms + one.launch_ms + one.overhead_ms
     assert one.tpot_ms == pytest.approx(total)
-    assert set(one.sources.values()) == {speed.FITTED, speed.CURVE}
-    assert one.sources["attention"] == speed.CURVE
+    assert set(one.sources.values()) == {step_model.FITTED, step_model.CURVE}
+    assert one.sources["attention"] == step_model.CURVE
     full = d.at_max_concurrency
     assert full.batch == p.max_concurrency_per_replica
     assert full.kv_bytes_read == full.batch * p.kv_bytes_per_request_per_gpu
@@ -65,7 +67,7 @@ def test_moe_reads_only_the_experts_it_routes_to():
 
 
 def test_tensor_and_pipeline_parallel_costs():
-    c = speed.coefficients()
+    c = step_model.coefficients()
     tp8 = plan("llama3-70b", "H100", num_gpus=8, max_model_len=8192)
     one = tp8.decode.batch_1
     # 2 all-reduces per layer, each latency + 2 (tp - 1) / tp x 8 KiB / NVLink
@@ -106,16 +108,16 @@ def test_a_profile_replaces_the_terms_it_measured():
     p = plan("llama3-8b", "H100", num_gpus=1, max_model_len=8192, calibration=_Profile())
     one = p.decode.batch_1
     assert p.decode.measured
-    assert one.sources["weights"] == one.sources["attention"] == speed.MEASURED
+    assert one.sources["weights"] == one.sources["attention"] == step_model.MEASURED
     # a profile's launch floor is one trivial kernel, not a layer's small ops: the fitted cost stays
-    assert one.sources["overhead"] == one.sources["launch"] == speed.FITTED
+    assert one.sources["overhead"] == one.sources["launch"] == step_model.FITTED
     assert one.weights_ms == pytest.approx(129 * 1e-5 * 1e3)  # 129 GEMMs at the measured 10 us
     assert one.attention_ms == pytest.approx(one.kv_bytes_read / 2.0e12 * 1e3)
-    assert one.launch_ms == pytest.approx(32 * speed.coefficients().launch_per_layer_s * 1e3)
-    assert base.decode.batch_1.sources["weights"] == speed.FITTED
+    assert one.launch_ms == pytest.approx(32 * step_model.coefficients().launch_per_layer_s * 1e3)
+    assert base.decode.batch_1.sources["weights"] == step_model.FITTED
     assert "measured on this machine" in p.decode.bandwidth_source
     j = p.to_dict()["decode"]
-    assert j["batch_1"]["sources"]["weights"] == speed.MEASURED and "weights_ms" in j["batch_1"]
+    assert j["batch_1"]["sources"]["weights"] == step_model.MEASURED and "weights_ms" in j["batch_1"]
 
 
 def test_prefill_from_flops():

@@ -8,7 +8,7 @@ import pytest
 
 from helpers import REPO, plan
 from kvplan.engines import vllm_memory as vm
-from kvplan.logparse import parse
+from kvplan.logs.logparse import parse
 from kvplan.specs.registry import load_gpu
 from kvplan.units import GiB, MiB
 
@@ -153,7 +153,7 @@ def test_vision_language_models_warn_that_the_encoder_profile_is_not_counted():
     vl = plan(str(REPO / "tests/fixtures/hf/corpus/qwen3-vl-30b-a3b-instruct.json"), "H100", num_gpus=2,
               max_model_len=8192)  # fmt: skip
     warning = next(a for a in vl.assumptions if a.startswith("WARNING: kvplan does not count vLLM's profile"))
-    assert "vision tower's weights" not in warning  # counted now (kvplan/params.py vision_matrices)
+    assert "vision tower's weights" not in warning  # counted now (kvplan/model/params.py vision_matrices)
     text = plan(str(REPO / "tests/fixtures/hf/corpus/qwen3-coder-30b-a3b-instruct.json"), "H100", num_gpus=2,
                 max_model_len=8192)  # fmt: skip
     assert not any("vision encoder" in a for a in text.assumptions)

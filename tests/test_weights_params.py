@@ -6,9 +6,9 @@ import pytest
 
 from helpers import plan
 from kvplan.formats import WEIGHT_DTYPES, weight_format
-from kvplan.params import architecture_params, param_breakdown
+from kvplan.model.params import architecture_params, param_breakdown
+from kvplan.model.weights import param_bytes, stage_weights
 from kvplan.specs.registry import all_models, load_model
-from kvplan.weights import param_bytes, stage_weights
 
 
 @pytest.mark.parametrize("spec", [m for m in all_models() if m.total_params], ids=lambda m: m.name)

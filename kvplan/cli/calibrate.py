@@ -47,11 +47,11 @@ def calibrate(
 
     Parts: kvplan's paged decode kernel (--model takes that model's head layout, default GQA 32/8 x
     128), decode-shaped GEMMs (bf16, fp16, fp8 on sm89+), the kernel launch floor, and all-reduces
-    over the local GPUs (torchrun; across nodes run `torchrun ... -m kvplan.calibrate_dist`).
+    over the local GPUs (torchrun; across nodes run `torchrun ... -m kvplan.calibrate.dist`).
     --output is the profile's path (default: kvplan's data dir)."""
     from rich.console import Console
 
-    from kvplan.calibrate import measure_and_save
+    from kvplan.calibrate.run import measure_and_save
 
     err = Console(stderr=True, soft_wrap=True)  # progress goes to stderr, so --json stays parseable
     prof, path = measure_and_save(

@@ -36,7 +36,7 @@ def check_log(
     """Hold a pasted vLLM/SGLang startup log against kvplan: the same numbers, side by side, and why they differ.
 
     The model, GPU and engine settings come from the log; the flags fill in what it does not say."""
-    from kvplan import inputs
+    from kvplan.commands import inputs
 
     overrides = {
         "engine_version": engine_version,

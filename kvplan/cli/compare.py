@@ -9,7 +9,7 @@ import typer
 
 from kvplan.cli import options as o
 from kvplan.cli.app import console, reports_errors
-from kvplan.comparisons import ClusterFlags
+from kvplan.commands.comparisons import ClusterFlags
 from kvplan.errors import UsageError
 
 app = typer.Typer(
@@ -58,7 +58,7 @@ def table_cmd(
     """One row per model x variant: KV per token, vs MHA, per request, max requests, decode KV read time.
 
     Each request holds --max-model-len tokens (default 8K; a model's maximum if lower)."""
-    from kvplan import comparisons
+    from kvplan.commands import comparisons
     from kvplan.render import rows as render_rows
 
     fmt = _format(fmt, json_out)
@@ -95,11 +95,11 @@ def ladder_cmd(
     fmt: o.Format = "table",
     json_out: o.Json = False,
 ) -> None:
-    """Seed 000 15.8's ladder for your model and GPUs: naive -> paged -> GQA -> INT8 -> prefix -> MLA + FP8.
+    """The optimisation ladder (README, Comparing models and techniques) for your model and GPUs: naive -> paged -> GQA -> INT8 -> prefix -> MLA + FP8.
 
     Defaults: --avg-context half of --max-model-len, --shared-prefix-tokens 3/4 of --avg-context,
-    --prefix-hit-rate 0.5 (the seed's 50%)."""
-    from kvplan import comparisons
+    --prefix-hit-rate 0.5 (the README's worked example)."""
+    from kvplan.commands import comparisons
     from kvplan.render import rows as render_rows
 
     fmt = _format(fmt, json_out)
@@ -147,7 +147,7 @@ def plot_cmd(
     """Max concurrency vs context (log axis) and the memory per GPU, per model/variant; in the terminal too.
 
     --max-model-len is the longest context on the x axis (default: the longest model maximum)."""
-    from kvplan import comparisons
+    from kvplan.commands import comparisons
     from kvplan.render import chart as render_chart
 
     path = _chart_path(output)

@@ -205,8 +205,8 @@ def estimate(
 ) -> None:
     """How a model fits on GPUs: weights, KV budget, KV per token, pool tokens, concurrent requests."""
     flags = {k: v for k, v in locals().items() if k not in ("json_out", "explain")}  # the plan's inputs
-    from kvplan import inputs
-    from kvplan.plan import estimate as run_estimate
+    from kvplan.commands import inputs
+    from kvplan.plan.plan import estimate as run_estimate
 
     req = inputs.plan_request(inputs.EstimateFlags(**flags))
     for warning in req.model.warnings:  # before planning: an infeasible verdict may rest on them too

@@ -128,7 +128,12 @@ MaxNumBatchedTokens = Annotated[str, _max_num_batched_tokens()]
 MaybeMaxNumBatchedTokens = Annotated[str | None, _max_num_batched_tokens()]
 Models = Annotated[
     str | None,
-    typer.Option("--models", "-m", "--model", help="Comma-separated models (default: the seeds' models)."),
+    typer.Option(
+        "--models",
+        "-m",
+        "--model",
+        help="Comma-separated models (default: llama3-70b, llama3.1-405b, qwen2.5-72b, deepseek-v3).",
+    ),
 ]
 Variants = Annotated[
     str,

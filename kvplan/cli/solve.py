@@ -72,7 +72,7 @@ def solve(
     full context unless --input-len/--output-len (the mean over a decode) or --avg-context say otherwise."""
     flags = {k: v for k, v in locals().items() if k not in ("json_out", "gpu", "no_calibration")}
     flags["calibration"] = not no_calibration
-    from kvplan import inputs
+    from kvplan.commands import inputs
     from kvplan.errors import UsageError
 
     if gpu is not None and gpus is not None:

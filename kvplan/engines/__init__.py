@@ -1,6 +1,9 @@
 """The serving engines kvplan reproduces, behind one interface (base.Engine).
 
 A third engine is one more module with an `Engine` subclass and one more entry in ENGINES.
+Owns each engine's memory rules (vllm_memory.py, sglang_memory.py) and kvplan's estimate of
+the non-KV reserve (budget.py). May import: the base modules, kvplan.specs, kvplan.model,
+kvplan.calibrate (the profile) and kvplan.request.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from kvplan.engines.base import (
     ENGINE_KV_DTYPES,
     Budget,
     Engine,
+    EngineDefaults,
     EngineReport,
     EngineUnsupported,
     GroupSummary,
@@ -35,6 +39,7 @@ __all__ = [
     "ENGINE_KV_DTYPES",
     "Budget",
     "Engine",
+    "EngineDefaults",
     "EngineReport",
     "EngineUnsupported",
     "GroupSummary",

@@ -3,14 +3,14 @@
 kvplan's planner models what physically fits; an engine (vllm.py, sglang.py) adds its own
 rounding, grouping, defaults and log lines. A third engine is one more file implementing
 `Engine` and one line in `engines/__init__.py`. Every rule names its source in
-`shared/reference/engines.md` or the engine's own source file.
+the engine's own source file at a release (README, How the engines size their KV cache).
 """
 
 from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kvplan.errors import UsageError
@@ -19,7 +19,7 @@ from kvplan.limits import MAX_VERSION_CHARS
 from kvplan.specs.models import GpuSpec, Layer, ModelSpec, RecurrentState
 
 if TYPE_CHECKING:
-    from kvplan.budget import Reserve
+    from kvplan.engines.budget import Reserve
     from kvplan.request import PlanRequest
 
 Version = tuple[int, int]
@@ -131,16 +131,30 @@ class StageCache:
 
 
 @dataclass(frozen=True)
+class EngineDefaults:
+    """The flags a plan took from the engine's defaults because none was given; `--json` lists
+    only those taken, in this order."""
+
+    dtype: str | None = None  # the model dtype (--dtype auto)
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    gpu_memory_utilization: float | None = None  # vLLM
+    cuda_graph_max_bs: int | None = None  # SGLang
+    chunked_prefill_size: int | None = None  # SGLang
+    mem_fraction_static: float | None = None  # SGLang
+    mem_fraction_static_source: str | None = None  # SGLang: the rule (and release) it came from
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
 class BatchDefaults:
     """What the engine's scheduler takes when --max-num-batched-tokens / --max-num-seqs are not given."""
 
     max_num_batched_tokens: int
     max_num_seqs: int | None  # None: the engine has no default cap kvplan models
     why: str  # the rule, for the assumptions
-
-
-RUNNERS = ("auto", "generate", "pooling")  # vLLM's --runner (vllm/config/model.py RunnerOption)
-USAGES = ("serve", "offline")  # vLLM's UsageContext: OPENAI_API_SERVER (`vllm serve`) or LLM_CLASS
 
 
 class Engine(ABC):

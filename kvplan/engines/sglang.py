@@ -1,6 +1,6 @@
 """SGLang's KV accounting: --mem-fraction-static, the token pool, the SWA pools, the lines it logs.
 
-Sources: shared/reference/engines.md (SGLang), read from python/sglang/srt/server_args.py
+Sources (README, How the engines size their KV cache): SGLang 0.5.x, python/sglang/srt/server_args.py
 (GPU memory settings) and python/sglang/srt/model_executor/model_runner.py (profile_max_num_token).
 """
 
@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvplan import kv
-from kvplan.budget import Reserve
 from kvplan.engines import sglang_memory
 from kvplan.engines.base import (
     Budget,
@@ -25,10 +23,12 @@ from kvplan.engines.base import (
     Version,
     fmt_version,
 )
+from kvplan.engines.budget import Reserve
 from kvplan.engines.sglang_memory import Release
 from kvplan.errors import UsageError
 from kvplan.formats import Format
-from kvplan.parallel import has_nvls
+from kvplan.model import kv
+from kvplan.model.parallel import has_nvls
 from kvplan.specs.models import (
     CompressedAttention,
     CompressedLatent,
@@ -229,7 +229,7 @@ def _pool_tokens(
         budget -= mamba.slots * mamba.bytes_per_request  # the KV pool gets the rest
     _, _, n, _ = _cells(layers, fmt, tp)
     cell = _cell_bytes(layers, fmt, tp)
-    # engines.md: max_total_num_tokens = available // cell_size, floored to the page size
+    # README, How the engines size their KV cache: max_total_num_tokens = available // cell_size, floored to the page size
     tokens = budget // cell if cell else 0
     if max_total_tokens is not None:
         # model_runner.py: --max-total-tokens caps the profiled figure before the page floor
@@ -285,7 +285,7 @@ def sglang_report(
     mem: SglangMemory,
     max_total_tokens: int | None = None,
 ) -> EngineReport:
-    """SGLang's max_total_num_tokens and its KV-pool log line (engines.md, SGLang)."""
+    """SGLang's max_total_num_tokens and its KV-pool log line (README, How the engines size their KV cache)."""
     pools = [
         _pool_tokens(layers, budget, fmt, tp, page_size, swa, swa_full_tokens_ratio, max_total_tokens)
         for layers, budget in zip(stage_layer_lists, stage_budgets, strict=True)
@@ -353,7 +353,9 @@ class Sglang(Engine):
     name = "sglang"
     display_name = "SGLang"
     latest = (0, 5)
-    null_blocks = 0  # engines.md: SGLang's padding slot lies outside its pool
+    null_blocks = (
+        0  # README, How the engines size their KV cache: SGLang's padding slot lies outside its pool
+    )
     own_flags = {
         "--mem-fraction-static": "mem_fraction_static",
         "--disable-hybrid-swa-memory": "disable_hybrid_swa_memory",
@@ -514,7 +516,7 @@ class Sglang(Engine):
             if given is not None
             else Reserve(0, 0, startup_bytes(gpu, tp, pp), 0, False)
         )
-        # engines.md (SGLang): available = free_after_weights - free_at_start x (1 - mem_fraction_static)
+        # SGLang (model_runner.py profile_max_num_token): available = free_after_weights - free_at_start x (1 - mem_fraction_static)
         requested = math.floor((gpu.memory_bytes - reserve.total) * mem.mem_fraction_static)
         if given is None:  # what loading takes beside the parameters comes out of free_after_weights
             requested -= sglang_memory.WEIGHT_LOAD_BYTES
@@ -567,7 +569,7 @@ class Sglang(Engine):
         return (
             "(memory - in use at startup) x mem_fraction_static - weights",
             f"{gpu.name} memory_bytes {gpu.memory_bytes:,}; mem_fraction_static {budget.mem_fraction_static:g}; "
-            "engines.md (SGLang)",
+            "SGLang python/sglang/srt/model_executor/model_runner.py at v0.5.0",
         )
 
     def prepare(self, layers: list[Layer], fmt: Format, block_size: int, tp: int, max_len: int) -> None:

@@ -1,6 +1,6 @@
 """vLLM's KV accounting: budget, block size, hybrid KV-cache groups, and the lines it logs.
 
-Sources: shared/reference/engines.md (vLLM), read from vllm/v1/core/kv_cache_utils.py,
+Sources (README, How the engines size their KV cache): vLLM at v0.11.0, vllm/v1/core/kv_cache_utils.py,
 vllm/v1/worker/gpu_worker.py and vllm/v1/kv_cache_interface.py.
 """
 
@@ -11,8 +11,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kvplan import kv
-from kvplan.budget import CUDA_GRAPH_BYTES, estimate_reserve, given_reserve, requested_bytes
 from kvplan.engines import vllm_memory as vm
 from kvplan.engines.base import (
     BatchDefaults,
@@ -26,8 +24,10 @@ from kvplan.engines.base import (
     VllmDetails,
     fmt_version,
 )
+from kvplan.engines.budget import CUDA_GRAPH_BYTES, estimate_reserve, given_reserve, requested_bytes
 from kvplan.errors import UsageError
 from kvplan.formats import Format
+from kvplan.model import kv
 from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,
@@ -47,11 +47,11 @@ from kvplan.units import GiB, ceil_div, fmt_gib
 
 # vllm/config/cache.py: BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
-DEFAULT_BLOCK_SIZE = 16  # engines.md: block_size default 16
+DEFAULT_BLOCK_SIZE = 16  # README, How the engines size their KV cache: block_size default 16
 
 
 def default_utilization(version: Version) -> float:
-    # engines.md: default 0.9 up to 0.18, 0.92 from 0.20 on
+    # README, How the engines size their KV cache: default 0.9 up to 0.18, 0.92 from 0.20 on
     return 0.92 if version >= (0, 20) else 0.9
 
 
@@ -134,12 +134,12 @@ def env_flag(name: str, text: str) -> bool:
 
 
 def tokens_from_concurrency(version: Version) -> bool:
-    # engines.md: 0.21 to 0.25 printed int(C * L) as the KV cache size in tokens
+    # README, How the engines size their KV cache: 0.21 to 0.25 printed int(C * L) as the KV cache size in tokens
     return (0, 21) <= version <= (0, 25)
 
 
 def default_block_size(spec: ModelSpec, gpu: GpuSpec) -> tuple[int, str]:
-    """(block size, why). engines.md: 16; MLA backends: FlashMLA 64, CUTLASS MLA 128."""
+    """(block size, why). README, How the engines size their KV cache: 16; MLA backends: FlashMLA 64, CUTLASS MLA 128."""
     if any(isinstance(layer, LatentAttention) and layer.index_head_dim for layer in spec.layers):
         # vllm/v1/attention/backends/mla/flashmla_sparse.py: kernel block size 64 only
         return 64, "FlashMLA sparse (the DSA backend) supports block size 64 only"
@@ -187,7 +187,7 @@ class VllmLayout:
             g = self.groups[0]
             held = [layers[i] for i in g.layer_ids if i in layer_ids]
             return sum(n * kv.page_bytes(la, fmt, g.block_size, tp) for la, n in kv.grouped(held))
-        # one tensor per slot, shared by the i-th layer of every group (engines.md: groups get
+        # one tensor per slot, shared by the i-th layer of every group (README, How the engines size their KV cache: groups get
         # equal page sizes); a stage needs as many slots as its fullest group
         slots = max(sum(1 for i in g.layer_ids if i in layer_ids) for g in self.groups)
         return self.groups[0].page_bytes * slots
@@ -205,7 +205,7 @@ def _spec_key(layer: Layer, hybrid: bool) -> tuple[str, int]:
 
 def _charge(kind: str, size: int, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> int:
     if kind == "sliding":
-        # engines.md: ceil(min(window - 1 + max_num_batched_tokens, max_model_len) / block_size) + 1
+        # README, How the engines size their KV cache: ceil(min(window - 1 + max_num_batched_tokens, max_model_len) / block_size) + 1
         return ceil_div(min(size - 1 + max_num_batched_tokens, max_model_len), block_size) + 1
     if kind == "state":
         # kv_cache_interface.py MambaSpec.max_memory_usage_bytes: one page per request
@@ -296,7 +296,7 @@ def vllm_layout(
     max_num_batched_tokens: int,
     hybrid: bool = True,
 ) -> VllmLayout:
-    """Group the model's layers the way vLLM's KV-cache manager does (engines.md, hybrid models)."""
+    """Group the model's layers the way vLLM's KV-cache manager does (README, How the engines size their KV cache)."""
     cached = _cached_layers(layers)
 
     def held(layer: Layer, bs: int) -> int:
@@ -372,9 +372,9 @@ def vllm_report(
     version: Version,
     num_gpu_blocks_override: int | None = None,
 ) -> EngineReport:
-    """vLLM's num_blocks, KV cache size and maximum concurrency (engines.md, Blocks and tokens)."""
+    """vLLM's num_blocks, KV cache size and maximum concurrency (README, How the engines size their KV cache)."""
     per_stage = [b // bb if bb else 0 for b, bb in zip(stage_budgets, stage_block_bytes, strict=True)]
-    # engines.md: every worker computes its own figure; the engine takes the minimum
+    # README, How the engines size their KV cache: every worker computes its own figure; the engine takes the minimum
     num_blocks = min(per_stage) if num_gpu_blocks_override is None else num_gpu_blocks_override
     groups = layout.groups
     per_req = layout.blocks_per_request
@@ -418,7 +418,7 @@ class Vllm(Engine):
     name = "vllm"
     display_name = "vLLM"
     latest = (0, 33)
-    null_blocks = 1  # engines.md: one block is kept as the null block
+    null_blocks = 1  # README, How the engines size their KV cache: one block is kept as the null block
     own_flags = {
         "--gpu-memory-utilization": "gpu_memory_utilization",
         "--num-gpu-blocks-override": "num_gpu_blocks_override",
@@ -759,7 +759,7 @@ class Vllm(Engine):
         return (
             "ceil(memory x gpu_memory_utilization) - weights - reserve",
             f"{gpu.name} memory_bytes {gpu.memory_bytes:,}; utilization {budget.gpu_memory_utilization:g}; "
-            "engines.md (vLLM)",
+            "vLLM vllm/v1/worker/gpu_worker.py at v0.11.0",
         )
 
     def prepare(self, layers: list[Layer], fmt: Format, block_size: int, tp: int, max_len: int) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.engines.base import Version
-from kvplan.parallel import has_nvls
+from kvplan.model.parallel import has_nvls
 from kvplan.specs.models import GpuSpec, VisionTower
 from kvplan.units import GiB, MiB
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from kvplan.comparisons import PlotResult
+    from kvplan.commands.comparisons import PlotResult
 
 _BARS = "▁▂▃▄▅▆▇█"
 

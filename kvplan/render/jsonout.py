@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvplan.calibrate import Profile
-    from kvplan.checklog import CheckResult
-    from kvplan.comparisons import PlotResult
-    from kvplan.solve import Answer, Query
+    from kvplan.calibrate.run import Profile
+    from kvplan.commands.comparisons import PlotResult
+    from kvplan.logs.checklog import CheckResult
+    from kvplan.search.solve import Answer, Query
     from kvplan.specs.models import GpuSpec, ModelSpec
 
 
@@ -28,7 +28,7 @@ def to_json(data: Any) -> str:
 
 def models_json(specs: list[ModelSpec]) -> list[dict[str, Any]]:
     from kvplan.formats import KV_DTYPES
-    from kvplan.kv import model_bits_per_token
+    from kvplan.model.kv import model_bits_per_token
 
     bf16 = KV_DTYPES["bf16"]
     return [
@@ -60,7 +60,7 @@ def profile_json(prof: Profile, path: Path) -> dict[str, Any]:
 
 
 def solve_json(q: Query, answers: list[Answer], max_context: bool) -> dict[str, Any]:
-    from kvplan.solve import SCHEMA
+    from kvplan.search.solve import SCHEMA
 
     return {
         "schema": SCHEMA,
@@ -81,7 +81,7 @@ def solve_json(q: Query, answers: list[Answer], max_context: bool) -> dict[str, 
 
 def plot_json(result: PlotResult, chart: Path | None) -> dict[str, Any]:
     """`compare plot --json`: the curves and the memory bars as numbers, and the chart written, if any."""
-    from kvplan.compare import SCHEMA
+    from kvplan.search.compare import SCHEMA
 
     return {
         "schema": SCHEMA,

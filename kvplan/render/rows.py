@@ -12,7 +12,7 @@ from kvplan.units import fmt_bytes, fmt_gib
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvplan.comparisons import LadderResult, TableResult
+    from kvplan.commands.comparisons import LadderResult, TableResult
 
 FORMATS = ("table", "md", "csv", "json")
 
@@ -31,7 +31,7 @@ TABLE_COLUMNS: Columns = [
     ("KV read/step, 1 req (datasheet BW)", "decode_kv_read_ms_one_request", "ms"),
     ("KV read/step, all (datasheet BW)", "decode_kv_read_ms", "ms"),
     ("offload read/step", "offload_read_ms", "ms"),
-    ("quality (seeds)", "quality", None),
+    ("quality (source)", "quality", None),
 ]
 # the lesser columns, in the order they go at a narrow terminal (max requests and KV/token stay)
 DROP_FIRST = (
@@ -105,32 +105,24 @@ def print_table(
 
 
 def table_json(result: TableResult) -> dict[str, Any]:
-    from kvplan.compare import SCHEMA
-
-    return {
-        "schema": SCHEMA,
-        "kind": "table",
-        "cluster": result.cluster,
-        "rows": [r.to_dict() for r in result.rows],
-        "notes": result.notes,
-    }
+    return result.to_dict()
 
 
 def table_title(result: TableResult) -> str:
-    c = result.cluster
+    c = result.cluster.layout
     base = result.base
-    if "num_gpus" not in c:  # no row could run: say what was asked for
+    if c is None:  # no row could run: say what was asked for
         gpus = f"{base.num_gpus}x " if base.num_gpus else ""
         tp = f", TP {base.tp}" if base.tp else ""
         return f"{gpus}{base.gpu.name}{tp}, {base.max_model_len or 0:,} tokens per request"
     return (
-        f"{c['num_gpus']}x {base.gpu.name}, TP {c.get('tensor_parallel_size', '?')}, "
-        f"{c.get('max_model_len', 0):,} tokens per request"
+        f"{c.num_gpus}x {base.gpu.name}, TP {c.tensor_parallel_size}, "
+        f"{result.cluster.max_model_len or 0:,} tokens per request"
     )
 
 
 def ladder_json(result: LadderResult) -> dict[str, Any]:
-    from kvplan.compare import SCHEMA
+    from kvplan.search.compare import SCHEMA
 
     return {
         "schema": SCHEMA,
@@ -149,9 +141,7 @@ def ladder_json(result: LadderResult) -> dict[str, Any]:
 
 def ladder_title(result: LadderResult) -> str:
     base = result.base
-    return (
-        f"{base.model.name} on {result.shipped.cluster.num_gpus}x {base.gpu.name}: the ladder (seed 000 15.8)"
-    )
+    return f"{base.model.name} on {result.shipped.cluster.num_gpus}x {base.gpu.name}: the ladder (README, Comparing models and techniques)"
 
 
 def _text(

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from kvplan import engines
-from kvplan.plan import Plan
+from kvplan.plan.plan import Plan
 from kvplan.render.layout import SafeTable, fitted_table, plain_table
 from kvplan.units import GiB, fmt_bytes, fmt_gib
 
@@ -233,7 +233,7 @@ def _render_engine(plan: Plan, console: Console) -> None:
 
 def render_models(models: list, console: Console) -> None:
     from kvplan.formats import KV_DTYPES
-    from kvplan.kv import model_bits_per_token
+    from kvplan.model.kv import model_bits_per_token
 
     headers = ["name", "HF id", "layers", "attention", "growing KV/token (bf16)", "max context"]
     rows = [
@@ -350,7 +350,7 @@ def render_check(result, console: Console, source: str, saved) -> None:
 
 def speed_source(answers) -> str:
     """Where the solve table's TPOT comes from."""
-    from kvplan.speed import is_measured
+    from kvplan.speed.step_model import is_measured
 
     labels = sorted({v for a in answers for v in a.plan.decode.batch_1.sources.values() if is_measured(v)})
     return "terms fitted to published runs" + "".join(f"; some {label}" for label in labels)
@@ -391,11 +391,11 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
             a.kv_cache_dtype,
             f"{a.max_model_len:,}",
             f"{a.max_concurrency:,}",
-            f"{a.margins['users']:+.0%}",
+            f"{a.margins.users:+.0%}",
             f"{a.tpot_ms:,.1f} ms",
         ]
         if q.tpot_ms:
-            row.append(f"{a.margins['tpot']:+.0%}")
+            row.append(f"{a.margins.tpot or 0:+.0%}")
         if q.prices:
             row.append(f"{a.cost_per_hour:,.2f}")
         rows.append(row)

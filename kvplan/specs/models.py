@@ -9,18 +9,25 @@ from __future__ import annotations
 
 import typing
 from functools import cached_property
-from typing import TYPE_CHECKING, Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, Union
 
 from kvplan.formats import KV_DTYPES, normalize_dtype_name
+from kvplan.specs import schema
 from kvplan.specs.record import Record
 
 if TYPE_CHECKING:
     # Only in annotations: kvplan/specs/schema.py evaluates them, with pydantic, to validate.
     from pydantic import Field, PositiveInt
 
+S = TypeVar("S", bound=Record)
+
 
 class _Strict(Record):
     """Validation (kvplan/specs/schema.py) forbids unknown fields; every spec is frozen."""
+
+    @classmethod
+    def model_validate(cls: type[S], data: Any) -> S:
+        return schema.validate_record(cls, data, LAYER_CLASSES, OTHER_RECORDS)
 
 
 class FullAttention(_Strict):
@@ -51,7 +58,7 @@ class ChunkedAttention(FullAttention):
 
 
 class CompressedAttention(FullAttention):
-    """One KV entry per `ratio` tokens (token-compressed attention, seed 001 10.2.8)."""
+    """One KV entry per `ratio` tokens (token-compressed attention, README, The formulas: DeepSeek-V4)."""
 
     kind: Literal["compressed"] = "compressed"  # type: ignore[assignment]
     ratio: Annotated[int, Field(ge=2)]
@@ -86,7 +93,7 @@ class LatentAttention(_Strict):
 
 
 class CompressedLatent(_Strict):
-    """DeepSeek-V4 attention (seed 001 10.2.8): one latent of `head_dim` values (K = V) per entry;
+    """DeepSeek-V4 attention (README, The formulas: DeepSeek-V4): one latent of `head_dim` values (K = V) per entry;
     the last `window` tokens uncompressed, plus one entry per `ratio` tokens (0: window only).
     CSA layers (`index_head_dim` set) add the sparse indexer's key per compressed entry; HCA layers
     attend densely over their entries."""
@@ -109,7 +116,7 @@ class CompressedLatent(_Strict):
 
 
 class SharedKV(_Strict):
-    """Reuses the KV of an earlier layer (cross-layer attention, seed 001 10.2.9)."""
+    """Reuses the KV of an earlier layer (cross-layer attention, CLA, arXiv:2405.12981)."""
 
     kind: Literal["shared"] = "shared"
     source: Annotated[int, Field(le=-1)] = -1  # offset of the producing layer, e.g. -1 = previous
@@ -443,3 +450,7 @@ class GpuSpec(_Strict):
     def has_bf16(self) -> bool:
         """bfloat16 arithmetic: NVIDIA from Ampere (compute capability 8.0) on, and AMD's CDNA3."""
         return self.arch != "turing"
+
+
+# every other record a spec holds, for validation (kvplan/specs/schema.py)
+OTHER_RECORDS: tuple[type[_Strict], ...] = (MoE, VisionTower, Interconnect, ModelSpec, GpuSpec)

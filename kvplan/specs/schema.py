@@ -1,5 +1,9 @@
 """Validating spec records with pydantic: the classes are built from the records' own annotations
-on first use, so that planning with shipped specs never imports pydantic's model machinery.
+on first use, so that planning with shipped specs never imports pydantic's model machinery
+(pydantic is imported inside these functions, on the first validation).
+
+The records' module (models.py) calls validate_record with its record classes; this module
+imports no record class itself, so the records may import it.
 
 Errors are pydantic's ValidationError, located by field as ever (io.validation_message).
 """
@@ -7,32 +11,27 @@ Errors are pydantic's ValidationError, located by field as ever (io.validation_m
 from __future__ import annotations
 
 from functools import cache
-from typing import Annotated, Any, Literal, Optional, TypeVar, Union
-
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PositiveInt,
-    ValidationInfo,
-    create_model,
-    field_validator,
-    model_validator,
-)
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, TypeVar, Union
 
 from kvplan import limits
-from kvplan.specs import models as m
 from kvplan.specs.record import _REQUIRED, Record, dump_value
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationInfo
+
 R = TypeVar("R", bound=Record)
-
-_LAYERS: tuple[type[Record], ...] = m.LAYER_CLASSES
-_OTHERS: tuple[type[Record], ...] = (m.MoE, m.VisionTower, m.Interconnect, m.ModelSpec, m.GpuSpec)
+Records = tuple[type[Record], ...]
 
 
-class _Strict(BaseModel):
-    # .inf/.nan in a spec would reach the plan (and --json) as Infinity/NaN
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+@cache
+def _strict() -> type[BaseModel]:
+    from pydantic import BaseModel, ConfigDict
+
+    class _Strict(BaseModel):
+        # .inf/.nan in a spec would reach the plan (and --json) as Infinity/NaN
+        model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    return _Strict
 
 
 def _bounded(cls: Any, value: Any, info: ValidationInfo) -> Any:
@@ -52,17 +51,22 @@ def _annotation(record: type[Record], name: str) -> Any:
     raise KeyError(name)
 
 
-def _after(record: type[Record]) -> Any:
+def _after(record: type[Record], layers: Records, others: Records) -> Any:
     """The record's `_check`, run on the validated values (pydantic's mode="after")."""
+    from pydantic import model_validator
 
     def check(self: BaseModel) -> BaseModel:
-        record._check(to_record(self))  # type: ignore[attr-defined]
+        record._check(to_record(self, layers, others))  # type: ignore[attr-defined]
         return self
 
     return model_validator(mode="after")(check)
 
 
-def _build(record: type[Record], namespace: dict[str, Any]) -> type[BaseModel]:
+def _build(
+    record: type[Record], namespace: dict[str, Any], layers: Records, others: Records
+) -> type[BaseModel]:
+    from pydantic import create_model, field_validator
+
     fields: dict[str, Any] = {}
     for name, default in record.record_fields.items():
         annotation = _annotation(record, name)
@@ -71,12 +75,15 @@ def _build(record: type[Record], namespace: dict[str, Any]) -> type[BaseModel]:
         fields[name] = (annotation, ... if default is _REQUIRED else default)
     validators: dict[str, Any] = {"_bounded": field_validator("*", mode="after")(classmethod(_bounded))}
     if hasattr(record, "_check"):
-        validators["_after_check"] = _after(record)
-    return create_model(record.__name__, __base__=_Strict, __validators__=validators, **fields)
+        validators["_after_check"] = _after(record, layers, others)
+    return create_model(record.__name__, __base__=_strict(), __validators__=validators, **fields)
 
 
 @cache
-def _schemas() -> dict[type[Record], type[BaseModel]]:
+def _schemas(layers: Records, others: Records) -> dict[type[Record], type[BaseModel]]:
+    """Pydantic classes of `layers` (the members of the union annotations call Layer) and `others`."""
+    from pydantic import Field, PositiveInt
+
     namespace: dict[str, Any] = {
         "Annotated": Annotated,
         "Literal": Literal,
@@ -85,32 +92,37 @@ def _schemas() -> dict[type[Record], type[BaseModel]]:
         "PositiveInt": PositiveInt,
     }
     out: dict[type[Record], type[BaseModel]] = {}
-    for record in _LAYERS + _OTHERS:  # layers first: ModelSpec's annotations name their union
-        out[record] = namespace[record.__name__] = _build(record, namespace)
-        if record is _LAYERS[-1]:
-            layer_models = tuple(out[r] for r in _LAYERS)
+    for record in layers + others:  # layers first: ModelSpec's annotations name their union
+        out[record] = namespace[record.__name__] = _build(record, namespace, layers, others)
+        if record is layers[-1]:
+            layer_models = tuple(out[r] for r in layers)
             namespace["Layer"] = Annotated[Union[layer_models], Field(discriminator="kind")]  # noqa: UP007
     return out
 
 
 @cache
-def _records() -> dict[type[BaseModel], type[Record]]:
-    return {model: record for record, model in _schemas().items()}
+def _records(layers: Records, others: Records) -> dict[type[BaseModel], type[Record]]:
+    return {model: record for record, model in _schemas(layers, others).items()}
 
 
-def to_record(value: Any) -> Any:
+def to_record(value: Any, layers: Records, others: Records) -> Any:
     """Validated pydantic objects (and the lists/dicts holding them) as spec records."""
+    from pydantic import BaseModel
+
     if isinstance(value, BaseModel):
-        record = _records()[type(value)]
-        return record.model_construct(**{f: to_record(getattr(value, f)) for f in record.record_fields})
+        record = _records(layers, others)[type(value)]
+        return record.model_construct(
+            **{f: to_record(getattr(value, f), layers, others) for f in record.record_fields}
+        )
     if isinstance(value, dict):
-        return {k: to_record(v) for k, v in value.items()}
+        return {k: to_record(v, layers, others) for k, v in value.items()}
     if isinstance(value, list):
-        return [to_record(v) for v in value]
+        return [to_record(v, layers, others) for v in value]
     return value
 
 
-def validate_record(record: type[R], data: Any) -> R:
-    """`record.model_validate(data)`: pydantic checks every field, the result is a record."""
-    model = _schemas()[record]
-    return to_record(model.model_validate(dump_value(data)))
+def validate_record(record: type[R], data: Any, layers: Records, others: Records) -> R:
+    """`record.model_validate(data)`, `record` one of `layers` or `others` (every record class a
+    spec holds): pydantic checks every field, the result is a record."""
+    model = _schemas(layers, others)[record]
+    return to_record(model.model_validate(dump_value(data)), layers, others)

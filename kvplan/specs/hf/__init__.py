@@ -12,7 +12,8 @@ from typing import Any
 from kvplan.errors import SpecError
 from kvplan.specs.hf import quant as q
 from kvplan.specs.hf import vision_tower
-from kvplan.specs.hf.layers import Basics, read_layers
+from kvplan.specs.hf.family import Basics
+from kvplan.specs.hf.layers import read_layers
 from kvplan.specs.hf.moe import read_moe
 from kvplan.specs.hf.reader import Reader
 from kvplan.specs.hf.unread import unread_fields

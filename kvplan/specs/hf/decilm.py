@@ -6,12 +6,8 @@ no attention and no cache) and its own MLP width (`ffn_mult`, or `no_op`: no MLP
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from kvplan.specs.hf.family import Basics, Layers
 from kvplan.specs.hf.reader import Reader
-
-if TYPE_CHECKING:
-    from kvplan.specs.hf.layers import Basics, Layers
 
 
 def ffn_mult_to_intermediate_size(ffn_mult: float, hidden_size: int) -> int:
@@ -55,8 +51,6 @@ def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
     blocks = r.list("block_configs")
     if blocks is None:
         return None
-    from kvplan.specs.hf.layers import Layers
-
     out = Layers()
     if len(blocks) != basics.num_layers:
         r.bad("block_configs", f"has {len(blocks)} entries but num_hidden_layers is {basics.num_layers}")

@@ -1,19 +1,15 @@
 """DeepSeek-V4 attention from a config.json: `compress_ratios` per layer (0: window only,
 4: CSA with the sparse indexer, 128: HCA), `sliding_window`, a single K = V latent of `head_dim`.
 
-Sources: seed 001 10.2.8 (CSA / HCA); SGLang python/sglang/srt/model_executor/pool_configurator.py
+Sources: README, The formulas: DeepSeek-V4 (CSA / HCA); SGLang python/sglang/srt/model_executor/pool_configurator.py
 (DSV4PoolConfigurator: every layer keeps the window, C4 layers `1/4` entries + the indexer, C128
 layers `1/128` entries); vLLM vllm/v1/attention/backends/mla/sparse_swa.py (layer types by ratio).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from kvplan.specs.hf.family import Basics, Layers
 from kvplan.specs.hf.reader import Reader
-
-if TYPE_CHECKING:
-    from kvplan.specs.hf.layers import Basics, Layers
 
 CSA_RATIO = 4  # the engines key the indexer on ratio 4 (SGLang num_layers_ca4, vLLM "c4a")
 HCA_RATIO = 128
@@ -23,8 +19,6 @@ def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
     ratios = r.list("compress_ratios")
     if ratios is None:
         return None
-    from kvplan.specs.hf.layers import Layers
-
     out = Layers()
     n = basics.num_layers or 1
     if len(ratios) < n:

@@ -8,12 +8,8 @@ last earlier layer of the same type and store nothing (Gemma4Attention, kv_shari
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from kvplan.specs.hf.family import Basics, Layers
 from kvplan.specs.hf.reader import Reader
-
-if TYPE_CHECKING:
-    from kvplan.specs.hf.layers import Basics, Layers
 
 _KINDS = {"sliding_attention": "sliding", "full_attention": "full"}
 
@@ -41,8 +37,6 @@ def _layer_type(r: Reader, kind: str, basics: Basics) -> dict:
 def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
     if not _applies(r):
         return None
-    from kvplan.specs.hf.layers import Layers
-
     out = Layers()
     types = r.list("layer_types")
     if types is None or len(types) != basics.num_layers or any(t not in _KINDS for t in types):

@@ -9,13 +9,11 @@ vllm/model_executor/layers/mamba/mamba_utils.py from the fields each model class
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvplan.formats import normalize_dtype_name
+from kvplan.specs.hf.family import Basics, Layers
 from kvplan.specs.hf.reader import Reader
-
-if TYPE_CHECKING:
-    from kvplan.specs.hf.layers import Basics, Layers
 
 # Nemotron-H `hybrid_override_pattern`: M = Mamba-2, * = attention, - = MLP, E = MoE (one per layer)
 _NEMOTRON_CHARS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
@@ -224,8 +222,6 @@ _REFUSED = {
 
 
 def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
-    from kvplan.specs.hf.layers import Layers
-
     model_type = str(r.cfg.get("model_type", ""))
     if model_type in _REFUSED:
         r.bad("model_type", f"{model_type!r}: {_REFUSED[model_type]} are not planned by kvplan yet")

@@ -8,38 +8,11 @@ pattern; problems go to the Reader (one line each, naming the field), never sile
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from kvplan.specs.hf import decilm, dsv4, gemma, hybrid, mimo, minimax, mla, vision
 from kvplan.specs.hf.attention import attention_pattern
+from kvplan.specs.hf.family import Basics, Layers
 from kvplan.specs.hf.reader import Reader
-
-
-@dataclass(frozen=True)
-class Basics:
-    """The fields every decoder config has, read once."""
-
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-
-    def head(self, r: Reader) -> dict:
-        """The attention layer's head fields (K/V widths may differ: v_head_dim)."""
-        head = {"num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim}
-        if r.has("v_head_dim"):
-            head["head_dim_v"] = r.int("v_head_dim")
-        return head
-
-
-@dataclass
-class Layers:
-    layer_types: dict[str, dict] = field(default_factory=dict)
-    pattern: list[str] = field(default_factory=list)
-    mlp_pattern: list[str] | None = None  # per layer "dense" / "moe" / "none"; None: every layer has one
-    intermediate_sizes: list[int] = field(default_factory=list)  # per layer, when the family states them
-
 
 FamilyReader = Callable[[Reader, Basics, list[str]], "Layers | None"]
 

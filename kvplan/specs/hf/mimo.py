@@ -7,20 +7,14 @@ swa_* fields and `sliding_window`. The attention sink bias is a per-head scalar,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from kvplan.specs.hf.family import Basics, Layers
 from kvplan.specs.hf.reader import Reader
-
-if TYPE_CHECKING:
-    from kvplan.specs.hf.layers import Basics, Layers
 
 
 def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
     flags = r.list("hybrid_layer_pattern")
     if flags is None:
         return None
-    from kvplan.specs.hf.layers import Layers
-
     out = Layers()
     if len(flags) != basics.num_layers or any(f not in (0, 1) or isinstance(f, bool) for f in flags):
         r.bad("hybrid_layer_pattern", f"expected {basics.num_layers} per-layer 0/1 flags")

@@ -6,20 +6,14 @@ to pick `sparse_topk_blocks`; leaving it out would print a KV figure that is sil
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from kvplan.specs.hf.family import Basics, Layers
 from kvplan.specs.hf.reader import Reader
-
-if TYPE_CHECKING:
-    from kvplan.specs.hf.layers import Basics, Layers
 
 
 def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
     sparse = r.cfg.get("sparse_attention_config")
     if not isinstance(sparse, dict) or not sparse.get("use_sparse_attention"):
         return None
-    from kvplan.specs.hf.layers import Layers
-
     r.bad(
         "sparse_attention_config.use_sparse_attention",
         f"{r.cfg.get('model_type', 'this model')}'s block-sparse attention keeps an index cache "

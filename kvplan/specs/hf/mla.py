@@ -7,19 +7,13 @@ indexer key of their own.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from kvplan.specs.hf.family import Basics, Layers
 from kvplan.specs.hf.reader import Reader
-
-if TYPE_CHECKING:
-    from kvplan.specs.hf.layers import Basics, Layers
 
 
 def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
     if not r.has("kv_lora_rank"):
         return None
-    from kvplan.specs.hf.layers import Layers
-
     out = Layers()
     mla = {
         "kind": "mla",

@@ -14,8 +14,8 @@ from typing import Any
 
 from kvplan.errors import SpecError
 from kvplan.limits import MAX_INDEX_FILE_BYTES
-from kvplan.params import Matrix, weight_matrices
 from kvplan.specs.io import load_json_text, read_text
+from kvplan.specs.matrices import Matrix, weight_matrices
 from kvplan.specs.models import ModelSpec
 
 

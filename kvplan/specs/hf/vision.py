@@ -8,12 +8,8 @@ in v1/kv_cache_interface.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from kvplan.specs.hf.family import Basics, Layers
 from kvplan.specs.hf.reader import Reader
-
-if TYPE_CHECKING:
-    from kvplan.specs.hf.layers import Basics, Layers
 
 
 def _image_tokens(r: Reader) -> int | None:
@@ -33,8 +29,6 @@ def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
     cross = r.list("cross_attention_layers")
     if not cross:
         return None
-    from kvplan.specs.hf.layers import Layers
-
     out = Layers()
     tokens = _image_tokens(r)
     bad = [i for i in cross if not isinstance(i, int) or not 0 <= i < basics.num_layers]

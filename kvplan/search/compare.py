@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvplan import engines, kv
+from kvplan import engines
 from kvplan.errors import InfeasibleError, KvplanError, UsageError
 from kvplan.formats import KV_DTYPES, kv_format
 from kvplan.limits import MAX_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENS
-from kvplan.plan import Plan, PlanRequest, estimate
+from kvplan.model import kv
+from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.specs.models import (
     CompressedLatent,
     FullAttention,
@@ -37,20 +38,20 @@ DEFAULT_MODELS = (
     "llama3.1-405b",
     "qwen2.5-72b",
     "deepseek-v3",
-)  # seed 001 10.2.7, seed 000 15.8
-MLA_ROPE_DIM = 64  # DeepSeek-V2/V3's decoupled RoPE key (seed 001 10.2.7: 512 + 64)
+)  # the models README's Comparing models and techniques compares
+MLA_ROPE_DIM = 64  # DeepSeek-V2/V3's decoupled RoPE key (DeepSeek-V2, arXiv:2405.04434: 512 + 64)
 
-# Quality notes where a seed gives one.
+# Quality notes, each with its public source (or marked assumed).
 QUALITY = {
     "mha": "baseline",
-    "gqa": "~99.5%+ of MHA quality (seed 001 10.2.2)",
-    "mqa": "~97-99% of MHA quality (seed 001 10.2.2)",
-    "mla": "almost no loss; a little more compute to decompress (seed 000 15.7)",
-    "share": "~MQA accuracy in 1B/3B research models; not yet in production (seed 001 10.2.9)",
-    "int8": "< 0.5% accuracy loss (seed 000 15.7)",
-    "int4": "1-2% accuracy loss (seed 000 15.7)",
-    "int2": "KIVI: small loss at 2 bits (seed 000 15.7)",
-    "offload": "no loss; PCIe (~64 GB/s) instead of HBM on read-back (seed 000 15.7)",
+    "gqa": "~99.5%+ of MHA quality (assumed; cf. GQA, arXiv:2305.13245)",
+    "mqa": "~97-99% of MHA quality (assumed; cf. GQA, arXiv:2305.13245)",
+    "mla": "almost no loss; a little more compute to decompress (DeepSeek-V2, arXiv:2405.04434)",
+    "share": "~MQA accuracy in 1B/3B research models; not yet in production (CLA, arXiv:2405.12981)",
+    "int8": "< 0.5% accuracy loss (assumed)",
+    "int4": "1-2% accuracy loss (assumed)",
+    "int2": "KIVI: small loss at 2 bits (arXiv:2402.02750)",
+    "offload": "no loss; PCIe (~64 GB/s) instead of HBM on read-back (assumed)",
 }
 
 
@@ -121,7 +122,7 @@ def _mla(spec: ModelSpec, rank: int, what: str) -> ModelSpec:
 
 
 def _share(spec: ModelSpec, factor: int, what: str) -> ModelSpec:
-    """Cross-layer sharing (seed 001 10.2.9): of each `factor` consecutive cache layers, the first
+    """Cross-layer sharing (CLA, arXiv:2405.12981): of each `factor` consecutive cache layers, the first
     keeps K/V and the others read it."""
     if factor < 2:
         raise UsageError(f"variant {what}: the sharing factor must be >= 2")
@@ -324,7 +325,7 @@ def row(base: PlanRequest, model: ModelSpec, text: str, offload_gib: float = 0.0
         conc, spilled = offload_concurrency(p, variant.offload_bytes_per_gpu)
     per_gpu_conc = conc // p.cluster.data_parallel_size
     hbm = p.gpu.hbm_bytes_per_s
-    # decode reads every live request's KV once per step (seed 000 15.1); datasheet HBM bandwidth
+    # decode reads every live request's KV once per step (README, The formulas); datasheet HBM bandwidth
     read_ms = (per_gpu_conc * p.kv_bytes_per_request_per_gpu - spilled) / hbm * 1e3
     pcie = base.gpu.pcie_bytes_per_s
     return Row(
@@ -353,7 +354,7 @@ def table(
     return [row(base, m, v, offload_gib) for m in models for v in variants]
 
 
-# --- the ladder (seed 000 15.8) ----------------------------------------------------------------
+# --- the ladder (README, Comparing models and techniques) ------------------------------------------
 
 
 @dataclass
@@ -379,7 +380,7 @@ def _prefix_requests(p: Plan) -> int:
 def ladder(
     base: PlanRequest, avg_context: int, shared_prefix_tokens: int, prefix_hit_rate: float
 ) -> tuple[list[Step], Plan]:
-    """Seed 000 15.8's ladder for one model: naive preallocation -> paged -> GQA -> INT8 -> prefix
+    """The optimisation ladder (README, Comparing models and techniques) for one model: naive preallocation -> paged -> GQA -> INT8 -> prefix
     caching -> MLA + FP8, each step computed by the planner on the same KV budget per GPU."""
     spec = base.model
     shipped = estimate(dataclasses.replace(base, avg_context_tokens=avg_context))
@@ -448,7 +449,7 @@ def ladder(
     how = f"{mf.model.attention}, fp8 KV"
     mla_conc = replicated
     if tp > 1:
-        # engines.md: under TP every rank holds the whole latent; MLA models are served with
+        # README, How the engines size their KV cache: under TP every rank holds the whole latent; MLA models are served with
         # data-parallel attention instead, each rank keeping the latents of its own requests
         mla_conc = replicated * tp
         how += (

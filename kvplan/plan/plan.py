@@ -12,28 +12,37 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from kvplan import engines, kv
-from kvplan.capacity import Fragmentation, Pool, PrefixCaching, StagePlan, fragmentation, prefix_caching
-from kvplan.engines import Budget, Engine, EngineReport, EngineUnsupported, StageCache
+from kvplan import engines
+from kvplan.engines import Budget, Engine, EngineDefaults, EngineReport, EngineUnsupported, StageCache
 from kvplan.errors import NoKvMemoryLeft, RequestDoesNotFit, UsageError, WeightsDoNotFit
 from kvplan.formats import Format, normalize_dtype_name, weight_format
-from kvplan.offload import offload_limit_bytes, offload_stage
-from kvplan.parallel import Layout, check_tp, make_layout, stage_layers, stage_ranges
-from kvplan.params import ParamBreakdown, param_breakdown
-from kvplan.request import PlanRequest, model_dtype_name
-from kvplan.specs.models import ChunkedAttention, CrossAttention, GpuSpec, ModelSpec, SlidingWindow
-from kvplan.speed_plan import Decode, Prefill, plan_speed
-from kvplan.units import GiB, fmt_bytes, fmt_gib
-from kvplan.weights import (
+from kvplan.model import kv
+from kvplan.model.capacity import (
+    AvgContext,
+    Fragmentation,
+    Pool,
+    PrefixCaching,
+    StagePlan,
+    fragmentation,
+    prefix_caching,
+)
+from kvplan.model.parallel import Layout, check_tp, make_layout, stage_layers, stage_ranges
+from kvplan.model.params import ParamBreakdown, param_breakdown
+from kvplan.model.weights import (
     StageWeights,
     checkpoint_stage_weights,
     component_formats,
     matrix_stage_weights,
     stage_weights,
 )
+from kvplan.plan.offload import offload_limit_bytes, offload_stage
+from kvplan.request import PlanRequest, model_dtype_name
+from kvplan.specs.models import ChunkedAttention, CrossAttention, GpuSpec, ModelSpec, SlidingWindow
+from kvplan.speed.plan_speed import Decode, Prefill, plan_speed
+from kvplan.units import GiB, fmt_bytes, fmt_gib
 
 if TYPE_CHECKING:
-    from kvplan.calibration import CalibrationUse
+    from kvplan.calibrate.calibration import CalibrationUse
 
 __all__ = ["SCHEMA", "Plan", "PlanRequest", "StagePlan", "estimate"]
 
@@ -88,7 +97,7 @@ class Settings:
     max_num_seqs: int | None
     enable_prefix_caching: bool
     usage: str
-    engine_defaults: dict[str, Any]  # flags not given, filled from the engine's own default rule
+    engine_defaults: EngineDefaults  # flags not given, filled from the engine's own default rule
     dtype: str  # the model dtype served (--dtype, or the engine's rule for auto)
     cpu_offload_gb: float
     max_total_tokens: int | None  # SGLang
@@ -112,14 +121,6 @@ class ReserveSummary:
     profile_peak_bytes: int = 0  # the larger of forward and sampler (vLLM >= 0.10), else their sum
     encoder_cache_bytes: int = 0  # a multimodal model's dummy encoder tensors held through the profile
     sampler_path: str | None = None  # the engine's top-k/top-p path its profiling run takes
-
-
-@dataclass(frozen=True)
-class AvgContext:
-    avg_context_tokens: int
-    kv_bytes_per_request_per_gpu: int
-    max_concurrency_per_replica: int
-    max_concurrency: int
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,7 @@ class Plan:
                 out["engine_num_blocks"] = self.engine.num_blocks
                 out["engine_max_concurrency"] = self.engine.max_concurrency
             out[key] = value
+        out["settings"]["engine_defaults"] = self.settings.engine_defaults.to_dict()
         out["decode"] = self.decode.to_dict()
         if out["engine"]["details"] is None:  # the schema has always had an object here
             out["engine"]["details"] = {}
@@ -269,7 +271,7 @@ def _kv_totals(spec: ModelSpec, fmt: Format, max_len: int, ex: list[Explain]) ->
             "KV bytes per token",
             fmt_bytes(_num(totals.bits_per_token)),
             "sum over layers: 2 x kv_heads x head_dim x bytes (MLA: kv_lora_rank + qk_rope_head_dim)",
-            f"layer_types/layer_pattern of {spec.name}; dtype {fmt.describe()}; seed 000 15.2",
+            f"layer_types/layer_pattern of {spec.name}; dtype {fmt.describe()}; README, The formulas",
         )
     )
     ex.append(
@@ -277,7 +279,7 @@ def _kv_totals(spec: ModelSpec, fmt: Format, max_len: int, ex: list[Explain]) ->
             "KV bytes per request",
             fmt_gib(totals.request_bytes),
             "max_model_len x bytes per token (windowed layers capped at their window)",
-            f"max_model_len {max_len:,}; seed 000 15.3",
+            f"max_model_len {max_len:,}; README, The formulas",
         )
     )
     return totals
@@ -351,7 +353,7 @@ def _as_loaded(
 def _offload(
     req: PlanRequest, spec: ModelSpec, stages: list[StageWeights], pp: int, notes: list[str]
 ) -> list[StageWeights]:
-    """--cpu-offload-gb: whole decoder layers per GPU moved to CPU memory (kvplan/offload.py)."""
+    """--cpu-offload-gb: whole decoder layers per GPU moved to CPU memory (kvplan/plan/offload.py)."""
     limit = offload_limit_bytes(req.cpu_offload_gb)
     # the LM head (the embedding's shape) sits on the last stage unless it is the tied embedding itself
     head = stages[0].embedding_bytes_per_gpu if not spec.tie_word_embeddings or pp > 1 else 0
@@ -580,19 +582,19 @@ def _explain_pool(ex: list[Explain], engine: Engine, budget: Budget, gpu: GpuSpe
             "blocks per GPU",
             f"{num_blocks:,}" if num_blocks is not None else "n/a",
             "floor(KV budget / (block_size x KV bytes per token per GPU)); min over PP stages",
-            f"block_size {bs}; KV heads per rank max(1, h_kv // {tp}); MLA latent replicated; engines.md",
+            f"block_size {bs}; KV heads per rank max(1, h_kv // {tp}); MLA latent replicated; vLLM vllm/v1/core/kv_cache_utils.py at v0.11.0",
         ),
         Explain(
             "KV pool tokens",
             f"{(num_blocks or 0) * bs:,}",
             "blocks x block_size",
-            "engines.md (vLLM: GPU KV cache size)",
+            "vLLM vllm/v1/core/kv_cache_utils.py at v0.11.0 (GPU KV cache size)",
         ),
         Explain(
             "max concurrency",
             f"{conc.max_concurrency:,} per replica x {dp} replica(s)",
             "floor((blocks - 1 null block) / blocks one request needs at max_model_len)",
-            f"ceil({max_len:,} / {bs}) blocks per full-attention layer; seed 000 15.8",
+            f"ceil({max_len:,} / {bs}) blocks per full-attention layer; null block: vLLM vllm/v1/core/block_pool.py at v0.11.0",
         ),
     ]
 
@@ -758,7 +760,7 @@ def estimate(req: PlanRequest) -> Plan:
             max_num_seqs=req.max_num_seqs,
             enable_prefix_caching=req.enable_prefix_caching,
             usage=req.usage,
-            engine_defaults={**applied, **engine.defaults_applied()},
+            engine_defaults=EngineDefaults(**applied, **engine.defaults_applied()),
             dtype=spec.activation_dtype,
             cpu_offload_gb=req.cpu_offload_gb,
             max_total_tokens=req.max_total_tokens,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvplan import kv
 from kvplan.formats import Format
+from kvplan.model import kv
 from kvplan.specs.models import Layer
 
 
@@ -113,7 +113,7 @@ def prefix_caching(
     dp: int,
     base_factor: float,
 ) -> PrefixCaching:
-    """Shared prefix (seed 000 15.6, engines.md): only full blocks are shared, stored once."""
+    """Shared prefix: only full blocks are shared, stored once (vLLM vllm/v1/core/kv_cache_utils.py at v0.11.0)."""
     bs = pool.block_size
     shared_blocks = shared_prefix_tokens // bs
     if shared_blocks * bs >= max_len:  # a hit never covers the request's last token
@@ -147,6 +147,16 @@ def prefix_caching(
 
 
 @dataclass(frozen=True)
+class AvgContext:
+    """The pool at --avg-context-tokens: what one request holds, and how many fit."""
+
+    avg_context_tokens: int
+    kv_bytes_per_request_per_gpu: int
+    max_concurrency_per_replica: int
+    max_concurrency: int
+
+
+@dataclass(frozen=True)
 class Fragmentation:
     context_tokens: int
     prealloc_max_concurrency_per_replica: int | None
@@ -158,7 +168,7 @@ class Fragmentation:
 
 
 def fragmentation(pool: Pool, stage: int, context: int, max_len: int, usable_bytes: int) -> Fragmentation:
-    """Seed 000 15.4: preallocating max_model_len per request vs paged blocks."""
+    """Preallocating max_model_len per request vs paged blocks (the vLLM paper, arXiv:2309.06180)."""
     layers, fmt, tp = pool.layers[stage], pool.fmt, pool.tp
     exact_rank = kv.sequence_bytes(layers, fmt, context, tp)
     exact_max = kv.sequence_bytes(layers, fmt, max_len, tp)

@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvplan import engines, speed
+from kvplan import engines
 from kvplan.engines.sglang import Sglang
 from kvplan.engines.sglang import memory_settings as sglang_memory_settings
 from kvplan.engines.vllm import default_utilization as vllm_default_utilization
@@ -27,15 +27,25 @@ from kvplan.errors import (
     UsageError,
     WeightsDoNotFit,
 )
-from kvplan.parallel import valid_tps
-from kvplan.plan import Plan, PlanRequest, estimate
+from kvplan.model.parallel import valid_tps
+from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.specs.models import GpuSpec, ModelSpec
+from kvplan.speed import step_model
 from kvplan.units import ceil_div
 
 SCHEMA = "kvplan.solve/1"
 # KV dtypes the engines serve, best quality first (int8/int4 are kvplan what-ifs, not engine options)
 ENGINE_DTYPES = ("auto", "fp8")
 MAX_PP = 16
+
+
+@dataclass(frozen=True)
+class Margins:
+    """How far an answer clears the targets, as fractions: users (its concurrency over --users,
+    minus 1) and TPOT (1 - its step time over --tpot-ms; None without a TPOT target)."""
+
+    users: float
+    tpot: float | None
 
 
 @dataclass
@@ -53,10 +63,10 @@ class Answer:
     tpot_source: str  # where the step model's terms come from (fitted to published runs / measured)
     tpot_context_tokens: int  # the context each request holds in that step
     tpot_context_source: str  # max_model_len, or the mean over a decode (as estimate's)
-    decode_step: dict[str, Any]  # the step at that load, term by term (ms)
+    decode_step: step_model.StepTime  # the step at that load, term by term
     why_pipeline: str | None  # with PP > 1: why the layout has pipeline stages
     cost_per_hour: float | None
-    margins: dict[str, float | None]
+    margins: Margins
     vllm_flags: str
     sglang_flags: str
     sglang_max_concurrency: int | None
@@ -65,6 +75,7 @@ class Answer:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d.pop("plan")
+        d["decode_step"] = self.decode_step.to_dict()  # in ms, with memory_ms
         return d
 
 
@@ -120,7 +131,7 @@ def _request(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int)
     )
 
 
-def _step(q: Query, p: Plan, batch: int) -> speed.StepTime:
+def _step(q: Query, p: Plan, batch: int) -> step_model.StepTime:
     """The step model at `batch` requests of one replica, each at the mean context of its decode when
     the query gives the workload (as estimate's decode figures), else at max_model_len."""
     if q.has_workload:
@@ -316,16 +327,13 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
     n = tp * pp * dp
     conc = p.max_concurrency_per_replica * dp
     mfs = sglang_memory_settings(gpu.memory_bytes, tp, pp).mem_fraction_static
-    margins = {
-        "users": conc / q.users - 1,
-        "tpot": 1 - tpot / q.tpot_ms if q.tpot_ms else None,
-    }
+    margins = Margins(users=conc / q.users - 1, tpot=1 - tpot / q.tpot_ms if q.tpot_ms else None)
     step = _step(q, p, ceil_div(q.users, dp))
     by_label: dict[str, list[str]] = {}
     for t, v in sorted(step.sources.items()):
-        if speed.is_measured(v):
+        if step_model.is_measured(v):
             by_label.setdefault(v, []).append(t)
-    source = speed.FITTED + "".join(f"; {', '.join(terms)} {label}" for label, terms in by_label.items())
+    source = step_model.FITTED + "".join(f"; {', '.join(terms)} {label}" for label, terms in by_label.items())
     a = Answer(
         gpu=gpu.name,
         num_gpus=n,
@@ -340,7 +348,7 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
         tpot_source=source,
         tpot_context_tokens=step.context_tokens,
         tpot_context_source=p.decode.context_source if q.has_workload else "every request at --max-model-len",
-        decode_step=step.to_dict(),
+        decode_step=step,
         why_pipeline=_why_pipeline(q, gpu, p, tp, pp, dtype, step),
         cost_per_hour=n * q.prices[gpu.name] if q.prices else None,
         margins=margins,
@@ -354,7 +362,7 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
 
 
 def _why_pipeline(
-    q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dtype: str, step: speed.StepTime
+    q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dtype: str, step: step_model.StepTime
 ) -> str | None:
     """Why a layout has PP stages: what fails with one stage fewer, and what the stages cost."""
     if pp == 1:

@@ -1,10 +1,10 @@
 """All-reduces of decode message sizes, per world size: run under torchrun, one process per GPU.
 
 `kvplan calibrate` starts this itself over every local GPU (`python -m torch.distributed.run
---standalone --nproc-per-node N -m kvplan.calibrate_dist ...`); across nodes, run it on each node:
+--standalone --nproc-per-node N -m kvplan.calibrate.dist ...`); across nodes, run it on each node:
 
     torchrun --nnodes 2 --node-rank R --nproc-per-node 8 --rdzv-backend c10d \\
-        --rdzv-endpoint HEAD:29500 -m kvplan.calibrate_dist --output profile.yaml
+        --rdzv-endpoint HEAD:29500 -m kvplan.calibrate.dist --output profile.yaml
 
 NCCL on GPUs (bf16 messages), gloo on CPUs (fp32). A decode step all-reduces batch x hidden x 2
 bytes twice per layer: 8 KiB .. 16 MiB. Every world size 2, 4, ... up to the whole world is
@@ -30,7 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kvplan.calibration import AllreduceFit, AllreducePoint, Profile, fit_latency_bandwidth
+from kvplan.calibrate import calibration
+from kvplan.calibrate.calibration import AllreduceFit, AllreducePoint, Profile, fit_latency_bandwidth
+from kvplan.calibrate.device import blank_profile, check_output, require_torch
 from kvplan.errors import KvplanError, UsageError
 
 KiB = 1 << 10
@@ -125,8 +127,6 @@ def measure(
 def write(path: Path, fits: list[AllreduceFit], device: str, quick: bool, force: bool = False) -> Profile:
     """Rank 0: merge into the kvplan profile at `path`, else write a new all-reduce-only one (over
     a file that is not a kvplan profile only with `force`)."""
-    from kvplan import calibrate, calibration
-
     existing = None
     if path.exists():
         try:
@@ -138,15 +138,13 @@ def write(path: Path, fits: list[AllreduceFit], device: str, quick: bool, force:
         _check_merge(path, device)
         prof = existing.with_allreduce(fits)
     else:
-        prof = calibrate.blank_profile(device, quick).with_allreduce(fits)
+        prof = blank_profile(device, quick).with_allreduce(fits)
     calibration.save(prof, path)
     return prof
 
 
 def _check_merge(path: Path, device: str) -> None:
     """An existing profile at `path` takes these all-reduces only if it describes this device kind."""
-    from kvplan import calibration
-
     try:
         prof = calibration.load(path) if path.exists() else None
     except KvplanError:
@@ -157,7 +155,7 @@ def _check_merge(path: Path, device: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kvplan.calibrate_dist", description=__doc__.split("\n")[0]
+        prog="python -m kvplan.calibrate.dist", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--device", choices=("cuda", "cpu"), default=None, help="default: cuda if there is one"
@@ -176,19 +174,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kvplan import calibrate
-
     if "LOCAL_RANK" not in os.environ:
         raise UsageError(
-            "kvplan.calibrate_dist runs under torchrun: torchrun --nproc-per-node N -m kvplan.calibrate_dist ..."
+            "kvplan.calibrate.dist runs under torchrun: torchrun --nproc-per-node N -m kvplan.calibrate.dist ..."
         )
     out = Path(args.output)
     rank = int(os.environ.get("RANK", "0"))
     device = args.device or ("cuda" if _cuda_available() else "cpu")
     if rank == 0:  # before measuring: the other ranks cannot be told of a late failure
-        calibrate.check_output(out, args.force)
+        check_output(out, args.force)
         _check_merge(out, device)
-    torch = calibrate._require_torch(device)
+    torch = require_torch(device)
     import torch.distributed as dist
 
     if device == "cuda":
@@ -215,13 +211,11 @@ def _cuda_available() -> bool:
 def spawn(device: str, nproc: int, quick: bool, progress: Callable[[str], None]) -> list[AllreduceFit]:
     """`kvplan calibrate`'s all-reduce part: torchrun over `nproc` local processes (GPUs), the
     same code path as a manual torchrun; its fits read back from the profile rank 0 wrote."""
-    from kvplan import calibration
-
     with tempfile.TemporaryDirectory(prefix="kvplan-allreduce-") as tmp:
         out = Path(tmp) / "allreduce.yaml"
         cmd = [
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            "-m", "kvplan.calibrate_dist", "--device", device, "--output", str(out),
+            "-m", "kvplan.calibrate.dist", "--device", device, "--output", str(out),
         ] + (["--quick"] if quick else [])  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         progress(f"all-reduce over {nproc} processes: {' '.join(cmd[1:])}")

@@ -1,4 +1,4 @@
-"""Decode and prefill figures of a plan: the step model (speed.py) fed with the plan's numbers.
+"""Decode and prefill figures of a plan: the step model (step_model.py) fed with the plan's numbers.
 
 The plan gives each pipeline stage's weight GEMMs (from the architecture's matrices, in their
 formats, split by TP), MoE layers, KV bytes and the links between GPUs (NVLink/PCIe inside a node,
@@ -12,24 +12,24 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kvplan import speed
-from kvplan.capacity import Pool
 from kvplan.formats import Format, weight_format
-from kvplan.params import Matrix, ParamBreakdown, weight_matrices
+from kvplan.model.capacity import AvgContext, Pool
+from kvplan.model.params import ParamBreakdown
+from kvplan.model.weights import matrix_format_name
+from kvplan.specs.matrices import Matrix, weight_matrices
 from kvplan.specs.models import GpuSpec, HeadLayer, LatentAttention, ModelSpec, NoCache, SharedKV
+from kvplan.speed import step_model
 from kvplan.units import ceil_div
-from kvplan.weights import matrix_format_name
 
 if TYPE_CHECKING:
-    from kvplan.plan import AvgContext
     from kvplan.request import PlanRequest
 
 
 class ProfileParts:
-    """A calibration profile seen through speed.Measured, by duck typing: a profile that has
+    """A calibration profile seen through step_model.Measured, by duck typing: a profile that has
     measured GEMMs, all-reduce or a launch floor exposes them; one that has not gives None."""
 
-    def __init__(self, profile: Any, kv_bits: float = 16, label: str = speed.MEASURED) -> None:
+    def __init__(self, profile: Any, kv_bits: float = 16, label: str = step_model.MEASURED) -> None:
         self.profile, self.kv_bits, self.label = profile, kv_bits, label
 
     def gemm_seconds(self, dtype: str, batch: int, k: int, n: int) -> float | None:
@@ -83,20 +83,20 @@ class Decode:
     bandwidth_bytes_per_s: float  # datasheet x the fitted GEMM efficiency (weights); for display
     bandwidth_source: str
     measured: bool  # some term comes from a calibration profile
-    inputs: speed.DecodeInputs
+    inputs: step_model.DecodeInputs
     context_tokens: int  # the context each request holds in the batch-1 row (mean over its decode)
     context_source: str
-    batch_1: speed.StepTime
-    at_max_concurrency: speed.StepTime | None
-    at_avg_context: speed.StepTime | None
+    batch_1: step_model.StepTime
+    at_max_concurrency: step_model.StepTime | None
+    at_avg_context: step_model.StepTime | None
     kv_bytes_per_request_per_gpu: int  # at context_tokens, the stage with the most KV
     embedding_bytes_per_gpu: int  # gathered by row, not streamed
-    coefficients: speed.Coefficients
+    coefficients: step_model.Coefficients
     parts: ProfileParts | None = field(default=None, repr=False, compare=False)
 
-    def step(self, batch: int, kv_bytes_per_request: float, context_tokens: int = 0) -> speed.StepTime:
+    def step(self, batch: int, kv_bytes_per_request: float, context_tokens: int = 0) -> step_model.StepTime:
         """The same model at another batch or context (solve)."""
-        return speed.decode_step(self.inputs, batch, kv_bytes_per_request, context_tokens, self.parts)
+        return step_model.decode_step(self.inputs, batch, kv_bytes_per_request, context_tokens, self.parts)
 
     def to_dict(self) -> dict[str, Any]:
         inp = self.inputs
@@ -170,14 +170,14 @@ def _fmt_of(spec: ModelSpec, m: Matrix, w_fmt: Format, e_fmt: Format, per_matrix
     return e_fmt if m.component == "routed_experts" else w_fmt
 
 
-def _gemm(mats: list[Matrix], fmt: Format, tp: int, row_parallel: bool) -> speed.Gemm:
+def _gemm(mats: list[Matrix], fmt: Format, tp: int, row_parallel: bool) -> step_model.Gemm:
     """Matrices sharing their input, fused into one GEMM (q/k/v, gate/up), split by TP: columns
     of the output for column-parallel layers, rows of the input for row-parallel ones."""
     rows = sum(m.rows for m in mats)
     cols = mats[0].cols
     bits = sum(fmt.matrix_bits(m.rows, m.cols) for m in mats)
     k, n = (ceil_div(cols, tp), rows) if row_parallel else (cols, ceil_div(rows, tp))
-    return speed.Gemm(k, n, ceil_div(ceil_div(bits, 8), tp), fmt.name, fmt.bits_per_value < 16)
+    return step_model.Gemm(k, n, ceil_div(ceil_div(bits, 8), tp), fmt.name, fmt.bits_per_value < 16)
 
 
 _ROW_PARALLEL = ("o_proj", "down_proj", "experts.down_proj", "latent_out")
@@ -185,7 +185,7 @@ _ROW_PARALLEL = ("o_proj", "down_proj", "experts.down_proj", "latent_out")
 
 def _layer_gemms(
     mats: list[Matrix], fmt_of: Any, tp: int
-) -> tuple[list[speed.Gemm], speed.Gemm | None, speed.Gemm | None]:
+) -> tuple[list[step_model.Gemm], step_model.Gemm | None, step_model.Gemm | None]:
     """(dense GEMMs, one routed expert's gate/up, its down) of one layer's matrices."""
     groups: dict[tuple, list[Matrix]] = {}
     for m in mats:
@@ -196,7 +196,7 @@ def _layer_gemms(
         if m.component == "routed_experts" and m.name.startswith("experts.") and not row:
             key = (m.component, m.cols, row, "experts.gate_up")
         groups.setdefault(key, []).append(m)
-    dense: list[speed.Gemm] = []
+    dense: list[step_model.Gemm] = []
     gate_up = down = None
     for (comp, _, row, name), ms in groups.items():
         g = _gemm(ms, fmt_of(ms[0]), tp, row)
@@ -212,8 +212,8 @@ def _layer_gemms(
 def _stage(
     spec: ModelSpec, rng: range, by_layer: dict[int | None, list[Matrix]], fmt_of: Any, tp: int,
     last: bool, kv_share: float,
-) -> speed.Stage:  # fmt: skip
-    counts: Counter[speed.Gemm] = Counter()
+) -> step_model.Stage:  # fmt: skip
+    counts: Counter[step_model.Gemm] = Counter()
     experts = None
     moe_layers = 0
     for i in rng:
@@ -221,21 +221,21 @@ def _stage(
         counts.update(dense)
         if gate_up is not None and down is not None and spec.moe is not None:
             moe_layers += 1
-            experts = speed.Experts(spec.moe.num_experts, spec.moe.experts_per_token, gate_up, down)
+            experts = step_model.Experts(spec.moe.num_experts, spec.moe.experts_per_token, gate_up, down)
     if last:
         head = [m for m in by_layer.get(None, []) if m.component in ("lm_head", "embedding")]
         head = [m for m in head if m.component == "lm_head"] or head  # a tied head reads the embedding
         if head:
             counts[_gemm(head[:1], fmt_of(head[0]), tp, False)] += 1
-    gemms = tuple(speed.Gemm(g.k, g.n, g.weight_bytes, g.dtype, g.lowbit, n) for g, n in counts.items())
+    gemms = tuple(step_model.Gemm(g.k, g.n, g.weight_bytes, g.dtype, g.lowbit, n) for g, n in counts.items())
     layers = list(spec.layers)
     attention = sum(1 for i in rng if not isinstance(layers[i], (SharedKV, NoCache)))
-    return speed.Stage(len(rng), attention, gemms, moe_layers, experts, kv_share)
+    return step_model.Stage(len(rng), attention, gemms, moe_layers, experts, kv_share)
 
 
 def _links(gpu: GpuSpec, tp: int, pp: int, gpus_per_node: int) -> tuple:
-    intra = speed.Link(False, gpu.interconnect.bytes_per_s if gpu.interconnect else gpu.pcie_bytes_per_s)
-    inter = speed.Link(True)
+    intra = step_model.Link(False, gpu.interconnect.bytes_per_s if gpu.interconnect else gpu.pcie_bytes_per_s)
+    inter = step_model.Link(True)
     tp_link = inter if tp > gpus_per_node else intra
 
     def crosses(s: int) -> bool:  # the last GPU of stage s and the first of s + 1 on different nodes
@@ -253,7 +253,7 @@ def decode_inputs(
     per_matrix: bool,
     tp: int,
     gpus_per_node: int,
-) -> speed.DecodeInputs:
+) -> step_model.DecodeInputs:
     by_layer: dict[int | None, list[Matrix]] = {}
     for m in weight_matrices(spec):
         by_layer.setdefault(m.layer, []).append(m)
@@ -276,7 +276,7 @@ def decode_inputs(
         for i, s in enumerate(pool.stages)
     )
     tp_link, pp_links = _links(gpu, tp, pp, gpus_per_node)
-    return speed.DecodeInputs(
+    return step_model.DecodeInputs(
         stages, spec.hidden_size, tp, gpu.hbm_bytes_per_s, gpu.bf16_dense_flops, gpu.fp8_dense_flops,
         tp_link, pp_links,
     )  # fmt: skip
@@ -300,9 +300,9 @@ def parts_of(req: PlanRequest, kv_bits: float = 16) -> ProfileParts | None:
     if req.calibration is not None:
         use = req.calibration_use
         label = (
-            speed.SHIPPED.format(device=use.device_name)
+            step_model.SHIPPED.format(device=use.device_name)
             if use is not None and use.shipped
-            else speed.MEASURED
+            else step_model.MEASURED
         )
         return ProfileParts(req.calibration, kv_bits, label)
     if req.decode_bandwidth_bytes_per_s:
@@ -310,7 +310,7 @@ def parts_of(req: PlanRequest, kv_bits: float = 16) -> ProfileParts | None:
     return None
 
 
-def bandwidth_source(step: speed.StepTime, profile: str | None) -> str:
+def bandwidth_source(step: step_model.StepTime, profile: str | None) -> str:
     """One line: the step's terms and where each one's figure comes from."""
     used = {
         "weights": step.weights_ms,
@@ -329,9 +329,9 @@ def bandwidth_source(step: speed.StepTime, profile: str | None) -> str:
     for source, names in by.items():
         where = (
             " (decode_fit.yaml)"
-            if source == speed.FITTED
+            if source == step_model.FITTED
             else f" ({profile})"
-            if profile and speed.is_measured(source)
+            if profile and step_model.is_measured(source)
             else ""
         )
         parts.append(f"{', '.join(names)} {source}{where}")
@@ -356,7 +356,7 @@ def plan_speed(
 ) -> tuple[Decode, Prefill]:
     """Decode step time at batch 1 and at the planned concurrency; prefill of one max-length prompt."""
     gpu = req.gpu
-    c = speed.coefficients()
+    c = step_model.coefficients()
     gpn = req.num_gpus // req.nodes if req.num_gpus and req.nodes > 1 else gpu.gpus_per_node
     per_matrix = bool(spec.weight_formats) and not req.weight_dtype
     inp = decode_inputs(spec, gpu, pool, w_fmt, e_fmt, per_matrix, tp, gpn)
@@ -364,18 +364,18 @@ def plan_speed(
     ctx, ctx_source = decode_context(req, max_len)
     kv_most = max(range(len(pool.stages)), key=lambda i: pool.stages[i].kv_bits_per_token_per_gpu)
     per_req_ctx = pool.request_bytes(kv_most, ctx)
-    one = speed.decode_step(inp, 1, per_req_ctx, ctx, parts)
+    one = step_model.decode_step(inp, 1, per_req_ctx, ctx, parts)
     full = None
     if max_conc:
         full_kv = pool.request_bytes(kv_most, max_len) if kv_most != binding_stage else per_req_gpu
-        full = speed.decode_step(inp, max_conc, full_kv, max_len, parts)
+        full = step_model.decode_step(inp, max_conc, full_kv, max_len, parts)
     at_avg = None
     if avg is not None and avg.max_concurrency_per_replica:
         avg_kv = pool.request_bytes(kv_most, avg.avg_context_tokens)
-        at_avg = speed.decode_step(
+        at_avg = step_model.decode_step(
             inp, avg.max_concurrency_per_replica, avg_kv, avg.avg_context_tokens, parts
         )
-    measured = any(speed.is_measured(v) for v in one.sources.values())
+    measured = any(step_model.is_measured(v) for v in one.sources.values())
     decode = Decode(
         bandwidth_bytes_per_s=gpu.hbm_bytes_per_s * c.gemm_efficiency,
         bandwidth_source=bandwidth_source(one, req.decode_bandwidth_source),
@@ -393,5 +393,7 @@ def plan_speed(
     )
     fp8 = w_fmt.name == "fp8" and gpu.fp8_dense_flops is not None
     peak = gpu.fp8_dense_flops if fp8 and gpu.fp8_dense_flops is not None else gpu.bf16_dense_flops
-    seconds = speed.prefill_seconds(params.active, max_len, spec.num_layers, attention_width(spec), tp, peak)
-    return decode, Prefill(max_len, seconds * 1e3, speed.PREFILL_MFU, "fp8" if fp8 else "bf16", peak)
+    seconds = step_model.prefill_seconds(
+        params.active, max_len, spec.num_layers, attention_width(spec), tp, peak
+    )
+    return decode, Prefill(max_len, seconds * 1e3, step_model.PREFILL_MFU, "fp8" if fp8 else "bf16", peak)

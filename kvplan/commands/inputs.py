@@ -17,10 +17,10 @@ from kvplan.errors import KvplanError, UsageError
 from kvplan.limits import MAX_LOG_BYTES, read_regular
 
 if TYPE_CHECKING:
-    from kvplan.checklog import CheckResult
-    from kvplan.logparse import ParsedLog
-    from kvplan.plan import PlanRequest
-    from kvplan.solve import Answer, Query
+    from kvplan.logs.checklog import CheckResult
+    from kvplan.logs.logparse import ParsedLog
+    from kvplan.plan.plan import PlanRequest
+    from kvplan.search.solve import Answer, Query
     from kvplan.specs.models import GpuSpec, ModelSpec
 
 _GPUS_RE = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?(?:(\d+)\s*[xX*]\s*)?(.+?)\s*$")
@@ -130,7 +130,7 @@ def parse_env(items: list[str] | None) -> tuple[tuple[str, str], ...]:
 
 def plan_request(f: EstimateFlags) -> PlanRequest:
     from kvplan.formats import normalize_dtype_name
-    from kvplan.plan import PlanRequest
+    from kvplan.plan.plan import PlanRequest
     from kvplan.specs.registry import load_model
     from kvplan.units import parse_bytes, parse_count
 
@@ -207,7 +207,7 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
 def _default_mnbt(f: EstimateFlags, gpu: GpuSpec) -> int:
     """The engine's default --max-num-batched-tokens (the key of a saved calibration)."""
     from kvplan import engines
-    from kvplan.engines.base import USAGES
+    from kvplan.request import USAGES
 
     if f.usage not in USAGES:
         raise UsageError(f"--usage must be {' or '.join(USAGES)}, got {f.usage!r}")
@@ -223,7 +223,7 @@ def bandwidth_profile(gpu: GpuSpec, use_saved: bool, path: str | None, force: bo
     saved = profile_path(gpu.name).exists() or shipped_profile_path(gpu.name).exists()
     if not path and not (use_saved and saved):
         return {}  # nothing to read: the calibration module need not even load
-    from kvplan import calibration
+    from kvplan.calibrate import calibration
 
     found = (calibration.load(Path(path)), Path(path)) if path else calibration.find_for(gpu.name)
     if found is None:
@@ -258,8 +258,8 @@ def calibrated_reserve(
     path = overheads_path()
     if not path.exists():
         return None, None
-    from kvplan import overheads
-    from kvplan.parallel import make_layout
+    from kvplan.logs import overheads
+    from kvplan.model.parallel import make_layout
 
     try:
         layout = make_layout(num_gpus, gpu.gpus_per_node, nodes, tp, pp)
@@ -303,7 +303,7 @@ def read_log(log_file: str | None) -> tuple[str, str]:
 
 
 def parse_log(text: str, source: str) -> ParsedLog:
-    from kvplan.logparse import found_numbers, parse
+    from kvplan.logs.logparse import found_numbers, parse
 
     log = parse(text)
     if log.engine is None or not found_numbers(log):
@@ -357,7 +357,7 @@ def _logged_model_ref(ref: str, source: str) -> str:
 
 def log_gpu(log: ParsedLog, source: str, gpus: str | None) -> GpuSpec:
     """--gpus, else the one GPU whose memory matches the total the log gives."""
-    from kvplan.checklog import infer_gpu
+    from kvplan.logs.checklog import infer_gpu
     from kvplan.specs.registry import all_gpus
 
     if gpus:
@@ -379,8 +379,8 @@ def check_log(
 ) -> LogCheck:
     """Read, parse and check a startup log (or its `text`); with save_calibration, keep its measured
     overhead. `overrides` fill what the log does not say (max_num_batched_tokens as typed: 8K)."""
-    from kvplan import overheads
-    from kvplan.checklog import check, request_from_log
+    from kvplan.logs import overheads
+    from kvplan.logs.checklog import check, request_from_log
     from kvplan.units import parse_count
 
     text, source = (text, "text") if text is not None else read_log(log_file)
@@ -427,8 +427,8 @@ class SolveFlags:
 def solve(f: SolveFlags) -> tuple[Query, list[Answer]]:
     """The answers, best first; none is a NoAnswer error that names what stopped the search."""
     from kvplan.errors import NoAnswer
-    from kvplan.solve import solve as run_solve
-    from kvplan.solve import verdict
+    from kvplan.search.solve import solve as run_solve
+    from kvplan.search.solve import verdict
 
     q = solve_query(f)
     answers, bounds = run_solve(q)
@@ -438,7 +438,7 @@ def solve(f: SolveFlags) -> tuple[Query, list[Answer]]:
 
 
 def solve_query(f: SolveFlags) -> Query:
-    from kvplan.solve import ENGINE_DTYPES, Query
+    from kvplan.search.solve import ENGINE_DTYPES, Query
     from kvplan.specs.registry import load_model
     from kvplan.units import parse_count
 

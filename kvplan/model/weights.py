@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kvplan.formats import Format, weight_format
-from kvplan.parallel import stage_ranges
-from kvplan.params import COMPONENTS, Matrix, ParamBreakdown, is_moe_layer, weight_matrices
+from kvplan.model.parallel import stage_ranges
+from kvplan.model.params import ParamBreakdown, is_moe_layer
+from kvplan.specs.matrices import COMPONENTS, Matrix, weight_matrices
 from kvplan.specs.models import ModelSpec
 from kvplan.units import ceil_div
 

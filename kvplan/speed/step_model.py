@@ -41,7 +41,7 @@ def is_measured(source: str) -> bool:
     return source.startswith("measured")
 
 
-CURVE = "kernels.md's decode-kernel curve (not measured here)"
+CURVE = "a decode-kernel curve after FlashInfer's published figures (not measured here)"
 
 # the coefficients decode_fit.yaml must hold; each entry there is {value, source}
 COEFFICIENTS = (

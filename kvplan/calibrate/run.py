@@ -7,15 +7,13 @@ are read without them. Profiles are YAML, written atomically.
 
 from __future__ import annotations
 
-import datetime
-import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kvplan.calibration import (
+from kvplan.calibrate.calibration import (
     SCHEMA,
     Fit,
     Point,
@@ -26,7 +24,8 @@ from kvplan.calibration import (
     load,
     save,
 )
-from kvplan.errors import KvplanError, UsageError
+from kvplan.calibrate.device import blank_profile, check_output, require_torch, triton_version
+from kvplan.errors import UsageError
 
 __all__ = ["SCHEMA", "Fit", "Point", "Profile", "default_path", "find_for", "fit_curve", "load", "save"]
 STANDARD_LAYOUT = {"q_heads": 32, "kv_heads": 8, "head_dim": 128, "v_dim": 128}  # Llama-3-8B/70B-like GQA
@@ -49,42 +48,6 @@ SWEEPS = {
 # --- running (torch/triton imported here only) ------------------------------------------------
 
 
-def _require_torch(device: str):
-    try:
-        import torch
-    except ImportError:
-        raise UsageError("kvplan calibrate needs torch and triton: pip install 'kvplan[calibrate]'") from None
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError(
-            "no CUDA GPU here (torch.cuda.is_available() is False); run on the GPU machine, "
-            "or pass --device cpu to measure this CPU with the torch implementation"
-        )
-    return torch
-
-
-def _driver() -> str | None:
-    import shutil
-    import subprocess
-
-    if not shutil.which("nvidia-smi"):
-        return None
-    try:
-        out = (
-            subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=False,
-            )
-            .stdout.strip()
-            .splitlines()
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out[0] if out else None
-
-
 def _median_seconds(fn: Callable[[], Any], device: str, runs: int) -> float:
     if device == "cuda":
         from triton.testing import do_bench
@@ -103,7 +66,7 @@ def _median_seconds(fn: Callable[[], Any], device: str, runs: int) -> float:
 def measure_ceilings(device: str, nbytes: int, runs: int) -> dict[str, float]:
     """A device-to-device copy (bytes read + written) and a read-only streaming reduction (the fastest
     of three)."""
-    torch = _require_torch(device)
+    torch = require_torch(device)
     n = nbytes // 4
     src = torch.rand(n, device=device)
     dst = torch.empty_like(src)
@@ -172,7 +135,7 @@ def rotation(torch, set_bytes: int) -> int:
 
 
 def measure_point(device: str, layout: dict, kv_dtype: str, batch: int, context: int, runs: int) -> Point:
-    torch = _require_torch(device)
+    torch = require_torch(device)
     dt = _kv_dtype(torch, kv_dtype)
     hq, hkv, d, dv = layout["q_heads"], layout["kv_heads"], layout["head_dim"], layout["v_dim"]
     mla = layout.get("mla", False)
@@ -216,66 +179,13 @@ def kv_bytes(layout: dict, batch: int, context: int, elem: int) -> int:
     return batch * pages * PAGE * layout["kv_heads"] * (layout["head_dim"] + extra) * elem
 
 
-def _identify(torch, device: str) -> tuple[str, int, int | None]:
-    """(name, memory bytes, SM count) of GPU 0, or of this CPU."""
-    if device == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        return props.name, int(props.total_memory), props.multi_processor_count
-    import platform
-
-    return f"CPU {platform.processor() or platform.machine()}", 0, None
-
-
-def _triton_version(required: bool) -> str | None:
-    try:
-        import triton
-    except ImportError:
-        if required:
-            raise UsageError(
-                "kvplan calibrate needs triton on a GPU: pip install 'kvplan[calibrate]'"
-            ) from None
-        return None
-    return str(triton.__version__)
-
-
-def blank_profile(device: str, quick: bool, gpu_specs: list | None = None) -> Profile:
-    """A profile of this device with nothing measured yet: its name, memory, versions, date."""
-    torch = _require_torch(device)
-    if gpu_specs is None:
-        from kvplan.specs.registry import all_gpus
-
-        gpu_specs = all_gpus()
-    name, memory, sms = _identify(torch, device)
-    spec = match_gpu(name, memory, gpu_specs) if device == "cuda" else None
-    notes = []
-    if device == "cpu":
-        notes.append(
-            "CPU profile: measured on this CPU (the decode kernel with the torch reference); for tests "
-            "and dry runs, never a GPU's figures"
-        )
-    return Profile(
-        device=device,
-        device_name=name,
-        gpu_spec=spec.name if spec else None,
-        memory_bytes=memory,
-        sm_count=sms,
-        driver=_driver() if device == "cuda" else None,
-        torch=str(torch.__version__),
-        triton=_triton_version(required=False),
-        measured_on=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        quick=quick,
-        datasheet_bytes_per_s=spec.hbm_bytes_per_s if spec else None,
-        notes=notes,
-    )
-
-
 def measure_kernel(
     prof: Profile, layout: dict, kv_dtypes: list[str], progress: Callable[[str], None]
 ) -> None:
     """The paged decode kernel's part: ceilings, the batch x context sweep, the bandwidth fit."""
     device, quick = prof.device, prof.quick
-    torch = _require_torch(device)
-    _triton_version(required=device == "cuda")
+    torch = require_torch(device)
+    triton_version(required=device == "cuda")
     if device == "cuda":
         budget = int(torch.cuda.mem_get_info()[0] * 0.4)
         ceiling_bytes = 1 << 30
@@ -330,7 +240,7 @@ def run(
     """Measure `parts` of this device (kernel, gemm, launch, allreduce) into one profile. On a CPU
     with one torch thread: OpenMP threads that wait on each other stall for a scheduler tick when
     another process holds a core, which made the figures depend on the machine's other load."""
-    torch = _require_torch(device)
+    torch = require_torch(device)
     prof = blank_profile(device, quick, gpu_specs)
     threads = torch.get_num_threads()
     if device == "cpu":
@@ -352,22 +262,22 @@ def _measure_parts(
     nproc: int,
     progress: Callable[[str], None],
 ) -> None:
-    from kvplan import calibrate_dist, calibrate_gemm
+    from kvplan.calibrate import dist, gemm
 
     device, quick = prof.device, prof.quick
     if "kernel" in parts:
         measure_kernel(prof, layout, kv_dtypes, progress)
     if "gemm" in parts:
-        batches = ", ".join(map(str, calibrate_gemm.GEMM_BATCHES))
+        batches = ", ".join(map(str, gemm.GEMM_BATCHES))
         progress(f"{prof.device_name}: decode GEMMs, batch {batches}")
         timer = None
         if device == "cuda":  # timed as an engine replays its decode step: a CUDA graph, L2-rotated
             timer = (lambda calls: graph_seconds(torch, calls), lambda nbytes: rotation(torch, nbytes))
-        prof.gemm, notes = calibrate_gemm.measure_gemms(torch, device, quick, progress, timer)
+        prof.gemm, notes = gemm.measure_gemms(torch, device, quick, progress, timer)
         prof.gemm_timing = "graph" if device == "cuda" else "cpu"
         prof.notes += notes
     if "launch" in parts:
-        prof.launch = calibrate_gemm.measure_launch(torch, device)
+        prof.launch = gemm.measure_launch(torch, device)
         graph = prof.launch.graph_seconds
         progress(
             f"  launch floor: {prof.launch.seconds * 1e6:,.2f} us eager"
@@ -376,13 +286,13 @@ def _measure_parts(
     if "allreduce" in parts:
         if device == "cuda":
             torch.cuda.empty_cache()  # the ranks want GPU 0's memory too
-        prof.allreduce = prof.with_allreduce(calibrate_dist.spawn(device, nproc, quick, progress)).allreduce
+        prof.allreduce = prof.with_allreduce(dist.spawn(device, nproc, quick, progress)).allreduce
 
 
 def parts_for(device: str, only: str | None, nproc: int | None) -> tuple[tuple[str, ...], int]:
     """(parts to measure, processes for the all-reduce). Default: kernel, gemm and launch, and on
     a machine with several GPUs the all-reduce over all of them; --only picks parts."""
-    torch = _require_torch(device)
+    torch = require_torch(device)
     gpus = torch.cuda.device_count() if device == "cuda" else 0
     procs = nproc if nproc is not None else (gpus if device == "cuda" else 2)
     if only is None:
@@ -402,10 +312,10 @@ def parts_for(device: str, only: str | None, nproc: int | None) -> tuple[tuple[s
 
 def kv_dtypes_for(device: str, requested: str | None) -> list[str]:
     """The KV dtypes to sweep: those asked for (a comma list), else bf16, and fp8 where the GPU
-    has it: Triton's fp8e4nv needs sm89 or newer (kernels.md)."""
+    has it: Triton's fp8e4nv needs sm89 or newer (assumed from Triton's fp8 support)."""
     if requested:
         return [d.strip() for d in requested.split(",") if d.strip()]
-    torch = _require_torch(device)
+    torch = require_torch(device)
     if device == "cuda" and torch.cuda.get_device_capability(0) >= (8, 9):
         return ["bf16", "fp8"]
     return ["bf16"]
@@ -435,7 +345,7 @@ def measure_and_save(
     if kv_dtype:
         _check_kv_dtypes(kv_dtype)
     layout = model_layout(load_model(model)) if model else dict(STANDARD_LAYOUT)
-    _require_torch(device)  # before the dtypes: a missing torch is the error to report
+    require_torch(device)  # before the dtypes: a missing torch is the error to report
     parts, procs = parts_for(device, only, nproc)
     dtypes = kv_dtypes_for(device, kv_dtype)
     prof = run(device, quick, layout, dtypes, all_gpus(), progress, parts, procs)
@@ -452,37 +362,6 @@ def _check_kv_dtypes(requested: str) -> None:
         raise UsageError(
             f"--kv-dtype: {', '.join(bad) or repr(requested)}: choose from {', '.join(CALIBRATE_DTYPES)}"
         )
-
-
-def check_output(path: Path, force: bool) -> None:
-    """--output: a .yaml name; an existing file is replaced only if it is a kvplan profile, or
-    with --force."""
-    if path.suffix.lower() not in (".yaml", ".yml"):
-        raise UsageError(f"--output {path}: profiles are YAML; name it .yaml")
-    if path.is_symlink() or path.exists() and not path.is_file():
-        raise UsageError(f"--output {path}: not a regular file; choose another path")
-    if force or not path.exists():
-        return
-    try:
-        load(path)
-    except KvplanError:
-        raise UsageError(
-            f"--output {path}: exists and is not a kvplan calibration profile; "
-            "choose another path or pass --force to replace it"
-        ) from None
-
-
-def match_gpu(device_name: str, memory_bytes: int, gpus: list):
-    """The shipped spec a CUDA device name matches ('NVIDIA H200' -> H200), by name then memory."""
-    low = device_name.lower()
-    named = [g for g in gpus if any(n.lower() == low for n in g.all_names)]
-    if named:
-        return named[0]
-    tokens = set(re.findall(r"[a-z]*\d+[a-z]*", low))
-    cands = [g for g in gpus if g.name.split("-")[0].lower() in tokens]
-    if len(cands) > 1:
-        cands.sort(key=lambda g: abs(g.memory_bytes - memory_bytes))
-    return cands[0] if cands else None
 
 
 def model_layout(spec) -> dict[str, Any]:

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from kvplan.errors import UsageError
+from kvplan.search import compare
 from kvplan.units import GiB, fmt_gib
 
 if TYPE_CHECKING:
-    from kvplan.compare import Row, Step
-    from kvplan.plan import Plan, PlanRequest
+    from kvplan.plan.plan import Cluster, Plan, PlanRequest
+    from kvplan.search.compare import Row, Step
     from kvplan.specs.models import ModelSpec
 
 
@@ -34,17 +34,39 @@ class ClusterFlags:
 
 
 @dataclass(frozen=True)
+class TableCluster:
+    """The cluster a comparison table ran on: the GPU, and the layout and context of its first
+    row that planned (none when no row could run)."""
+
+    gpu: str
+    memory_bytes_per_gpu: int
+    layout: Cluster | None = None
+    max_model_len: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"gpu": self.gpu, "memory_bytes_per_gpu": self.memory_bytes_per_gpu}
+        if self.layout is not None:
+            out.update(dataclasses.asdict(self.layout))
+            out["max_model_len"] = self.max_model_len
+        return out
+
+
+@dataclass(frozen=True)
 class TableResult:
     base: PlanRequest
     rows: list[Row]
-    cluster: dict[str, Any]
+    cluster: TableCluster
     notes: list[str]
 
     def to_dict(self) -> dict[str, Any]:
         """As `compare table --json`."""
-        from kvplan.render.rows import table_json
-
-        return table_json(self)
+        return {
+            "schema": compare.SCHEMA,
+            "kind": "table",
+            "cluster": self.cluster.to_dict(),
+            "rows": [r.to_dict() for r in self.rows],
+            "notes": self.notes,
+        }
 
 
 @dataclass(frozen=True)
@@ -76,8 +98,8 @@ def split(text: str) -> list[str]:
 
 
 def base_request(model_ref: str, flags: ClusterFlags, max_model_len: str | None) -> PlanRequest:
-    from kvplan.inputs import load_cluster
-    from kvplan.plan import PlanRequest
+    from kvplan.commands.inputs import load_cluster
+    from kvplan.plan.plan import PlanRequest
     from kvplan.specs.registry import load_model
     from kvplan.units import parse_bytes, parse_count
 
@@ -99,7 +121,6 @@ def base_request(model_ref: str, flags: ClusterFlags, max_model_len: str | None)
 
 
 def _models(models: str | None) -> tuple[list[str], list[ModelSpec]]:
-    compare = import_module("kvplan.compare")  # kvplan.compare is also the public function
     from kvplan.specs.registry import load_model
 
     names = split(models) if models else list(compare.DEFAULT_MODELS)
@@ -108,18 +129,15 @@ def _models(models: str | None) -> tuple[list[str], list[ModelSpec]]:
     return names, [load_model(n) for n in names]
 
 
-def _cluster(base: PlanRequest, rows: list[Row]) -> dict[str, Any]:
+def _cluster(base: PlanRequest, rows: list[Row]) -> TableCluster:
     plan = next((r.plan for r in rows if r.plan is not None), None)
-    out: dict[str, Any] = {"gpu": base.gpu.name, "memory_bytes_per_gpu": base.gpu.memory_bytes}
-    if plan is not None:
-        out.update(dataclasses.asdict(plan.cluster))
-        out["max_model_len"] = plan.settings.max_model_len
-    return out
+    if plan is None:
+        return TableCluster(base.gpu.name, base.gpu.memory_bytes)
+    return TableCluster(base.gpu.name, base.gpu.memory_bytes, plan.cluster, plan.settings.max_model_len)
 
 
 def table(models: str | None, variants: str, flags: ClusterFlags, offload_gib: float) -> TableResult:
     """One row per model x variant on the flags' cluster (8K tokens per request by default)."""
-    compare = import_module("kvplan.compare")  # kvplan.compare is also the public function
 
     names, specs = _models(models)
     vlist = split(variants) or ["shipped"]
@@ -136,7 +154,7 @@ def table(models: str | None, variants: str, flags: ClusterFlags, offload_gib: f
     return TableResult(base, rows, cluster, _table_notes(rows, cluster, base))
 
 
-def _table_notes(rows: list[Row], cluster: dict[str, Any], base: PlanRequest) -> list[str]:
+def _table_notes(rows: list[Row], cluster: TableCluster, base: PlanRequest) -> list[str]:
     notes = [
         "vs MHA: KV bytes per token against the same model with one K/V head per query head, in bf16",
         "KV read/step: the KV bytes a decode step reads on one GPU (one request at the full context, or every "
@@ -144,19 +162,19 @@ def _table_notes(rows: list[Row], cluster: dict[str, Any], base: PlanRequest) ->
         f"({base.gpu.hbm_bytes_per_s / 1e12:.2f} TB/s), weights excluded; `kvplan estimate` gives the step "
         "model's TPOT (kernel efficiency, weights, communication)",
     ]
-    tp = cluster.get("tensor_parallel_size", 1)
+    tp = cluster.layout.tensor_parallel_size if cluster.layout else 1
     if tp > 1 and any(r.plan and "MLA" in r.attention for r in rows):
         notes.append(
-            f"MLA: vLLM keeps the whole latent on each of the {tp} TP ranks (engines.md), so per GPU it can hold "
+            f"MLA: vLLM keeps the whole latent on each of the {tp} TP ranks (README, How the engines size their KV cache), so per GPU it can hold "
             f"less than GQA split {tp} ways; engines serving MLA with data-parallel attention hold {tp}x more"
         )
     if any(r.offload_bytes_per_gpu for r in rows):
         notes.append(
             f"offload: CPU memory per GPU added to the KV pool; what spills is read back over PCIe each step at "
-            f"{base.gpu.pcie_bytes_per_s / 1e9:.0f} GB/s (seed 000 15.7)"
+            f"{base.gpu.pcie_bytes_per_s / 1e9:.0f} GB/s (assumed)"
         )
     capped = {
-        r.model for r in rows if r.plan and r.plan.settings.max_model_len < cluster.get("max_model_len", 0)
+        r.model for r in rows if r.plan and r.plan.settings.max_model_len < (cluster.max_model_len or 0)
     }
     for m in sorted(capped):
         notes.append(f"{m}: context capped at its maximum")
@@ -173,8 +191,7 @@ def ladder(
     shared_prefix_tokens: str | None,
     prefix_hit_rate: float,
 ) -> LadderResult:
-    """Seed 000 15.8's ladder on the flags' cluster; averages default to half the context and 3/4 of it."""
-    compare = import_module("kvplan.compare")  # kvplan.compare is also the public function
+    """The optimisation ladder (README, Comparing models and techniques) on the flags' cluster; averages default to half the context and 3/4 of it."""
     from kvplan.units import parse_count
 
     base = base_request(model, flags, flags.max_model_len)
@@ -195,7 +212,7 @@ def ladder(
         f"every step on the same KV budget: {fmt_gib(shipped.kv_budget_bytes_per_gpu)} per GPU "
         f"({shipped.kv_budget_source}; {base.model.name}'s weights)",
         f"naive preallocates {length:,} tokens per request; later steps hold the {avg:,}-token average "
-        "(seed 000 15.4: preallocation wastes what requests do not use)",
+        "(the vLLM paper, arXiv:2309.06180: preallocation wastes what requests do not use)",
         "factor: against the previous step; cumulative: against the first",
     ]
     return LadderResult(base, steps, shipped, length, avg, prefix, prefix_hit_rate, notes)
@@ -204,7 +221,6 @@ def ladder(
 def plot(models: str | None, variants: str, flags: ClusterFlags) -> PlotResult:
     """Max concurrency at doubling contexts up to --max-model-len (default: the longest maximum),
     and each model/variant's memory per GPU at its own longest context."""
-    compare = import_module("kvplan.compare")  # kvplan.compare is also the public function
     from kvplan.units import parse_count
 
     names, specs = _models(models)

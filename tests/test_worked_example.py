@@ -1,12 +1,12 @@
-"""The seeds' worked examples, reproduced by kvplan (shared/seeds/)."""
+"""The README's worked example and the per-token figures it and the formulas quote, reproduced by kvplan."""
 
 from __future__ import annotations
 
 import pytest
 
 from helpers import plan, run_cli
-from kvplan import kv
 from kvplan.formats import KV_DTYPES
+from kvplan.model import kv
 from kvplan.specs.registry import load_model
 from kvplan.units import GiB, KiB, MiB
 
@@ -19,7 +19,7 @@ def per_token_bytes(model: str) -> int:
     return kv.sequence_bytes(spec.layers, FP16, 1)
 
 
-# seed 000 15.2: the per-token table
+# README, The formulas: the per-token table
 @pytest.mark.parametrize(
     ("model", "expected"),
     [
@@ -30,25 +30,25 @@ def per_token_bytes(model: str) -> int:
         ("gpt3-175b", int(4.5 * MiB)),
     ],
 )
-def test_seed000_per_token_table(model, expected):
+def test_per_token_table(model, expected):
     assert per_token_bytes(model) == expected
 
 
-def test_seed000_deepseek_v3_about_69_kib():
+def test_deepseek_v3_about_69_kib():
     got = per_token_bytes("deepseek-v3")
     assert got == 61 * (512 + 64) * 2  # 70,272 bytes
     assert round(got / KiB) == 69
 
 
-# seed 000 15.3: Llama-3 70B per sequence at 4K/8K/32K/128K (formula, any context)
+# README, The formulas: Llama-3 70B per sequence at 4K/8K/32K/128K (formula, any context)
 @pytest.mark.parametrize(("tokens", "gib"), [(4096, 1.25), (8192, 2.5), (32768, 10), (131072, 40)])
-def test_seed000_llama3_70b_per_sequence(tokens, gib):
+def test_llama3_70b_per_sequence(tokens, gib):
     spec = load_model("llama3-70b")
     assert kv.sequence_bytes(spec.layers, FP16, tokens) == gib * GiB
 
 
-# seed 001 table 10-1: Llama 2-70B, 4096 tokens, GQA vs the same model as MHA (64 KV heads)
-def test_seed001_table_10_1():
+# README, The formulas: Llama 2-70B, 4096 tokens, GQA vs the same model as MHA (64 KV heads)
+def test_gqa_vs_mha_llama2_70b():
     spec = load_model("llama2-70b")
     assert kv.sequence_bytes(spec.layers, FP16, 4096) == 1.25 * GiB
     mha_layer = spec.layer_types["attn"].model_copy(update={"num_kv_heads": 64})
@@ -57,28 +57,28 @@ def test_seed001_table_10_1():
     assert kv.sequence_bytes(mha.layers, FP16, 4096) == 10 * GiB
 
 
-# seed 001 10.2.7: DeepSeek-V3 70 KB, Llama-3.1-405B 516 KB, Qwen2.5-72B 327 KB (decimal KB, truncated)
+# DeepSeek-V2, arXiv:2405.04434: DeepSeek-V3 70 KB, Llama-3.1-405B 516 KB, Qwen2.5-72B 327 KB (decimal KB, truncated)
 @pytest.mark.parametrize(("model", "kb"), [("deepseek-v3", 70), ("llama3.1-405b", 516), ("qwen2.5-72b", 327)])
-def test_seed001_mla_comparison(model, kb):
+def test_mla_comparison(model, kb):
     assert per_token_bytes(model) // 1000 == kb
 
 
-def test_seed001_mla_ratio_5_to_7x():
+def test_mla_ratio_5_to_7x():
     mla = per_token_bytes("deepseek-v3")
     # "about 5-7x": 327,680 / 70,272 = 4.66 and 516,096 / 70,272 = 7.34
     assert round(per_token_bytes("qwen2.5-72b") / mla) == 5
     assert round(per_token_bytes("llama3.1-405b") / mla) == 7
 
 
-# seed 003: 32 layers x 8 KV heads x 128 x 8192 tokens x bf16 = 1,073,741,824 bytes; 128K -> 16 GiB
-def test_seed003_one_gib():
+# README, The formulas: 32 layers x 8 KV heads x 128 x 8192 tokens x bf16 = 1,073,741,824 bytes; 128K -> 16 GiB
+def test_one_gib():
     spec = load_model("llama3-8b")
     assert kv.sequence_bytes(spec.layers, BF16, 8192) == 1073741824
     assert kv.sequence_bytes(spec.layers, BF16, 131072) == 16 * GiB
 
 
-# seed 000 15.8: Llama-3 70B on 8xH100, ~50 GB (the seed's 400 "GiB" over 8 GPUs) left for KV per GPU
-SEED_KV = "50GiB"
+# README, A worked example: Llama-3 70B on 8xH100, ~50 GB (the example's 400 "GiB" over 8 GPUs) left for KV per GPU
+EXAMPLE_KV = "50GiB"
 
 
 def walkthrough(*extra: str, model: str = "llama3-70b", context: str = "8192") -> dict:
@@ -91,7 +91,7 @@ def walkthrough(*extra: str, model: str = "llama3-70b", context: str = "8192") -
         "--max-model-len",
         context,
         "--kv-cache-memory",
-        SEED_KV,
+        EXAMPLE_KV,
         "--json",
         *extra,
     )
@@ -99,13 +99,13 @@ def walkthrough(*extra: str, model: str = "llama3-70b", context: str = "8192") -
     return r.json()
 
 
-def test_seed000_step1_weights_per_gpu():
+def test_step1_weights_per_gpu():
     p = plan("llama3-70b", "H100", num_gpus=8, max_model_len=8192)
     # "70B x 2 byte = 140 GB, 17.5 GB per GPU" (70.55B parameters in fact)
     assert p.weight_bytes_per_gpu == pytest.approx(17.5e9, rel=0.015)
 
 
-def test_seed000_step5_160_users_at_8k():
+def test_step5_160_users_at_8k():
     out = walkthrough()
     assert out["kv_bytes_per_token"] == 320 * KiB
     assert out["kv_bytes_per_token_per_gpu"] == 40 * KiB
@@ -113,35 +113,35 @@ def test_seed000_step5_160_users_at_8k():
     assert out["max_concurrency"] in (159, 160)  # one block is the engine's null block
 
 
-def test_seed000_step5_40_users_at_32k_and_320_at_4k():
+def test_step5_40_users_at_32k_and_320_at_4k():
     # Llama 3 70B stops at 8K; Llama 3.1 70B has the same layers and a 128K context.
     assert walkthrough(model="llama3.1-70b", context="32K")["concurrency_factor"] == pytest.approx(40.0)
     assert walkthrough(context="4096")["concurrency_factor"] == pytest.approx(320.0)
 
 
-def test_seed000_step6_int8_kv_doubles_to_320():
+def test_step6_int8_kv_doubles_to_320():
     out = walkthrough("--kv-cache-dtype", "int8")
     assert out["kv_bytes_per_token"] == 160 * KiB
     assert out["concurrency_factor"] == pytest.approx(320.0)
 
 
-def test_seed000_step7_prefix_caching_50pct_gives_1_5_to_2x():
+def test_step7_prefix_caching_50pct_gives_1_5_to_2x():
     out = walkthrough("--shared-prefix-tokens", "6144", "--prefix-hit-rate", "0.5")
     gain = out["prefix_caching"]["max_concurrency"] / out["max_concurrency"]
     assert 1.5 <= gain <= 2.0
     assert out["prefix_caching"]["gain"] == pytest.approx(gain)
 
 
-def test_seed000_walkthrough_without_assumed_budget_lands_near_160():
+def test_walkthrough_without_assumed_budget_lands_near_160():
     r = run_cli("estimate", "--model", "llama3-70b", "--gpus", "8xH100", "--max-model-len", "8K", "--json")
     out = r.json()
-    # the seed's "~50 GB for KV per GPU" is itself an estimate; kvplan's own reserve estimate
+    # the example's "~50 GB for KV per GPU" is itself an estimate; kvplan's own reserve estimate
     # must land in the same place
     assert 45 * GiB <= out["kv_budget_bytes_per_gpu"] <= 55 * GiB
     assert 145 <= out["max_concurrency"] <= 175
 
 
-def test_seed000_15_4_prealloc_vs_paged():
+def test_15_4_prealloc_vs_paged():
     # 4K max length, users average 1K: preallocation reserves 4x what is used; paging does not
     out = walkthrough("--avg-context", "1024", context="4096")
     frag = out["fragmentation"]

@@ -21,7 +21,7 @@ from kvplan.specs.io import load_yaml_text, read_text
 from kvplan.userdata import locked, overheads_path, write_atomic
 
 if TYPE_CHECKING:
-    from kvplan.checklog import CheckResult
+    from kvplan.logs.checklog import CheckResult
 
 SCHEMA = "kvplan.overheads/1"
 KEY_FIELDS = (

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvplan.model.weights import StageWeights
 from kvplan.units import GiB, ceil_div
-from kvplan.weights import StageWeights
 
 
 def offload_limit_bytes(cpu_offload_gb: float) -> int:

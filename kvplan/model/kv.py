@@ -25,7 +25,7 @@ from kvplan.units import ceil_div
 
 
 def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
-    # engines.md (vLLM): KV heads split over TP ranks, replicated when tp > num_kv_heads
+    # vLLM (vllm/config/model.py get_num_kv_heads at v0.11.0): KV heads split over TP ranks, replicated when tp > num_kv_heads
     return max(1, num_kv_heads // tp)
 
 
@@ -66,7 +66,7 @@ def latent_bits(layer: LatentAttention | CompressedLatent, fmt: Format) -> int:
         return fmt.vector_bits(layer.head_dim)
     if layer.index_head_dim and _is_fp8(fmt):
         return 8 * fp8_ds_mla_bytes(layer.kv_lora_rank, layer.qk_rope_head_dim)
-    # seed 001 10.2.7: one latent of kv_lora_rank + qk_rope_head_dim (512 + 64)
+    # DeepSeek-V2, arXiv:2405.04434: one latent of kv_lora_rank + qk_rope_head_dim (512 + 64)
     return fmt.vector_bits(layer.latent_dim)
 
 
@@ -85,11 +85,11 @@ def layer_bits_per_token(layer: Layer, fmt: Format, tp: int = 1) -> int:
     """Bits one token (compressed layers: one compressed entry) adds to this layer's cache on one
     TP rank (0: no per-token cache)."""
     if isinstance(layer, HeadLayer):
-        # seed 000 15.2: per token per layer = 2 (K and V) x h_kv x d_h x bytes
+        # README, The formulas: per token per layer = 2 (K and V) x h_kv x d_h x bytes
         heads = kv_heads_per_rank(layer.num_kv_heads, tp)
         return heads * (fmt.vector_bits(layer.head_dim) + fmt.vector_bits(layer.v_dim))
     if isinstance(layer, LatentAttention):
-        # the latent (and the DSA indexer key) is replicated on every TP rank (engines.md)
+        # the latent (and the DSA indexer key) is replicated on every TP rank (README, How the engines size their KV cache)
         return latent_bits(layer, fmt) + indexer_bits(layer)
     if isinstance(layer, CompressedLatent) and layer.ratio:
         return latent_bits(layer, fmt) + indexer_bits(layer)
@@ -97,7 +97,7 @@ def layer_bits_per_token(layer: Layer, fmt: Format, tp: int = 1) -> int:
 
 
 def layer_window_bytes(layer: Layer, fmt: Format, context_tokens: int) -> int:
-    """DeepSeek-V4: the last `window` tokens of every layer, uncompressed (seed 001 10.2.8)."""
+    """DeepSeek-V4: the last `window` tokens of every layer, uncompressed (README, The formulas: DeepSeek-V4)."""
     if not isinstance(layer, CompressedLatent):
         return 0
     return ceil_div(min(context_tokens, layer.window) * latent_bits(layer, fmt), 8)
@@ -105,7 +105,7 @@ def layer_window_bytes(layer: Layer, fmt: Format, context_tokens: int) -> int:
 
 def layer_growth_bits(layer: Layer, fmt: Format, tp: int = 1) -> Fraction:
     """Bits the layer's cache grows by per context token: a compressed layer adds one entry per
-    `ratio` tokens (seed 001 10.2.8)."""
+    `ratio` tokens (README, The formulas: DeepSeek-V4)."""
     bits = layer_bits_per_token(layer, fmt, tp)
     if isinstance(layer, (CompressedAttention, CompressedLatent)) and layer.ratio:
         return Fraction(bits, layer.ratio)
@@ -158,7 +158,7 @@ def layer_entries(layer: Layer, context_tokens: int) -> int:
     if isinstance(layer, ChunkedAttention):
         return min(context_tokens, layer.chunk)
     if isinstance(layer, (CompressedAttention, CompressedLatent)):
-        # seed 001 10.2.8: one entry per m tokens (a V4 window-only layer: none)
+        # README, The formulas: DeepSeek-V4: one entry per m tokens (a V4 window-only layer: none)
         return ceil_div(context_tokens, layer.ratio) if layer.ratio else 0
     if isinstance(layer, (HeadLayer, LatentAttention)):
         return context_tokens
@@ -231,7 +231,7 @@ def grouped(layers) -> list[tuple[Layer, int]]:
 
 
 def model_bits_per_token(layers, fmt: Format, tp: int = 1, growing_only: bool = False) -> int:
-    """Sum over layers of the bits one token adds (seed 000 15.2: L x 2 x h_kv x d_h x bytes);
+    """Sum over layers of the bits one token adds (README, The formulas: L x 2 x h_kv x d_h x bytes);
     compressed layers add their entry / ratio, V4 layers their window's entry unless growing_only."""
     total: Fraction = sum(
         (
@@ -261,7 +261,7 @@ def windowed_cap_bytes(layers, fmt: Format) -> int:
 def sequence_bytes(
     layers: tuple[Layer, ...] | list[Layer], fmt: Format, context_tokens: int, tp: int = 1
 ) -> int:
-    """Exact KV bytes of one sequence on one TP rank, no block rounding (seed 000 15.3)."""
+    """Exact KV bytes of one sequence on one TP rank, no block rounding (README, The formulas)."""
     groups = grouped(layers)
     bits = sum(
         n * layer_bits_per_token(layer, fmt, tp) * layer_entries(layer, context_tokens) for layer, n in groups

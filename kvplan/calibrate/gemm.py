@@ -5,7 +5,7 @@ so its time is weight bytes / bandwidth until B is large enough to be compute-bo
 everywhere; fp8 (e4m3, per-tensor scales, torch._scaled_mm, bf16 out) where that runs (sm89+
 GPUs, CPU builds that have it). On a GPU each point is timed as an engine runs it: replays of one
 CUDA graph over enough independent weights to be 4x the L2 (the caller's `graph`), so neither the
-host's launch gap nor the cache is in it; on a CPU, the median of perf_counter runs. torch is passed in by the caller (kvplan.calibrate), never imported at module level.
+host's launch gap nor the cache is in it; on a CPU, the median of perf_counter runs. torch is passed in by the caller (kvplan.calibrate.run), never imported at module level.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kvplan.calibration import GemmPoint, Launch
+from kvplan.calibrate.calibration import GemmPoint, Launch
 
 GEMM_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # (K, N) of typical decode matrices: Llama-3-8B attention/MLP (4096 x 4096, 4096 x 14336),

@@ -88,5 +88,5 @@ def estimate_reserve(
 
 
 def requested_bytes(memory_bytes: int, utilization: float) -> int:
-    # engines.md (vLLM): requested = ceil(total_gpu_memory * gpu_memory_utilization)
+    # vLLM (vllm/v1/worker/gpu_worker.py at v0.11.0): requested = ceil(total_gpu_memory * gpu_memory_utilization)
     return math.ceil(memory_bytes * utilization)

@@ -18,8 +18,8 @@ from typing import Any
 from kvplan import engines
 from kvplan.errors import UsageError
 from kvplan.formats import normalize_dtype_name
-from kvplan.logparse import ParsedLog
-from kvplan.plan import Plan, PlanRequest, estimate
+from kvplan.logs.logparse import ParsedLog
+from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.request import model_dtype_name
 from kvplan.specs.models import GpuSpec, ModelSpec
 from kvplan.units import GiB

@@ -1,0 +1,65 @@
+"""Parameter counts: from the spec when it states them, else from the architecture.
+
+Embedding and LM head are kept apart (they are split and placed differently
+under TP/PP, and tied checkpoints store them once); routed experts are kept
+apart (they can be stored in another dtype, and only top-k are read per token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.specs.matrices import vision_matrices, weight_matrices
+from kvplan.specs.models import (
+    ModelSpec,
+)
+
+
+@dataclass(frozen=True)
+class ParamBreakdown:
+    embedding: int  # vocab x hidden (input embedding)
+    lm_head: int  # 0 when tied to the embedding
+    routed_experts: int  # all routed experts of all MoE layers
+    body: int  # everything else: attention, dense MLPs, shared experts, norms, routers
+    total_stated: bool  # True when the spec states the total and `body` was solved from it
+    active: int  # parameters read per token (MoE: top-k experts only)
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.lm_head + self.routed_experts + self.body
+
+
+def is_moe_layer(spec: ModelSpec, index: int) -> bool:
+    return spec.moe is not None and spec.mlp_kind(index) == "moe"
+
+
+def architecture_params(spec: ModelSpec) -> tuple[int, int, int, int]:
+    """(embedding, lm_head, routed_experts, body) counted from the architecture: the sums of
+    weight_matrices, so parameter counts and per-matrix weight formats never disagree."""
+    sums = {"embedding": 0, "lm_head": 0, "routed_experts": 0}
+    body = 0
+    for m in weight_matrices(spec):
+        if m.component in sums:
+            sums[m.component] += m.params
+        else:
+            body += m.params
+    return sums["embedding"], sums["lm_head"], sums["routed_experts"], body
+
+
+def param_breakdown(spec: ModelSpec) -> ParamBreakdown:
+    embedding, lm_head, routed, body = architecture_params(spec)
+    stated = spec.total_params is not None
+    if stated:
+        assert spec.total_params is not None
+        # Trust the stated total; the architecture only tells how it divides.
+        body = max(spec.total_params - embedding - lm_head - routed, 0)
+    total = embedding + lm_head + routed + body
+    if spec.active_params is not None:
+        active = spec.active_params
+    else:
+        # the vision tower runs per image, not per generated token
+        vision = sum(m.params for m in vision_matrices(spec.vision_tower)) if spec.vision_tower else 0
+        active = total - vision
+        if spec.moe is not None and routed:
+            active -= routed - routed * spec.moe.experts_per_token // spec.moe.num_experts
+    return ParamBreakdown(embedding, lm_head, routed, body, stated, active)
