@@ -22,7 +22,7 @@ from kvplan.parallel import Layout, check_tp, make_layout, stage_layers, stage_r
 from kvplan.params import ParamBreakdown, param_breakdown
 from kvplan.request import PlanRequest, model_dtype_name
 from kvplan.specs.models import ChunkedAttention, CrossAttention, GpuSpec, ModelSpec, SlidingWindow
-from kvplan.speed_plan import Decode, Prefill, plan_speed
+from kvplan.speed_plan import Decode, Prefill, link_notes, plan_speed
 from kvplan.units import GiB, fmt_bytes, fmt_gib
 from kvplan.weights import (
     StageWeights,
@@ -728,6 +728,7 @@ def estimate(req: PlanRequest) -> Plan:
         f"decode step model: {decode.bandwidth_source}; prefill at {prefill.mfu:.0%} of "
         f"{prefill.peak_dtype} peak; both estimates"
     )
+    notes += link_notes(req, decode.inputs)
     reserve = budget.reserve
     used = source == "computed"
     num_blocks = pool.num_blocks

@@ -14,6 +14,7 @@ from kvplan.specs.models import GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
     from kvplan.calibration import CalibrationUse, Profile
+    from kvplan.speed import Network
 
 
 def model_dtype_name(text: str) -> str | None:
@@ -78,6 +79,7 @@ class PlanRequest:
     max_running_requests: int | None = None  # SGLang: a cap on running requests
     chunked_prefill_size: int | None = None  # SGLang; None: its default for the card, -1: no chunking
     env: tuple[tuple[str, str], ...] = ()  # the engine's environment variables (--env NAME=VALUE)
+    network: Network | None = None  # the inter-node fabric per GPU (--network); None: the default 400G
 
     @property
     def batched_tokens(self) -> int:

@@ -90,6 +90,8 @@ class Query:
     avg_context_tokens: int | None = None
     input_len: int | None = None
     output_len: int | None = None
+    partial_nodes: bool = False  # answers may use part of a node; else whole nodes
+    network: speed.Network | None = None  # the inter-node fabric per GPU; None: the default (400G)
 
     @property
     def has_workload(self) -> bool:
@@ -117,6 +119,7 @@ def _request(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int)
         avg_context_tokens=min(q.avg_context_tokens, max_len) if q.avg_context_tokens else None,
         input_len=q.input_len,
         output_len=q.output_len,
+        network=q.network,
     )
 
 

@@ -148,19 +148,90 @@ class Stage:
     kv_share: float  # this stage's share of the binding stage's KV bytes per request
 
 
+# PCIe cards (no NVLink/NVSwitch) all-reduce with NCCL over PCIe, not with a fitted NVLink figure.
+# Small-message latency, assumed from a published nccl-tests run on Ada PCIe Gen4 cards like the L40S/L4:
+# 8-byte all_reduce_perf on 8x RTX 4090 (two root complexes) ~40-42 us, https://github.com/NVIDIA/nccl/issues/1530
+PCIE_ALLREDUCE_LATENCY_S = 40e-6
+PCIE_LATENCY_SOURCE = "latency assumed from nccl-tests: an 8-byte all-reduce takes ~40 us on 8 Ada PCIe Gen4 cards (NVIDIA/nccl#1530)"
+# Assumed: a PCIe node is a 2-socket host, half its GPUs behind each CPU. NCCL does not use GPU peer-to-peer
+# across the CPUs' link by default (NCCL_P2P_LEVEL), so a ring spanning both sockets stages through host
+# memory: each byte crosses PCIe twice, half the card's PCIe bandwidth.
+PCIE_SOCKETS = 2
+CROSS_SOCKET_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Network:
+    """The inter-node fabric, per GPU: one NIC's bandwidth and a small-message latency (`--network`)."""
+
+    name: str  # 400G, or the explicit figures as typed
+    gbps: float  # one GPU's NIC, Gb/s
+    latency_s: float | None  # None: the coefficients' network_latency_s (NCCL over RDMA)
+    what: str  # e.g. "one 400 Gb/s NIC per GPU (InfiniBand NDR / RoCE)"
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.gbps * 1e9 / 8
+
+    def latency(self, c: Coefficients) -> float:
+        return c.network_latency_s if self.latency_s is None else self.latency_s
+
+    def describe(self, c: Coefficients, default: bool = False) -> str:
+        lat = self.latency(c) * 1e6
+        how = "assumed, the default; set --network" if default else "--network"
+        return (
+            f"inter-node network {self.name}: {self.what}, {self.bytes_per_s / 1e9:g} GB/s and "
+            f"{lat:g} us a message per GPU ({how}); all-reduces across nodes move 2 (n - 1) / n x bytes "
+            "over it, pipeline hops the activations"
+        )
+
+
+def _rdma(gbps: int, fabric: str) -> Network:
+    return Network(f"{gbps}G", gbps, None, f"one {gbps} Gb/s NIC per GPU ({fabric})")
+
+
+# --network presets. RDMA fabrics take decode_fit.yaml's assumed network_latency_s; 25G Ethernet is
+# NCCL's socket transport over TCP, assumed 50 us a message (two kernel network stacks, no RDMA).
+NETWORKS = {
+    "25G": Network("25G", 25, 50e-6, "one 25 Gb/s Ethernet port per GPU (TCP sockets, no RDMA)"),
+    "100G": _rdma(100, "InfiniBand EDR/HDR100 or RoCE"),
+    "200G": _rdma(200, "InfiniBand HDR or RoCE"),
+    "400G": _rdma(400, "InfiniBand NDR / RoCE"),
+    "800G": _rdma(800, "InfiniBand XDR / RoCE"),
+}
+DEFAULT_NETWORK = NETWORKS["400G"]
+
+
 @dataclass(frozen=True)
 class Link:
-    """What a TP all-reduce or a PP send crosses: NVLink/PCIe inside a node (bytes_per_s from the GPU
-    spec), or the network across nodes (the coefficients' figure). Latencies are coefficients."""
+    """What a TP all-reduce or a PP send crosses: NVLink/NVSwitch (the GPU spec's bandwidth, the fitted
+    all-reduce latency), PCIe (the card's PCIe bandwidth, halved across CPU sockets; an assumed latency)
+    or the network across nodes (`--network`)."""
 
     inter_node: bool
-    bytes_per_s: float | None = None  # inside a node; None across nodes
+    bytes_per_s: float | None = None  # None: the coefficients' network figure (across nodes)
+    latency: float | None = None  # seconds; None: fitted (allreduce_latency_s in a node, network_latency_s)
+    name: str = ""  # e.g. "NVLink4", "PCIe (across CPU sockets)", "network 400G"
+    source: str = ""  # where its figures come from
 
     def latency_s(self, c: Coefficients) -> float:
+        if self.latency is not None:
+            return self.latency
         return c.network_latency_s if self.inter_node else c.allreduce_latency_s
 
     def bandwidth(self, c: Coefficients) -> float:
-        return c.network_bytes_per_s if self.inter_node or not self.bytes_per_s else self.bytes_per_s
+        if self.bytes_per_s:
+            return self.bytes_per_s
+        return c.network_bytes_per_s
+
+    def to_dict(self, c: Coefficients) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "inter_node": self.inter_node,
+            "bytes_per_s": self.bandwidth(c),
+            "latency_s": self.latency_s(c),
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True)
