@@ -494,7 +494,10 @@ def verdict(q: Query, bounds: _Bounds) -> str:
     names = "/".join(g.name for g in q.gpus)
     if bounds.weights_min is None:
         # no replica holds the weights within --max-gpus: how many would?
-        need = _weights_gpus(q)
+        try:
+            need = _weights_gpus(q)
+        finally:
+            _PLANS.clear()  # keyed by the query's id: never kept past this query
         if need is None:
             return (
                 f"{q.model.name}'s weights do not fit on {MAX_PP * max(g.gpus_per_node for g in q.gpus)} {names} "
