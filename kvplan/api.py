@@ -95,7 +95,8 @@ def solve(model: str, users: int, **flags: Any) -> SolveResult:
     tpot_ms: time per output token at full load must stay under this (milliseconds).
     kv_cache_dtype: "any" or a comma list ("auto,fp8"). max_gpus: the largest GPU count to try.
     price: price per GPU-hour, one per GPU type ("2.5,3.8") in any currency; ranks by cost, and
-      each answer's cost_per_hour is in that unit. top: how many answers.
+      each answer's cost_per_hour is in that unit. top: how many answers. partial_nodes=True lets
+      an answer use part of a node. network: the inter-node fabric per GPU ("400G", the default).
     No answer raises kvplan.errors.NoAnswer, naming what stopped the search.
     """
     from kvplan.commands import inputs
@@ -116,13 +117,17 @@ def compare(
     kv_cache_memory: str | int | None = None,
     block_size: int | None = None,
     offload_gib: float = 0.0,
+    network: str | None = None,
+    network_gbps: float | None = None,
+    network_latency_us: float | None = None,
 ) -> TableResult:
     """Models and KV techniques side by side (`kvplan compare table`): one row per model x variant.
 
     models: names (a list or "a,b"; default compare's DEFAULT_MODELS). variants: what-ifs such as
     "shipped,gqa8+int8,mla512+fp8". gpus: "8xH200". max_model_len: tokens per request (default 8K).
     kv_cache_memory: bytes per GPU ("50GiB"). offload_gib: CPU memory per GPU, in GiB, added as a
-    KV tier. Each row's figures are bytes, ms and counts (`row.to_dict()`); a row that cannot run
+    KV tier. network: the inter-node fabric per GPU ("400G", the default; "25G" ... "800G"), or
+    network_gbps / network_latency_us. Each row's figures are bytes, ms and counts (`row.to_dict()`); a row that cannot run
     keeps its reason in `row.error`. `result.to_dict()` is `compare table --json`.
     """
     from kvplan.commands import comparisons
@@ -138,6 +143,9 @@ def compare(
         gpu_memory_utilization,
         None if kv_cache_memory is None else str(kv_cache_memory),
         block_size,
+        network,
+        network_gbps,
+        network_latency_us,
     )
     return comparisons.table(joined(models), joined(variants) or "shipped", cluster, offload_gib)
 

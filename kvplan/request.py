@@ -17,6 +17,7 @@ from kvplan.specs.models import GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
     from kvplan.calibrate.calibration import CalibrationUse, Profile
+    from kvplan.model.parallel import Network
 
 RUNNERS = ("auto", "generate", "pooling")  # vLLM's --runner (vllm/config/model.py RunnerOption)
 USAGES = ("serve", "offline")  # vLLM's UsageContext: OPENAI_API_SERVER (`vllm serve`) or LLM_CLASS
@@ -84,6 +85,7 @@ class PlanRequest:
     max_running_requests: int | None = None  # SGLang: a cap on running requests
     chunked_prefill_size: int | None = None  # SGLang; None: its default for the card, -1: no chunking
     env: tuple[tuple[str, str], ...] = ()  # the engine's environment variables (--env NAME=VALUE)
+    network: Network | None = None  # the inter-node fabric per GPU (--network); None: the default 400G
 
     @property
     def batched_tokens(self) -> int:

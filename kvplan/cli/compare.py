@@ -51,6 +51,9 @@ def table_cmd(
     gpu_memory_utilization: o.GpuMemoryUtilization = None,
     kv_cache_memory: o.KvCacheMemory = None,
     block_size: o.BlockSize = None,
+    network: o.Network = None,
+    network_gbps: o.NetworkGbps = None,
+    network_latency_us: o.NetworkLatencyUs = None,
     offload_gib: OffloadGib = 0.0,
     fmt: o.Format = "table",
     json_out: o.Json = False,
@@ -70,6 +73,9 @@ def table_cmd(
         gpu_memory_utilization,
         kv_cache_memory,
         block_size,
+        network,
+        network_gbps,
+        network_latency_us,
     )
     result = comparisons.table(models, variants, cluster, offload_gib)
     if fmt == "table":
@@ -92,6 +98,9 @@ def ladder_cmd(
     gpu_memory_utilization: o.GpuMemoryUtilization = None,
     kv_cache_memory: o.KvCacheMemory = None,
     block_size: o.BlockSize = None,
+    network: o.Network = None,
+    network_gbps: o.NetworkGbps = None,
+    network_latency_us: o.NetworkLatencyUs = None,
     fmt: o.Format = "table",
     json_out: o.Json = False,
 ) -> None:
@@ -111,6 +120,9 @@ def ladder_cmd(
         gpu_memory_utilization,
         kv_cache_memory,
         block_size,
+        network,
+        network_gbps,
+        network_latency_us,
     )
     result = comparisons.ladder(model, cluster, avg_context, shared_prefix_tokens, prefix_hit_rate)
     if fmt == "table":
@@ -142,6 +154,9 @@ def plot_cmd(
     gpu_memory_utilization: o.GpuMemoryUtilization = None,
     kv_cache_memory: o.KvCacheMemory = None,
     block_size: o.BlockSize = None,
+    network: o.Network = None,
+    network_gbps: o.NetworkGbps = None,
+    network_latency_us: o.NetworkLatencyUs = None,
     json_out: o.Json = False,
 ) -> None:
     """Max concurrency vs context (log axis) and the memory per GPU, per model/variant; in the terminal too.
@@ -159,6 +174,9 @@ def plot_cmd(
         gpu_memory_utilization,
         kv_cache_memory,
         block_size,
+        network,
+        network_gbps,
+        network_latency_us,
     )
     result = comparisons.plot(models, variants, cluster)
     if json_out:

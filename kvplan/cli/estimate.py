@@ -200,6 +200,9 @@ def estimate(
     max_running_requests: MaxRunningRequests = None,
     chunked_prefill_size: ChunkedPrefillSize = None,
     env: Env = None,
+    network: o.Network = None,
+    network_gbps: o.NetworkGbps = None,
+    network_latency_us: o.NetworkLatencyUs = None,
     json_out: o.Json = False,
     explain: Explain = False,
 ) -> None:

@@ -152,3 +152,22 @@ Json = Annotated[
         help="Print JSON on stdout (schemas in the README); a failure prints a kvplan.error/1 object.",
     ),
 ]
+Network = Annotated[
+    str | None,
+    typer.Option(
+        "--network",
+        help="Inter-node fabric per GPU, used when a layout crosses nodes: 25G (Ethernet), 100G, 200G, "
+        "400G (default: one 400 Gb/s InfiniBand NDR / RoCE NIC per GPU) or 800G.",
+    ),
+]
+NetworkGbps = Annotated[
+    float | None,
+    typer.Option("--network-gbps", help="Instead of --network: the inter-node link per GPU in Gb/s."),
+]
+NetworkLatencyUs = Annotated[
+    float | None,
+    typer.Option(
+        "--network-latency-us",
+        help="With --network-gbps: one message's latency across nodes in microseconds (default: the RDMA figure).",
+    ),
+]

@@ -63,6 +63,17 @@ def solve(
     avg_context: o.AvgContext = None,
     input_len: o.InputLen = None,
     output_len: o.OutputLen = None,
+    partial_nodes: Annotated[
+        bool,
+        typer.Option(
+            "--partial-nodes",
+            help="Answers may use part of a node (e.g. 2 of its 8 GPUs) when less than a node serves; "
+            "default: whole nodes, as they are rented.",
+        ),
+    ] = False,
+    network: o.Network = None,
+    network_gbps: o.NetworkGbps = None,
+    network_latency_us: o.NetworkLatencyUs = None,
     json_out: o.Json = False,
 ) -> None:
     """The inverse question: the fewest (or cheapest) GPUs, layout and KV dtype for N users; or the longest context.

@@ -31,6 +31,9 @@ class ClusterFlags:
     gpu_memory_utilization: float | None = None
     kv_cache_memory: str | None = None
     block_size: int | None = None
+    network: str | None = None
+    network_gbps: float | None = None
+    network_latency_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ def split(text: str) -> list[str]:
 
 
 def base_request(model_ref: str, flags: ClusterFlags, max_model_len: str | None) -> PlanRequest:
-    from kvplan.commands.inputs import load_cluster
+    from kvplan.commands.inputs import load_cluster, parse_network
     from kvplan.plan.plan import PlanRequest
     from kvplan.specs.registry import load_model
     from kvplan.units import parse_bytes, parse_count
@@ -117,6 +120,7 @@ def base_request(model_ref: str, flags: ClusterFlags, max_model_len: str | None)
         if flags.kv_cache_memory
         else None,
         block_size=flags.block_size,
+        network=parse_network(flags.network, flags.network_gbps, flags.network_latency_us),
     )
 
 

@@ -19,6 +19,7 @@ from kvplan.limits import MAX_LOG_BYTES, read_regular
 if TYPE_CHECKING:
     from kvplan.logs.checklog import CheckResult
     from kvplan.logs.logparse import ParsedLog
+    from kvplan.model.parallel import Network
     from kvplan.plan.plan import PlanRequest
     from kvplan.search.solve import Answer, Query
     from kvplan.specs.models import GpuSpec, ModelSpec
@@ -115,6 +116,51 @@ class EstimateFlags:
     max_running_requests: int | None = None
     chunked_prefill_size: int | None = None
     env: list[str] | None = None  # NAME=VALUE, as typed
+    network: str | None = None  # --network 400G; None: the default
+    network_gbps: float | None = None
+    network_latency_us: float | None = None
+
+
+_NETWORK_RE = re.compile(r"^\s*(\d{1,6})\s*G(?:b/s|bps|b)?\s*$", re.IGNORECASE)
+
+
+def parse_network(
+    name: str | None, gbps: float | None = None, latency_us: float | None = None
+) -> Network | None:
+    """--network 400G, or --network-gbps N [--network-latency-us L]: the inter-node fabric per GPU;
+    None when nothing is given (the default, 400G)."""
+    from kvplan.model.parallel import NETWORKS, Network
+
+    presets = ", ".join(NETWORKS)
+    if name is not None and (gbps is not None or latency_us is not None):
+        raise UsageError(
+            "--network: give a preset (e.g. 400G) or --network-gbps/--network-latency-us, not both"
+        )
+    if name is not None:
+        m = _NETWORK_RE.match(name)
+        key = f"{int(m.group(1))}G" if m else None
+        if key not in NETWORKS:
+            raise UsageError(
+                f"--network: unknown fabric {name[:40]!r}; use one of {presets}, or --network-gbps N "
+                "--network-latency-us L"
+            )
+        return NETWORKS[key]
+    if gbps is None:
+        if latency_us is not None:
+            raise UsageError("--network-latency-us goes with --network-gbps (the link's Gb/s per GPU)")
+        return None
+    if not 0 < gbps <= 100_000:  # also refuses nan and inf
+        raise UsageError(f"--network-gbps must be a positive number of Gb/s up to 100,000, got {gbps}")
+    if latency_us is not None and not 0 <= latency_us <= 1e6:
+        raise UsageError(
+            f"--network-latency-us must be between 0 and 1,000,000 microseconds, got {latency_us}"
+        )
+    return Network(
+        f"{gbps:g}G (custom)",
+        gbps,
+        None if latency_us is None else latency_us * 1e-6,
+        f"a {gbps:g} Gb/s link per GPU (--network-gbps)",
+    )
 
 
 def parse_env(items: list[str] | None) -> tuple[tuple[str, str], ...]:
@@ -201,6 +247,7 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
         max_running_requests=f.max_running_requests,
         chunked_prefill_size=f.chunked_prefill_size,
         env=parse_env(f.env),
+        network=parse_network(f.network, f.network_gbps, f.network_latency_us),
     )
 
 
@@ -422,6 +469,10 @@ class SolveFlags:
     output_len: str | None = None
     gpus_flag: str = "--gpus"  # the name the user typed (--gpu is an alias), for messages
     calibration: bool = True  # use each GPU's saved `kvplan calibrate` profile where there is one
+    partial_nodes: bool = False  # answers may use part of a node (else whole nodes)
+    network: str | None = None
+    network_gbps: float | None = None
+    network_latency_us: float | None = None
 
 
 def solve(f: SolveFlags) -> tuple[Query, list[Answer]]:
@@ -483,6 +534,8 @@ def solve_query(f: SolveFlags) -> Query:
         avg_context_tokens=parse_count(f.avg_context, "--avg-context") if f.avg_context else None,
         input_len=parse_count(f.input_len, "--input-len") if f.input_len is not None else None,
         output_len=parse_count(f.output_len, "--output-len") if f.output_len is not None else None,
+        partial_nodes=f.partial_nodes,
+        network=parse_network(f.network, f.network_gbps, f.network_latency_us),
     )
 
 

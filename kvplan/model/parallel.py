@@ -96,3 +96,49 @@ def stage_layers(spec: ModelSpec, stage: range) -> list:
             layer = layers[i + layer.source]
         out.append(layer)
     return out
+
+
+# --- the inter-node fabric (--network) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Network:
+    """The inter-node fabric, per GPU: one NIC's bandwidth and a small-message latency (`--network`)."""
+
+    name: str  # 400G, or the explicit figures as typed
+    gbps: float  # one GPU's NIC, Gb/s
+    latency_s: float | None  # None: the coefficients' network_latency_s (NCCL over RDMA)
+    what: str  # e.g. "one 400 Gb/s NIC per GPU (InfiniBand NDR / RoCE)"
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.gbps * 1e9 / 8
+
+    def latency(self, rdma_latency_s: float) -> float:
+        """Seconds a message: the preset's own, else `rdma_latency_s` (decode_fit.yaml's network_latency_s)."""
+        return rdma_latency_s if self.latency_s is None else self.latency_s
+
+    def describe(self, rdma_latency_s: float, default: bool = False) -> str:
+        lat = self.latency(rdma_latency_s) * 1e6
+        how = "assumed, the default; set --network" if default else "--network"
+        return (
+            f"inter-node network {self.name}: {self.what}, {self.bytes_per_s / 1e9:g} GB/s and "
+            f"{lat:g} us a message per GPU ({how}); all-reduces across nodes move 2 (n - 1) / n x bytes "
+            "over it, pipeline hops the activations"
+        )
+
+
+def _rdma(gbps: int, fabric: str) -> Network:
+    return Network(f"{gbps}G", gbps, None, f"one {gbps} Gb/s NIC per GPU ({fabric})")
+
+
+# --network presets. RDMA fabrics take decode_fit.yaml's assumed network_latency_s; 25G Ethernet is
+# NCCL's socket transport over TCP, assumed 50 us a message (two kernel network stacks, no RDMA).
+NETWORKS = {
+    "25G": Network("25G", 25, 50e-6, "one 25 Gb/s Ethernet port per GPU (TCP sockets, no RDMA)"),
+    "100G": _rdma(100, "InfiniBand EDR/HDR100 or RoCE"),
+    "200G": _rdma(200, "InfiniBand HDR or RoCE"),
+    "400G": _rdma(400, "InfiniBand NDR / RoCE"),
+    "800G": _rdma(800, "InfiniBand XDR / RoCE"),
+}
+DEFAULT_NETWORK = NETWORKS["400G"]

@@ -38,7 +38,7 @@ from kvplan.model.weights import (
 from kvplan.plan.offload import offload_limit_bytes, offload_stage
 from kvplan.request import PlanRequest, model_dtype_name
 from kvplan.specs.models import ChunkedAttention, CrossAttention, GpuSpec, ModelSpec, SlidingWindow
-from kvplan.speed.plan_speed import Decode, Prefill, plan_speed
+from kvplan.speed.plan_speed import Decode, Prefill, link_notes, plan_speed
 from kvplan.units import GiB, fmt_bytes, fmt_gib
 
 if TYPE_CHECKING:
@@ -730,6 +730,7 @@ def estimate(req: PlanRequest) -> Plan:
         f"decode step model: {decode.bandwidth_source}; prefill at {prefill.mfu:.0%} of "
         f"{prefill.peak_dtype} peak; both estimates"
     )
+    notes += link_notes(req, decode.inputs)
     reserve = budget.reserve
     used = source == "computed"
     num_blocks = pool.num_blocks

@@ -1,12 +1,15 @@
 """`kvplan solve`: the inverse questions. How many GPUs (and which layout, KV dtype) serve N users
 at a context with a TPOT target; or, on given GPUs, the longest context N users can have.
 
-The search is exhaustive over the layout space: every GPU type asked for, every valid TP size
-within a node, every PP depth, every data-parallel count up to --max-gpus, every KV dtype asked
-for. A replica (TP x PP GPUs) is planned once per (GPU, TP, PP, KV dtype); data-parallel
-replicas then scale its capacity and shrink its batch analytically, so the search stays fast.
-Block sizes other than the engine's default are dominated (larger blocks only add rounding,
-and never speed up a step), so they are not searched unless asked for.
+The search covers the layouts an operator rents and the engines run: whole nodes (unless
+--partial-nodes, or --max-gpus below a node), tensor parallelism inside a node at the TP sizes the
+engines accept (powers of two that divide the node and the attention/KV heads), replicas of that
+TP filling the nodes, and pipeline stages only when the weights plus one request at
+--max-model-len do not fit one node at the largest TP: then one stage per node at that TP, the
+hops over the network (--network). A replica (TP x PP GPUs) is planned once per (GPU, TP, PP,
+KV dtype); data-parallel replicas then scale its capacity and shrink its batch analytically, so
+the search stays fast. Block sizes other than the engine's default are dominated (larger blocks
+only add rounding, and never speed up a step), so they are not searched unless asked for.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from kvplan.errors import (
     UsageError,
     WeightsDoNotFit,
 )
-from kvplan.model.parallel import valid_tps
+from kvplan.model.parallel import Network, valid_tps
 from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.specs.models import GpuSpec, ModelSpec
 from kvplan.speed import step_model
@@ -51,7 +54,8 @@ class Margins:
 @dataclass
 class Answer:
     gpu: str
-    num_gpus: int
+    num_gpus: int  # GPUs rented: whole nodes unless --partial-nodes
+    nodes: int
     tensor_parallel_size: int
     pipeline_parallel_size: int
     data_parallel_size: int
@@ -101,22 +105,84 @@ class Query:
     avg_context_tokens: int | None = None
     input_len: int | None = None
     output_len: int | None = None
+    partial_nodes: bool = False  # answers may use part of a node; else whole nodes
+    network: Network | None = None  # the inter-node fabric per GPU; None: the default (400G)
 
     @property
     def has_workload(self) -> bool:
         return self.avg_context_tokens is not None or self.input_len is not None
 
 
+_PLANS: dict[tuple, Plan | InfeasibleError] = {}  # one solve's replicas, planned once each
+
+
 def _replica(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int) -> Plan:
-    return estimate(_request(q, gpu, tp, pp, dtype, max_len))
+    key = (id(q), gpu.name, tp, pp, dtype, max_len)
+    if key not in _PLANS:
+        try:
+            _PLANS[key] = estimate(_request(q, gpu, tp, pp, dtype, max_len))
+        except InfeasibleError as exc:
+            _PLANS[key] = exc
+    got = _PLANS[key]
+    if isinstance(got, InfeasibleError):
+        raise got
+    return got
+
+
+def engine_tps(q: Query, gpu: GpuSpec) -> list[int]:
+    """TP sizes inside one node: powers of two that divide the node's GPUs and that vLLM accepts for the
+    model's heads (parallel.valid_tps: TP divides the attention heads; KV heads split or replicate)."""
+    gpn = gpu.gpus_per_node
+    return [t for t in valid_tps(q.model, gpn) if t & (t - 1) == 0 and gpn % t == 0]
+
+
+def partial_nodes(q: Query, gpu: GpuSpec) -> bool:
+    """Whether an answer may use part of a node: asked for, or --max-gpus is below a node."""
+    return q.partial_nodes or q.max_gpus < gpu.gpus_per_node
+
+
+def rented(q: Query, gpu: GpuSpec, replica: int, dp: int) -> tuple[int, int, int]:
+    """(DP, GPUs, nodes) once `dp` replicas of `replica` GPUs are placed on whole nodes: the nodes they
+    need, filled with as many replicas as fit. With partial nodes allowed, less than one node stays
+    as it is (e.g. 2 of a node's 8 GPUs)."""
+    gpn = gpu.gpus_per_node
+    n = replica * dp
+    if n < gpn and partial_nodes(q, gpu):
+        return dp, n, 1
+    nodes = ceil_div(n, gpn)
+    return max(dp, nodes * gpn // replica), nodes * gpn, nodes
+
+
+def _max_dp(q: Query, gpu: GpuSpec, replica: int) -> int:
+    """The most replicas within --max-gpus, placed as `rented` places them."""
+    gpn = gpu.gpus_per_node
+    whole = (q.max_gpus // gpn) * gpn // replica
+    if partial_nodes(q, gpu):
+        return max(whole, min(q.max_gpus, gpn - 1) // replica)
+    return whole
+
+
+def layouts(q: Query, gpu: GpuSpec, dtype: str) -> list[tuple[int, int]]:
+    """(TP, PP) pairs to search: TP inside a node; PP only when one node at the largest TP cannot hold
+    the weights and one request at the context, then one stage per node at that TP."""
+    tps = engine_tps(q, gpu)
+    if not tps:
+        return []
+    top = max(tps)
+    length = q.max_model_len or 1  # --max-context: whether the weights fit at all
+    try:
+        fits = _replica(q, gpu, top, 1, dtype, length).max_concurrency_per_replica >= 1
+    except InfeasibleError:
+        fits = False
+    if fits:
+        return [(tp, 1) for tp in tps]
+    return [(top, pp) for pp in range(2, min(MAX_PP, q.model.num_layers) + 1)]
 
 
 def _request(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int) -> PlanRequest:
     return PlanRequest(
         model=q.model,
         gpu=gpu,
-        num_gpus=tp * pp,
-        nodes=ceil_div(tp * pp, gpu.gpus_per_node),
         tp=tp,
         pp=pp,
         max_model_len=max_len,
@@ -128,6 +194,7 @@ def _request(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int)
         avg_context_tokens=min(q.avg_context_tokens, max_len) if q.avg_context_tokens else None,
         input_len=q.input_len,
         output_len=q.output_len,
+        network=q.network,
     )
 
 
@@ -193,30 +260,36 @@ class _Bounds:
 
 def solve(q: Query) -> tuple[list[Answer], _Bounds]:
     _check_query(q)
+    _PLANS.clear()
     answers: list[Answer] = []
     bounds = _Bounds()
-    for gpu in q.gpus:
-        tps = valid_tps(q.model, gpu.gpus_per_node)
-        if not tps:
-            bounds.reasons.append(
-                f"no TP size within a {gpu.gpus_per_node}-GPU {gpu.name} node divides the heads"
-            )
-        for tp in tps:
-            for pp in range(1, min(MAX_PP, q.model.num_layers) + 1):
-                if tp * pp > (q.fixed_num_gpus or q.max_gpus):
-                    break
-                if q.fixed_num_gpus is not None and q.fixed_num_gpus % (tp * pp):
-                    continue
-                if _dominated(answers, q, gpu, tp * pp):
-                    break
-                for dtype in q.kv_dtypes:
+    try:
+        for gpu in q.gpus:
+            if not engine_tps(q, gpu):
+                bounds.reasons.append(
+                    f"no TP size within a {gpu.gpus_per_node}-GPU {gpu.name} node divides the heads"
+                )
+            for dtype in q.kv_dtypes:
+                for tp, pp in layouts(q, gpu, dtype):
+                    replica = tp * pp
+                    if q.fixed_num_gpus is not None:
+                        if replica > q.fixed_num_gpus:
+                            break
+                        if q.fixed_num_gpus % replica:
+                            continue
+                    elif _max_dp(q, gpu, replica) < 1:
+                        break
+                    if _dominated(answers, q, gpu, replica):
+                        break
                     ans = _layout(q, gpu, tp, pp, dtype, bounds)
                     if ans is not None:
                         answers.append(ans)
-    answers.sort(key=lambda a: _rank(q, a))
-    top = answers[: q.top]
-    for a in top:
-        a.sglang_max_concurrency = _sglang_concurrency(q, a)
+        answers.sort(key=lambda a: _rank(q, a))
+        top = answers[: q.top]
+        for a in top:
+            a.sglang_max_concurrency = _sglang_concurrency(q, a)
+    finally:
+        _PLANS.clear()
     return top, bounds
 
 
@@ -268,7 +341,7 @@ def _dominated(answers: list[Answer], q: Query, gpu: GpuSpec, replica_gpus: int)
     if q.fixed_num_gpus is not None or len(answers) < q.top:
         return False
     costs = sorted(_cost(q, q_gpu, a.num_gpus) for a in answers for q_gpu in q.gpus if q_gpu.name == a.gpu)
-    return _cost(q, gpu, replica_gpus) > costs[q.top - 1]
+    return _cost(q, gpu, rented(q, gpu, replica_gpus, 1)[1]) > costs[q.top - 1]
 
 
 def _rank(q: Query, a: Answer) -> tuple:
@@ -296,10 +369,13 @@ def _layout(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bound
     if bounds.weights_min is None or tp * pp < bounds.weights_min[0]:
         bounds.weights_min = (tp * pp, f"{gpu.name} {label}")
     per_replica = p.max_concurrency_per_replica
-    max_dp = q.max_gpus // (tp * pp)
+    max_dp = _max_dp(q, gpu, tp * pp)
     best_users = per_replica * max_dp
     if bounds.best_users is None or best_users > bounds.best_users[0]:
-        bounds.best_users = (best_users, f"{max_dp * tp * pp}x {gpu.name} ({label}, DP {max_dp}, {dtype})")
+        bounds.best_users = (
+            best_users,
+            f"{rented(q, gpu, tp * pp, max_dp)[1]}x {gpu.name} ({label}, DP {max_dp}, {dtype})",
+        )
     if per_replica < 1:
         return None
     dp = ceil_div(q.users, per_replica)
@@ -311,20 +387,23 @@ def _layout(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bound
     # replicas beyond one per user make no step faster: the fastest layout stops there
     fastest_dp = max(dp, 1) if dp <= max_dp else min(max_dp, q.users)
     if max_dp >= 1:
+        fastest_dp = rented(q, gpu, tp * pp, max(fastest_dp, 1))[0] if fastest_dp <= max_dp else fastest_dp
         fastest = _tpot(q, p, ceil_div(q.users, max(fastest_dp, 1)))
         if bounds.best_tpot is None or fastest < bounds.best_tpot[0]:
             bounds.best_tpot = (
                 fastest,
-                f"{fastest_dp * tp * pp}x {gpu.name} ({label}, DP {fastest_dp}, {dtype})",
+                f"{rented(q, gpu, tp * pp, fastest_dp)[1]}x {gpu.name} ({label}, DP {fastest_dp}, {dtype})",
             )
             bounds.weight_ms = p.decode.step(1, 0).weights_ms
     if dp > max_dp:
         return None
-    return _answer(q, gpu, p, tp, pp, dp, dtype, _tpot(q, p, ceil_div(q.users, dp)))
+    dp, n, nodes = rented(q, gpu, tp * pp, dp)  # the replicas fill the nodes they need
+    return _answer(q, gpu, p, tp, pp, dp, dtype, _tpot(q, p, ceil_div(q.users, dp)), n, nodes)
 
 
-def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: str, tpot: float) -> Answer:
-    n = tp * pp * dp
+def _answer(
+    q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: str, tpot: float, n: int, nodes: int
+) -> Answer:
     conc = p.max_concurrency_per_replica * dp
     mfs = sglang_memory_settings(gpu.memory_bytes, tp, pp).mem_fraction_static
     margins = Margins(users=conc / q.users - 1, tpot=1 - tpot / q.tpot_ms if q.tpot_ms else None)
@@ -337,6 +416,7 @@ def _answer(q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: s
     a = Answer(
         gpu=gpu.name,
         num_gpus=n,
+        nodes=nodes,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         data_parallel_size=dp,
@@ -367,7 +447,10 @@ def _why_pipeline(
     """Why a layout has PP stages: what fails with one stage fewer, and what the stages cost."""
     if pp == 1:
         return None
-    cost = f"the {pp - 1} hop(s) between stages add {step.pp_hop_ms:.2f} ms to each token"
+    links = p.decode.inputs.pp_links
+    over = {link.name for link in links if link.inter_node}
+    where = f" (between nodes, over the {'/'.join(sorted(over))})" if over else ""
+    cost = f"the {pp - 1} hop(s) between stages{where} add {step.pp_hop_ms:.2f} ms to each token"
     try:
         fewer = _replica(q, gpu, tp, pp - 1, dtype, p.settings.max_model_len)
     except WeightsDoNotFit:
@@ -408,7 +491,10 @@ def _longest_context(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bound
     if best is None:
         bounds.reasons.append(f"{gpu.name} TP {tp} x PP {pp} x DP {dp} ({dtype}): not even 1 token each")
         return None
-    return _answer(q, gpu, best, tp, pp, dp, dtype, _tpot(q, best, per_replica_users))
+    n = q.fixed_num_gpus
+    return _answer(
+        q, gpu, best, tp, pp, dp, dtype, _tpot(q, best, per_replica_users), n, ceil_div(n, gpu.gpus_per_node)
+    )
 
 
 def verdict(q: Query, bounds: _Bounds) -> str:
@@ -416,7 +502,10 @@ def verdict(q: Query, bounds: _Bounds) -> str:
     names = "/".join(g.name for g in q.gpus)
     if bounds.weights_min is None:
         # no replica holds the weights within --max-gpus: how many would?
-        need = _weights_gpus(q)
+        try:
+            need = _weights_gpus(q)
+        finally:
+            _PLANS.clear()  # keyed by the query's id: never kept past this query
         if need is None:
             return (
                 f"{q.model.name}'s weights do not fit on {MAX_PP * max(g.gpus_per_node for g in q.gpus)} {names} "
@@ -449,17 +538,24 @@ def verdict(q: Query, bounds: _Bounds) -> str:
 
 
 def _weights_gpus(q: Query) -> tuple[int, str] | None:
+    """The fewest GPUs (as rented) whose layout holds the weights: the largest TP in a node, then one
+    pipeline stage per node."""
     best = None
     for gpu in q.gpus:
-        for tp in valid_tps(q.model, gpu.gpus_per_node):
-            for pp in range(1, MAX_PP + 1):
-                try:
-                    _replica(q, gpu, tp, pp, q.kv_dtypes[0], min(q.max_model_len or 1, q.model.max_context))
-                except WeightsDoNotFit:
-                    continue
-                except InfeasibleError:
-                    pass
-                if best is None or tp * pp < best[0]:
-                    best = (tp * pp, f"TP {tp} x PP {pp}")
-                break
+        tps = engine_tps(q, gpu)
+        if not tps:
+            continue
+        tp = max(tps)
+        for pp in range(1, MAX_PP + 1):
+            try:
+                _replica(q, gpu, tp, pp, q.kv_dtypes[0], min(q.max_model_len or 1, q.model.max_context))
+            except WeightsDoNotFit:
+                continue
+            except InfeasibleError:
+                pass
+            _, n, nodes = rented(q, gpu, tp * pp, 1)
+            if best is None or n < best[0]:
+                where = f"{nodes} node{'s' if nodes > 1 else ''}: " if nodes > 1 else ""
+                best = (n, f"{where}TP {tp} x PP {pp}")
+            break
     return best

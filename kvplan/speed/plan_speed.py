@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvplan.formats import Format, weight_format
 from kvplan.model.capacity import AvgContext, Pool
+from kvplan.model.parallel import DEFAULT_NETWORK, Network
 from kvplan.model.params import ParamBreakdown
 from kvplan.model.weights import matrix_format_name
 from kvplan.specs.matrices import Matrix, weight_matrices
@@ -129,6 +130,8 @@ class Decode:
                 "link_bytes_per_s": inp.tp_link.bandwidth(self.coefficients),
                 "tp_link_inter_node": inp.tp_link.inter_node,
                 "pp_links_inter_node": [link.inter_node for link in inp.pp_links],
+                "tp_link": inp.tp_link.to_dict(self.coefficients) if inp.tp > 1 else None,
+                "pp_links": [link.to_dict(self.coefficients) for link in inp.pp_links],
                 "gemms_per_stage": [sum(g.count for g in s.gemms) for s in inp.stages],
                 "moe_layers_per_stage": [s.moe_layers for s in inp.stages],
             },
@@ -233,15 +236,58 @@ def _stage(
     return step_model.Stage(len(rng), attention, gemms, moe_layers, experts, kv_share)
 
 
-def _links(gpu: GpuSpec, tp: int, pp: int, gpus_per_node: int) -> tuple:
-    intra = step_model.Link(False, gpu.interconnect.bytes_per_s if gpu.interconnect else gpu.pcie_bytes_per_s)
-    inter = step_model.Link(True)
-    tp_link = inter if tp > gpus_per_node else intra
+def _pcie(gpu: GpuSpec, first: int, size: int) -> bool:
+    """Whether `size` consecutive GPUs of a node from index `first` talk over PCIe: cards without
+    NVLink/NVSwitch, and NVLink-bridged pairs (0-1, 2-3, ...) beyond their pair."""
+    ic = gpu.interconnect
+    if ic is None or ic.kind.lower().startswith("pcie"):
+        return True
+    pairs = "bridge" in ic.kind.lower() and "pairs" in ic.kind.lower()
+    return pairs and not (size == 2 and first % 2 == 0)
 
-    def crosses(s: int) -> bool:  # the last GPU of stage s and the first of s + 1 on different nodes
-        return ((s + 1) * tp - 1) // gpus_per_node != ((s + 1) * tp) // gpus_per_node
 
-    return tp_link, tuple(inter if crosses(s) else intra for s in range(pp - 1))
+def _intra(gpu: GpuSpec, first: int, size: int, gpus_per_node: int) -> step_model.Link:
+    """The link `size` consecutive GPUs of one node (from index `first`) cross."""
+    if not _pcie(gpu, first, size):
+        kind = gpu.interconnect.kind if gpu.interconnect else "NVLink"
+        return step_model.Link(
+            False, gpu.interconnect.bytes_per_s if gpu.interconnect else None, None, kind,
+            "spec bandwidth; fitted allreduce_latency_s (decode_fit.yaml)",
+        )  # fmt: skip
+    # a node of 8 or more PCIe cards is assumed a 2-socket host, half its GPUs behind each CPU
+    per_socket = gpus_per_node // step_model.PCIE_SOCKETS if gpus_per_node >= 8 else gpus_per_node
+    cross = first // per_socket != (first + size - 1) // per_socket
+    share = step_model.CROSS_SOCKET_SHARE if cross else 1.0
+    return step_model.Link(
+        False, gpu.pcie_bytes_per_s * share, step_model.PCIE_ALLREDUCE_LATENCY_S,
+        "PCIe (across CPU sockets)" if cross else "PCIe",
+        "bandwidth: the card's PCIe link"
+        + (", halved across the CPUs of an assumed 2-socket host (NCCL stages through host memory)" if cross else "")
+        + f"; {step_model.PCIE_LATENCY_SOURCE}",
+    )  # fmt: skip
+
+
+def network_link(network: Network | None) -> step_model.Link:
+    net = network or DEFAULT_NETWORK
+    source = "assumed default (--network)" if network is None else "--network"
+    return step_model.Link(
+        True, net.bytes_per_s, net.latency_s, f"network {net.name}", f"{net.what}; {source}"
+    )
+
+
+def _links(
+    gpu: GpuSpec, tp: int, pp: int, gpus_per_node: int, network: Network | None = None
+) -> tuple[step_model.Link, tuple[step_model.Link, ...]]:
+    inter = network_link(network)
+    tp_link = inter if tp > gpus_per_node else _intra(gpu, 0, tp, gpus_per_node)
+
+    def hop(s: int) -> step_model.Link:  # the last GPU of stage s to the first of s + 1
+        last = (s + 1) * tp - 1
+        if last // gpus_per_node != (last + 1) // gpus_per_node:
+            return inter
+        return _intra(gpu, last % gpus_per_node, 2, gpus_per_node)
+
+    return tp_link, tuple(hop(s) for s in range(pp - 1))
 
 
 def decode_inputs(
@@ -253,6 +299,7 @@ def decode_inputs(
     per_matrix: bool,
     tp: int,
     gpus_per_node: int,
+    network: Network | None = None,
 ) -> step_model.DecodeInputs:
     by_layer: dict[int | None, list[Matrix]] = {}
     for m in weight_matrices(spec):
@@ -275,11 +322,30 @@ def decode_inputs(
         )
         for i, s in enumerate(pool.stages)
     )
-    tp_link, pp_links = _links(gpu, tp, pp, gpus_per_node)
+    tp_link, pp_links = _links(gpu, tp, pp, gpus_per_node, network)
     return step_model.DecodeInputs(
         stages, spec.hidden_size, tp, gpu.hbm_bytes_per_s, gpu.bf16_dense_flops, gpu.fp8_dense_flops,
         tp_link, pp_links,
     )  # fmt: skip
+
+
+def link_notes(req: PlanRequest, inp: step_model.DecodeInputs) -> list[str]:
+    """Assumption lines for the links a plan crosses: PCIe (no NVLink) and the network across nodes."""
+    c = step_model.coefficients()
+    links = ([inp.tp_link] if inp.tp > 1 else []) + list(inp.pp_links)
+    notes = []
+    pcie = [link for link in links if link.name.startswith("PCIe")]
+    if pcie:
+        worst = min(pcie, key=lambda link: link.bandwidth(c))
+        what = "TP all-reduces" if inp.tp > 1 and inp.tp_link in pcie else "pipeline hops"
+        notes.append(
+            f"{what} on {req.gpu.name} cross {worst.name}: {worst.bandwidth(c) / 1e9:g} GB/s, "
+            f"{worst.latency_s(c) * 1e6:g} us each; {worst.source}"
+        )
+    if any(link.inter_node for link in links):
+        net = req.network or DEFAULT_NETWORK
+        notes.append(net.describe(c.network_latency_s, default=req.network is None))
+    return notes
 
 
 # --- the plan's figures --------------------------------------------------------------------------
@@ -359,7 +425,7 @@ def plan_speed(
     c = step_model.coefficients()
     gpn = req.num_gpus // req.nodes if req.num_gpus and req.nodes > 1 else gpu.gpus_per_node
     per_matrix = bool(spec.weight_formats) and not req.weight_dtype
-    inp = decode_inputs(spec, gpu, pool, w_fmt, e_fmt, per_matrix, tp, gpn)
+    inp = decode_inputs(spec, gpu, pool, w_fmt, e_fmt, per_matrix, tp, gpn, req.network)
     parts = parts_of(req, kv_bits)
     ctx, ctx_source = decode_context(req, max_len)
     kv_most = max(range(len(pool.stages)), key=lambda i: pool.stages[i].kv_bits_per_token_per_gpu)

@@ -148,19 +148,48 @@ class Stage:
     kv_share: float  # this stage's share of the binding stage's KV bytes per request
 
 
+# PCIe cards (no NVLink/NVSwitch) all-reduce with NCCL over PCIe, not with a fitted NVLink figure.
+# Small-message latency, assumed from a published nccl-tests run on Ada PCIe Gen4 cards like the L40S/L4:
+# 8-byte all_reduce_perf on 8x RTX 4090 (two root complexes) ~40-42 us, https://github.com/NVIDIA/nccl/issues/1530
+PCIE_ALLREDUCE_LATENCY_S = 40e-6
+PCIE_LATENCY_SOURCE = "latency assumed from nccl-tests: an 8-byte all-reduce takes ~40 us on 8 Ada PCIe Gen4 cards (NVIDIA/nccl#1530)"
+# Assumed: a PCIe node is a 2-socket host, half its GPUs behind each CPU. NCCL does not use GPU peer-to-peer
+# across the CPUs' link by default (NCCL_P2P_LEVEL), so a ring spanning both sockets stages through host
+# memory: each byte crosses PCIe twice, half the card's PCIe bandwidth.
+PCIE_SOCKETS = 2
+CROSS_SOCKET_SHARE = 0.5
+
+
 @dataclass(frozen=True)
 class Link:
-    """What a TP all-reduce or a PP send crosses: NVLink/PCIe inside a node (bytes_per_s from the GPU
-    spec), or the network across nodes (the coefficients' figure). Latencies are coefficients."""
+    """What a TP all-reduce or a PP send crosses: NVLink/NVSwitch (the GPU spec's bandwidth, the fitted
+    all-reduce latency), PCIe (the card's PCIe bandwidth, halved across CPU sockets; an assumed latency)
+    or the network across nodes (`--network`)."""
 
     inter_node: bool
-    bytes_per_s: float | None = None  # inside a node; None across nodes
+    bytes_per_s: float | None = None  # None: the coefficients' network figure (across nodes)
+    latency: float | None = None  # seconds; None: fitted (allreduce_latency_s in a node, network_latency_s)
+    name: str = ""  # e.g. "NVLink4", "PCIe (across CPU sockets)", "network 400G"
+    source: str = ""  # where its figures come from
 
     def latency_s(self, c: Coefficients) -> float:
+        if self.latency is not None:
+            return self.latency
         return c.network_latency_s if self.inter_node else c.allreduce_latency_s
 
     def bandwidth(self, c: Coefficients) -> float:
-        return c.network_bytes_per_s if self.inter_node or not self.bytes_per_s else self.bytes_per_s
+        if self.bytes_per_s:
+            return self.bytes_per_s
+        return c.network_bytes_per_s
+
+    def to_dict(self, c: Coefficients) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "inter_node": self.inter_node,
+            "bytes_per_s": self.bandwidth(c),
+            "latency_s": self.latency_s(c),
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True)
