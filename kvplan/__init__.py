@@ -1,6 +1,7 @@
 """kvplan: a KV-cache capacity planner for LLM serving.
 
-From Python: `kvplan.estimate`, `kvplan.solve`, `kvplan.compare`, `kvplan.check_log` (kvplan/api.py),
+From Python: `kvplan.estimate`, `kvplan.solve`, `kvplan.compare`, `kvplan.check_log`, `kvplan.simulate`
+(kvplan/api.py),
 with the CLI's flag names and units. They load on first use, so `import kvplan` stays cheap.
 """
 
@@ -12,13 +13,13 @@ from typing import Any as _Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "check_log", "compare", "estimate", "solve"]
+__all__ = ["__version__", "check_log", "compare", "estimate", "simulate", "solve"]
 
 if _TYPE_CHECKING:
-    from kvplan.api import check_log, compare, estimate, solve
+    from kvplan.api import check_log, compare, estimate, simulate, solve
 
 
-_API = ("estimate", "solve", "compare", "check_log")
+_API = ("estimate", "solve", "compare", "check_log", "simulate")
 
 
 def __getattr__(name: str) -> _Any:

@@ -62,7 +62,8 @@ class PlanSteps:
         seconds = self._decode_cache.get(key)
         if seconds is None:
             ctx = (lo + hi) // 2
-            step = self.decode_step(batch, self.kv_bytes_per_token * ctx, ctx)
+            # a step of prefill chunks alone still streams the weights once: a one-row pass, no KV read
+            step = self.decode_step(max(batch, 1), self.kv_bytes_per_token * ctx, ctx)
             seconds = self._decode_cache[key] = step.tpot_ms / 1e3
         return seconds
 
