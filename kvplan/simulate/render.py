@@ -23,7 +23,7 @@ def kv_chart(result: SimResult, width: int = 60) -> list[str]:
     if not series:
         return []
     end = series[-1][0]
-    cols = []
+    cols: list[float] = []
     for i in range(width):  # the highest usage within each column's time slice
         lo, hi = end * i / width, end * (i + 1) / width
         vals = [f for t, f in series if lo < t <= hi] or [cols[-1] if cols else 0.0]

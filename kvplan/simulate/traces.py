@@ -140,9 +140,11 @@ def read_trace(
 ) -> Workload:
     """A Mooncake .jsonl or an Azure .csv trace as a workload (the first num_prompts requests)."""
     p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{p}: a directory, not a regular file; give the trace file itself")
     try:
         data = read_regular(p, MAX_TRACE_BYTES)
-    except SpecError as exc:  # missing, a directory, a FIFO, too large: the same one line
+    except (SpecError, OSError) as exc:  # missing, a FIFO, too large: the same one line
         raise UsageError(str(exc)) from None
     try:
         text = data.decode("utf-8")
