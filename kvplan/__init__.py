@@ -1,6 +1,7 @@
 """kvplan: a KV-cache capacity planner for LLM serving.
 
-From Python: `kvplan.estimate`, `kvplan.solve`, `kvplan.compare`, `kvplan.check_log` (kvplan/api.py),
+From Python: `kvplan.estimate`, `kvplan.solve`, `kvplan.compare`, `kvplan.check_log`, `kvplan.simulate`
+(kvplan/api.py),
 with the CLI's flag names and units. They load on first use, so `import kvplan` stays cheap.
 
 The package is a pipeline of stages. A module may import modules of its own stage and of the
@@ -17,7 +18,7 @@ and under TYPE_CHECKING too). Each package's __init__ says what it owns.
     engines    kvplan.engines
     speed      kvplan.speed
     plan       kvplan.plan
-    simulate   kvplan.simulate
+    simulator  kvplan.simulator
     search     kvplan.search
     logs       kvplan.logs
     commands   kvplan.commands
@@ -32,13 +33,13 @@ from typing import Any as _Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "check_log", "compare", "estimate", "solve"]
+__all__ = ["__version__", "check_log", "compare", "estimate", "simulate", "solve"]
 
 if _TYPE_CHECKING:
-    from kvplan.api import check_log, compare, estimate, solve
+    from kvplan.api import check_log, compare, estimate, simulate, solve
 
 
-_API = ("estimate", "solve", "compare", "check_log")
+_API = ("estimate", "solve", "compare", "check_log", "simulate")
 
 
 def __getattr__(name: str) -> _Any:

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from kvplan.logs.checklog import CheckResult
     from kvplan.plan.plan import Plan
     from kvplan.search.solve import Answer, Query
+    from kvplan.simulator import Deployment, SimResult, Workload
 
-__all__ = ["CheckLogResult", "SolveResult", "check_log", "compare", "estimate", "solve"]
+__all__ = ["CheckLogResult", "SolveResult", "check_log", "compare", "estimate", "simulate", "solve"]
 
 
 def _flags(cls: type, given: dict[str, Any], command: str) -> Any:
@@ -201,3 +202,71 @@ def check_log(
         full["max_num_batched_tokens"] = str(mnbt)
     checked = inputs.check_log(log_file, model, gpus, full, save_calibration, text=log_text)
     return CheckLogResult(checked.result, checked.source, str(checked.saved) if checked.saved else None)
+
+
+def simulate(
+    model: str | None = None,
+    *,
+    deployment: Deployment | None = None,
+    workload: Workload | None = None,
+    trace: str | None = None,
+    num_prompts: int | None = None,
+    input_len: int | str = 1024,
+    output_len: int | str = 128,
+    range_ratio: float = 0.0,
+    request_rate: float = float("inf"),
+    burstiness: float = 1.0,
+    max_concurrency: int | None = None,
+    length_histogram: str | None = None,
+    seed: int = 0,
+    ttft_ms: float | None = None,
+    tpot_ms: float | None = None,
+    progress: Any = None,
+    **flags: Any,
+) -> SimResult:
+    """Serve a workload on the deployment `estimate` plans (`kvplan simulate`): a SimResult with
+    TTFT/TPOT/ITL/latency (ms), throughput (requests/s, tokens/s), goodput under ttft_ms/tpot_ms,
+    prefix-cache hit rate, preemptions and KV usage over time; `to_dict()` is `simulate --json`.
+
+    model and **flags: as `estimate` (gpus="H100", max_model_len="8K", engine="vllm", ...).
+    The workload: trace (a Mooncake .jsonl or Azure .csv), else num_prompts random prompts of
+    input_len/output_len tokens (range_ratio as vLLM's random dataset) or drawn from
+    length_histogram (CSV input_len,output_len,weight), sent at request_rate (requests/s, inf: all at
+    once) with burstiness, at most max_concurrency in flight. For many runs (a search), build the
+    deployment once (kvplan.simulator.from_plan) and the workload once, and pass them.
+    """
+    from pathlib import Path
+
+    from kvplan import simulator as sim
+    from kvplan.commands import inputs
+    from kvplan.plan.plan import estimate as run_estimate
+
+    if deployment is None:
+        if model is None:
+            raise UsageError("simulate: give a model (or a prepared deployment)")
+        req = inputs.plan_request(_flags(inputs.EstimateFlags, {"model": model, **flags}, "simulate"))
+        deployment = sim.from_plan(run_estimate(req), req)
+    elif flags or model is not None:
+        raise UsageError("simulate: give either a deployment or a model with its flags, not both")
+    if workload is None:
+        if trace is not None:
+            workload = sim.read_trace(trace, max_concurrency, num_prompts)
+        else:
+            workload = sim.synthetic(
+                num_prompts=1000 if num_prompts is None else num_prompts,
+                input_len=_tokens(input_len, "--input-len"),
+                output_len=_tokens(output_len, "--output-len"),
+                range_ratio=range_ratio,
+                request_rate=request_rate,
+                burstiness=burstiness,
+                max_concurrency=max_concurrency,
+                seed=seed,
+                histogram=Path(length_histogram) if length_histogram else None,
+            )
+    return sim.simulate(deployment, workload, ttft_ms, tpot_ms, progress)
+
+
+def _tokens(value: int | str, flag: str) -> int:
+    from kvplan.units import parse_count
+
+    return value if isinstance(value, int) else parse_count(value, flag)

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("kvplan.cli.calibrate", "calibrate"),
     "check-log": ("kvplan.cli.check_log", "check_log"),
     "solve": ("kvplan.cli.solve", "solve"),
+    "simulate": ("kvplan.cli.simulate", "simulate"),
     "models": ("kvplan.cli.listing", "models"),
     "gpus": ("kvplan.cli.listing", "gpus"),
     "compare": ("kvplan.cli.compare", "app"),

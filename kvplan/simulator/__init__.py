@@ -1,0 +1,32 @@
+"""`kvplan simulate`: a discrete-event simulation of one deployment under load, scheduled by the
+engine's own rules (vLLM v1's scheduler and block pool, SGLang's scheduler and radix cache) and
+timed by kvplan's step model.
+
+    deployment = deployment.from_plan(plan, request)    # once
+    workload = workload.synthetic(...) or traces.read_trace(...)
+    result = simulate(deployment, workload)             # as often as a search needs
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kvplan.simulator.deployment import Deployment, from_plan
+from kvplan.simulator.loop import simulate_run
+from kvplan.simulator.result import SimResult, build_result
+from kvplan.simulator.traces import read_trace
+from kvplan.simulator.workload import Workload, synthetic
+
+__all__ = ["Deployment", "SimResult", "Workload", "from_plan", "read_trace", "simulate", "synthetic"]
+
+
+def simulate(
+    deployment: Deployment,
+    workload: Workload,
+    ttft_ms: float | None = None,
+    tpot_ms: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SimResult:
+    """Serve `workload` on `deployment`; the metrics a benchmark client would report."""
+    run, _ = simulate_run(deployment, workload, progress)
+    return build_result(run, deployment, workload, ttft_ms, tpot_ms)

@@ -1,0 +1,164 @@
+"""The one place the simulator reads kvplan's plan: a Plan becomes the engine's configuration and
+its step model. Everything else in kvplan/simulator/ sees only `Deployment`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kvplan.engines import engine_class
+from kvplan.errors import InfeasibleError
+from kvplan.simulator.sglang_engine import SglangEngine
+from kvplan.simulator.step import EngineSim, Recorder
+from kvplan.simulator.steptime import PlanSteps, StepModel
+from kvplan.simulator.vllm_engine import VllmEngine
+from kvplan.speed.plan_speed import attention_width
+
+if TYPE_CHECKING:
+    from kvplan.plan.plan import Plan
+    from kvplan.request import PlanRequest
+
+SGLANG_MAX_PREFILL_TOKENS = 16384  # python/sglang/srt/server_args.py max_prefill_tokens
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One replica as the engine runs it: its KV pool and batch limits, and a step model."""
+
+    engine: str  # vllm | sglang
+    engine_version: str
+    model: str
+    gpus: str  # e.g. "1x H100-SXM (TP 1, PP 1)"
+    block_size: int  # vLLM block / SGLang page, in tokens
+    num_gpu_blocks: int  # vLLM: blocks of the pool with the null block; SGLang: pool tokens / page
+    pool_tokens: int
+    max_num_seqs: int  # vLLM --max-num-seqs; SGLang its max running requests
+    max_num_batched_tokens: int  # vLLM's token budget per step
+    chunked_prefill_size: int | None  # SGLang (None: no chunking)
+    max_prefill_tokens: int  # SGLang
+    max_model_len: int
+    enable_prefix_caching: bool  # vLLM prefix caching; SGLang's radix cache
+    steps: StepModel = field(repr=False, compare=False)
+    data_parallel_size: int = 1
+    assumptions: tuple[str, ...] = ()
+
+    def new_engine(self, recorder: Recorder) -> EngineSim:
+        if self.engine == "sglang":
+            return SglangEngine(
+                self.pool_tokens, self.block_size, self.chunked_prefill_size, self.max_prefill_tokens,
+                self.max_num_seqs, self.enable_prefix_caching, recorder,
+            )  # fmt: skip
+        return VllmEngine(
+            self.num_gpu_blocks, self.block_size, self.max_num_batched_tokens, self.max_num_seqs,
+            self.max_model_len, self.enable_prefix_caching, recorder,
+        )  # fmt: skip
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "model": self.model,
+            "gpus": self.gpus,
+            "block_size": self.block_size,
+            "num_gpu_blocks": self.num_gpu_blocks,
+            "pool_tokens": self.pool_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "chunked_prefill_size": self.chunked_prefill_size,
+            "max_model_len": self.max_model_len,
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "data_parallel_size": self.data_parallel_size,
+        }
+
+
+def _sglang_max_running(plan: Plan, pool_tokens: int) -> int:
+    """tp_worker.py: min(max_total_num_tokens // 2 (or --max-running-requests), the request pool),
+    model_runner.py: the request pool min(max(pool / context_len x 512, 2048), 4096)."""
+    s = plan.settings
+    req_pool = min(max(int(pool_tokens / s.max_model_len * 512), 2048), 4096)
+    given = s.max_running_requests
+    return max(1, min(pool_tokens // 2 if given is None else given, req_pool))
+
+
+def _vllm_max_num_seqs(plan: Plan, req: PlanRequest) -> int:
+    """--max-num-seqs as given, else vLLM's default for the card and usage (vllm/engine/arg_utils.py)."""
+    s = plan.settings
+    if s.max_num_seqs:
+        return s.max_num_seqs
+    applied = s.engine_defaults.max_num_seqs
+    if applied:
+        return int(applied)
+    cls = engine_class("vllm")
+    return cls.batch_defaults(req.gpu, s.usage, cls.parse_version(s.engine_version)).max_num_seqs or 256
+
+
+def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
+    """The deployment `estimate` planned (from `req`), one data-parallel replica of it."""
+    s = plan.settings
+    notes = []
+    if s.engine == "sglang":
+        pool_tokens = plan.engine.kv_cache_tokens or plan.kv_pool_tokens
+        num_blocks = pool_tokens // s.block_size
+        max_seqs = _sglang_max_running(plan, pool_tokens)
+        chunk = s.chunked_prefill_size if s.chunked_prefill_size and s.chunked_prefill_size > 0 else None
+        notes.append(
+            f"SGLang {s.engine_version}: pool {pool_tokens:,} tokens (page {s.block_size}), chunked prefill "
+            f"{'off' if chunk is None else f'{chunk:,} tokens'}, max running requests {max_seqs:,}, "
+            f"--schedule-policy fcfs, radix cache {'on' if s.enable_prefix_caching else 'off'}"
+        )
+    else:
+        num_blocks = plan.engine.num_blocks or plan.num_blocks_per_gpu or 0
+        pool_tokens = max(0, num_blocks - 1) * s.block_size
+        max_seqs = _vllm_max_num_seqs(plan, req)
+        chunk = None
+        notes.append(
+            f"vLLM {s.engine_version} V1 scheduler: {num_blocks:,} KV blocks of {s.block_size} tokens "
+            f"(one is the null block), --max-num-batched-tokens {s.max_num_batched_tokens:,}, "
+            f"--max-num-seqs {max_seqs:,}, prefix caching {'on' if s.enable_prefix_caching else 'off'}"
+        )
+    if num_blocks <= 1 or pool_tokens <= 0:
+        raise InfeasibleError("the plan has no KV pool to simulate (no blocks)")
+    d = plan.decode
+    per_token = d.kv_bytes_per_request_per_gpu / d.context_tokens if d.context_tokens else 0.0
+    per_token = per_token or float(plan.kv_bytes_per_token_per_gpu)
+    steps = PlanSteps(
+        decode_step=d.step,
+        kv_bytes_per_token=per_token,
+        active_params=plan.params_active,
+        num_layers=plan.model.num_layers,
+        attention_width=attention_width(req.model),
+        gpus=plan.cluster.tensor_parallel_size,
+        flops_per_gpu=plan.prefill.peak_flops_per_gpu,
+        mfu=plan.prefill.mfu,
+    )
+    c = plan.cluster
+    if c.data_parallel_size > 1:
+        notes.append(
+            f"one of {c.data_parallel_size} data-parallel replicas is simulated: every request goes to it "
+            "(divide --request-rate by the replicas for an even split)"
+        )
+    notes.append(
+        f"step time: decode step model ({d.bandwidth_source}) + prefill chunks at {plan.prefill.mfu:.0%} of "
+        f"{plan.prefill.peak_dtype} peak (assumed); decode timed at the batch's mean context, in ~1/32 buckets"
+    )
+    return Deployment(
+        engine=s.engine,
+        engine_version=s.engine_version,
+        model=plan.model.name,
+        gpus=f"{c.num_gpus}x {plan.gpu.name} (TP {c.tensor_parallel_size}, PP {c.pipeline_parallel_size})",
+        block_size=s.block_size,
+        num_gpu_blocks=num_blocks,
+        pool_tokens=pool_tokens,
+        max_num_seqs=max_seqs,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        chunked_prefill_size=chunk,
+        max_prefill_tokens=SGLANG_MAX_PREFILL_TOKENS,
+        max_model_len=s.max_request_tokens,
+        enable_prefix_caching=s.enable_prefix_caching,
+        steps=steps,
+        data_parallel_size=c.data_parallel_size,
+        assumptions=tuple(notes),
+    )

@@ -1,0 +1,141 @@
+"""`kvplan simulate` in the terminal (rich tables and a KV-usage chart that reads at 80 columns)
+and as a chart file (matplotlib, imported only here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kvplan.errors import UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from kvplan.simulator.result import SimResult
+
+CHART_ROWS = 8
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def kv_chart(result: SimResult, width: int = 60) -> list[str]:
+    """KV usage over time as one line of block characters per level band, `width` columns."""
+    series = result.kv_usage
+    if not series:
+        return []
+    end = series[-1][0]
+    cols: list[float] = []
+    for i in range(width):  # the highest usage within each column's time slice
+        lo, hi = end * i / width, end * (i + 1) / width
+        vals = [f for t, f in series if lo < t <= hi] or [cols[-1] if cols else 0.0]
+        cols.append(max(vals))
+    lines = []
+    for row in range(CHART_ROWS, 0, -1):
+        top, bottom = row / CHART_ROWS, (row - 1) / CHART_ROWS
+        cells = []
+        for f in cols:
+            frac = (f - bottom) / (top - bottom)
+            cells.append(BLOCKS[max(0, min(8, round(frac * 8)))] if f > bottom else " ")
+        label = f"{top:>4.0%} │" if row in (CHART_ROWS, CHART_ROWS // 2) else "     │"
+        lines.append(label + "".join(cells))
+    lines.append("     └" + "─" * width)
+    lines.append(f"      0 s{'':>{width - 12}}{end:>8,.1f} s")
+    return lines
+
+
+def render(result: SimResult, console: Console) -> None:
+    from rich.table import Table
+
+    d, w = result.deployment, result.workload
+    console.print(
+        f"{d['model']} on {d['gpus']}, {d['engine']} {d['engine_version']}: {d['num_gpu_blocks']:,} KV blocks "
+        f"of {d['block_size']} tokens ({d['pool_tokens']:,} tokens), max {d['max_num_seqs']:,} running, "
+        f"prefix caching {'on' if d['enable_prefix_caching'] else 'off'}",
+        highlight=False,
+    )
+    console.print(f"workload: {w['description']}", highlight=False)
+    failed = sum(result.failed.values())
+    console.print(
+        f"completed {result.completed:,} requests in {result.duration_s:,.2f} s (simulated)"
+        + (
+            f"; {failed:,} refused: " + "; ".join(f"{n:,} {why}" for why, n in result.failed.items())
+            if failed
+            else ""
+        ),
+        highlight=False,
+    )
+    lat = Table(title="Latency (ms)", title_justify="left")
+    for col in ("", "mean", "median", "p90", "p99"):
+        lat.add_column(col, justify="right" if col else "left")
+    for name, s in (
+        ("TTFT", result.ttft_ms),
+        ("TPOT", result.tpot_ms),
+        ("ITL", result.itl_ms),
+        ("end-to-end", result.e2el_ms),
+    ):
+        lat.add_row(name, *(f"{v:,.1f}" for v in (s.mean, s.median, s.p90, s.p99)))
+    console.print(lat)
+    tput = Table(title="Throughput and cache", title_justify="left")
+    tput.add_column("quantity")
+    tput.add_column("value", justify="right")
+    tput.add_row("requests", f"{result.request_throughput:,.2f} req/s")
+    tput.add_row("output tokens", f"{result.output_token_throughput:,.0f} tok/s")
+    tput.add_row("prompt + output tokens", f"{result.total_token_throughput:,.0f} tok/s")
+    if result.goodput is not None:
+        slo = ", ".join(f"{k.replace('_ms', '').upper()} <= {v:g} ms" for k, v in result.slo.items())
+        tput.add_row(f"goodput ({slo})", f"{result.goodput:,.2f} req/s")
+    tput.add_row(
+        "prefix-cache hits",
+        f"{result.prefix_cache_hit_rate:.1%} of {result.prefix_cache_query_tokens:,} prompt tokens",
+    )
+    tput.add_row("preemptions", f"{result.preemptions:,} ({result.preempted_requests:,} requests)")
+    tput.add_row("prefill tokens computed", f"{result.prefill_tokens:,} tokens")
+    tput.add_row(
+        "KV usage peak / mean", f"{result.kv_usage_peak:.0%} / {result.kv_usage_mean:.0%} of the pool"
+    )
+    console.print(tput)
+    chart = kv_chart(result)
+    if chart:
+        console.print("KV cache usage over simulated time (fraction of the pool)", highlight=False)
+        for line in chart:
+            console.print(line, highlight=False)
+    console.print("Assumptions", highlight=False)
+    for a in result.assumptions:
+        console.print(f"- {a}", highlight=False)
+
+
+def plot(result: SimResult, path: str) -> str:
+    """KV usage over time and the latency percentiles, as PNG or SVG by the suffix."""
+    out = Path(path)
+    if out.suffix.lower() not in (".png", ".svg"):
+        raise UsageError(f"--plot {path}: give a .png or .svg file name")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'kvplan[plot]'") from None
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ax1.plot([t for t, _ in result.kv_usage], [f * 100 for _, f in result.kv_usage])
+    ax1.set_xlabel("simulated time (s)")
+    ax1.set_ylabel("KV cache in use (% of the pool)")
+    ax1.set_ylim(0, 105)
+    names = ("TTFT", "TPOT", "ITL", "E2E")
+    stats = (result.ttft_ms, result.tpot_ms, result.itl_ms, result.e2el_ms)
+    for k, label in (("median", "p50"), ("p90", "p90"), ("p99", "p99")):
+        ax2.plot(names, [getattr(s, k) for s in stats], marker="o", label=label)
+    ax2.set_yscale("log")
+    ax2.set_ylabel("latency (ms)")
+    ax2.legend()
+    d = result.deployment
+    fig.suptitle(
+        f"{d['model']} on {d['gpus']}, {d['engine']}: {result.workload['description']}"[:120], fontsize=9
+    )
+    fig.tight_layout()
+    try:
+        fig.savefig(out)
+    except OSError as exc:
+        raise UsageError(f"--plot {path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        plt.close(fig)
+    return str(out)

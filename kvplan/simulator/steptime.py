@@ -1,0 +1,93 @@
+"""How long one engine step takes: kvplan's step model (speed.py) for a step that holds decodes and
+prefill chunks together.
+
+A step = the decode step of its decoding requests (speed.decode_step: weights, KV reads, MoE,
+all-reduces, launch, overhead) + each prefill chunk's GEMM FLOPs (2 x active params per token) and
+its causal attention FLOPs (2 x ((p + c)^2 - p^2) x layers x width for c tokens after p cached
+ones), at the prefill efficiency: speed.prefill_seconds(p + c) - speed.prefill_seconds(p).
+Decode steps are timed at the batch's mean context in buckets of about 1/32 (the same figure for
+every step inside a bucket, so runs of identical decode steps can be timed at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kvplan.simulator.step import Step
+from kvplan.speed import step_model as speed
+
+
+def context_bucket(mean_context_tokens: int) -> tuple[int, int]:
+    """[lo, hi): the contexts timed as one; about 1/32 of the context wide, at least 16 tokens."""
+    c = max(0, mean_context_tokens)
+    width = max(16, 1 << max(0, c.bit_length() - 6))
+    lo = c // width * width
+    return lo, lo + width
+
+
+class StepModel(Protocol):
+    def decode_seconds(self, batch: int, mean_context_tokens: int) -> float: ...
+
+    def prefill_seconds(self, cached_tokens: int, chunk_tokens: int) -> float: ...
+
+
+def step_seconds(model: StepModel, step: Step) -> float:
+    decodes = step.decodes
+    ctx = sum(r.num_tokens for r in decodes) // len(decodes) if decodes else 0
+    seconds = model.decode_seconds(len(decodes), ctx)
+    for _, cached, n in step.prefills:
+        seconds += model.prefill_seconds(cached, n)
+    return seconds
+
+
+@dataclass
+class PlanSteps:
+    """The plan's step model: decode_step for the decodes, prefill FLOPs for the chunks."""
+
+    decode_step: Callable[[int, float, int], speed.StepTime]  # Decode.step(batch, kv bytes/request, ctx)
+    kv_bytes_per_token: float  # per GPU, on the stage with the most KV
+    active_params: int
+    num_layers: int
+    attention_width: int
+    gpus: int  # the GPUs prefill FLOPs are spread over (as the plan's prefill figure)
+    flops_per_gpu: float
+    mfu: float
+    _decode_cache: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
+
+    def decode_seconds(self, batch: int, mean_context_tokens: int) -> float:
+        lo, hi = context_bucket(mean_context_tokens) if batch else (0, 0)
+        key = (batch, lo)
+        seconds = self._decode_cache.get(key)
+        if seconds is None:
+            ctx = (lo + hi) // 2
+            # a step of prefill chunks alone still streams the weights once: a one-row pass, no KV read
+            step = self.decode_step(max(batch, 1), self.kv_bytes_per_token * ctx, ctx)
+            seconds = self._decode_cache[key] = step.tpot_ms / 1e3
+        return seconds
+
+    def _prefill(self, tokens: int) -> float:
+        return speed.prefill_seconds(
+            self.active_params, tokens, self.num_layers, self.attention_width, self.gpus,
+            self.flops_per_gpu, self.mfu,
+        )  # fmt: skip
+
+    def prefill_seconds(self, cached_tokens: int, chunk_tokens: int) -> float:
+        return self._prefill(cached_tokens + chunk_tokens) - self._prefill(cached_tokens)
+
+
+@dataclass(frozen=True)
+class FixedSteps:
+    """A step model with round numbers, for hand-computed tests: a decode step costs
+    base + per_request x batch, a prefill chunk per_prefill_token x tokens."""
+
+    base_s: float = 0.01
+    per_request_s: float = 0.0
+    per_prefill_token_s: float = 0.0
+
+    def decode_seconds(self, batch: int, mean_context_tokens: int) -> float:
+        return self.base_s + self.per_request_s * batch
+
+    def prefill_seconds(self, cached_tokens: int, chunk_tokens: int) -> float:
+        return self.per_prefill_token_s * chunk_tokens
