@@ -220,7 +220,9 @@ def bandwidth_profile(gpu: GpuSpec, use_saved: bool, path: str | None, force: bo
     A profile of another device (a CPU, another GPU) is refused unless `force`, and then says so."""
     from kvplan.userdata import profile_path, shipped_profile_path
 
-    saved = profile_path(gpu.name).exists() or shipped_profile_path(gpu.name).exists()
+    saved = any(
+        p.exists() or p.is_symlink() for p in (profile_path(gpu.name), shipped_profile_path(gpu.name))
+    )
     if not path and not (use_saved and saved):
         return {}  # nothing to read: the calibration module need not even load
     from kvplan import calibration
@@ -256,7 +258,7 @@ def calibrated_reserve(
     from kvplan.userdata import overheads_path
 
     path = overheads_path()
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # a dangling link or a loop is refused
         return None, None
     from kvplan import overheads
     from kvplan.parallel import make_layout
@@ -293,7 +295,7 @@ def read_log(log_file: str | None) -> tuple[str, str]:
             raise UsageError(f"stdin: the log is over kvplan's limit of {MAX_LOG_BYTES:,} characters")
         return text, "stdin"
     path = Path(log_file)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # a link loop is read, and refused for what it is
         raise UsageError(f"{log_file}: cannot read (No such file or directory)")
     try:
         data = read_regular(path, MAX_LOG_BYTES)
