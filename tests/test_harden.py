@@ -486,3 +486,57 @@ def test_concurrent_saves_keep_every_entry(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", _SAVER, tag], env=env) for tag in "ab"]
     assert all(p.wait(timeout=60) == 0 for p in procs)
     assert len(overheads.load(tmp_path / "overheads.yaml")) == 50
+
+
+# --- issue 24: config.json layer lists, strict integers, heads that do not divide -----------------
+
+QWEN35 = REPO / "tests" / "fixtures" / "hf" / "corpus" / "qwen3.5-9b.json"
+MISTRAL = REPO / "tests" / "fixtures" / "hf" / "mistral-7b-v0.1.json"
+
+
+def _config(tmp_path: Path, src: Path, text_config: bool, **fields) -> str:
+    cfg = json.loads(src.read_text())
+    (cfg["text_config"] if text_config else cfg).update(fields)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+@pytest.mark.parametrize("entry", [{"type": "full_attention"}, ["full_attention"], 1, None])
+@pytest.mark.parametrize("src, nested", [(QWEN35, True), (MISTRAL, False)])
+def test_layer_types_not_names_refused(tmp_path, src, nested, entry):
+    n = json.loads(src.read_text()).get("text_config" if nested else "x", {}).get("num_hidden_layers") or 32
+    cfg = _config(tmp_path, src, nested, layer_types=["full_attention"] * (n - 1) + [entry])
+    refused("estimate", "-m", cfg, names=f"layer_types[{n - 1}]")
+
+
+def test_mamba_layer_without_fields_refused(tmp_path):
+    cfg = _config(tmp_path, MISTRAL, False, layer_types=["mamba"] * 31 + ["full_attention"])
+    result = invoke("estimate", "-m", cfg)
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert "mamba_n_heads: required field is missing" in result.stderr.splitlines()[0]
+
+
+@pytest.mark.parametrize("field", ["num_layers", "hidden_size", "head_dim", "num_kv_heads", "max_context"])
+@pytest.mark.parametrize("value", ['"{}"', "true", "{}.0"])
+def test_spec_integers_strict(tmp_path, field, value):
+    import re
+
+    number = re.search(rf"\b{field}: (\d+)", QWEN).group(1)
+    text = QWEN.replace(f"{field}: {number}", f"{field}: {value.format(number)}", 1)
+    result = refused("estimate", "-m", _spec(tmp_path, text), names=f"{field}: expected an integer")
+    assert "m.yaml" in result.stderr
+
+
+def test_config_heads_must_divide(tmp_path):
+    cfg = _config(tmp_path, MISTRAL, False, num_attention_heads=32, num_key_value_heads=5)
+    refused("estimate", "-m", cfg, "-tp", "1", names="num_key_value_heads: 32 attention heads")
+
+
+def test_spec_heads_must_divide(tmp_path):
+    refused(
+        "estimate",
+        "-m",
+        _spec(tmp_path, QWEN.replace("num_kv_heads: 8", "num_kv_heads: 5")),
+        names="5 KV heads",
+    )

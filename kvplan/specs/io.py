@@ -126,6 +126,13 @@ def validation_message(path: Path | str, exc: ValidationError) -> str:
             msg = "required field is missing"
         elif err["type"] == "extra_forbidden":
             msg = "unknown field (typo?)"
+        elif err["type"] in ("int_type", "int_parsing", "int_from_float"):  # strict: no "32", true, 32.0
+            msg = f"expected an integer, got {err.get('input')!r:.40}"
+        elif err["type"] == "value_error":  # a record's own check: its message names the field
+            msg = msg.removeprefix("Value error, ")
+            if not err["loc"]:
+                lines.append(f"{path}: {msg}")
+                continue
         lines.append(f"{path}: {loc}: {msg}")
     return "\n".join(lines)
 

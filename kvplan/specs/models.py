@@ -340,6 +340,12 @@ class ModelSpec(_Strict):
     def _check_layers(self) -> None:
         if all(isinstance(layer, (SharedKV, NoCache)) for layer in self.layers):
             raise ValueError("no layer keeps a KV cache or state: at least one must be full/sliding/mla/...")
+        for name, kind in self.layer_types.items():
+            if isinstance(kind, FullAttention) and self.num_attention_heads % kind.num_kv_heads:
+                raise ValueError(
+                    f"layer_types.{name}.num_kv_heads: {self.num_attention_heads} attention heads do not "
+                    f"split evenly over {kind.num_kv_heads} KV heads"
+                )
         for i, layer in enumerate(self.layers):
             if isinstance(layer, SharedKV):
                 src = i + layer.source

@@ -32,7 +32,7 @@ _OTHERS: tuple[type[Record], ...] = (m.MoE, m.VisionTower, m.Interconnect, m.Mod
 
 class _Strict(BaseModel):
     # .inf/.nan in a spec would reach the plan (and --json) as Infinity/NaN
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 def _bounded(cls: Any, value: Any, info: ValidationInfo) -> Any:

@@ -58,6 +58,11 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         kv_heads = 1
     else:
         kv_heads = r.int("num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads)
+    if heads and kv_heads and heads % kv_heads:  # each KV head serves a whole group of query heads
+        r.bad(
+            "num_key_value_heads",
+            f"{heads} attention heads do not split evenly over {kv_heads} KV heads; fix the config",
+        )
     head_dim = r.int("head_dim", default=None)
     if head_dim is None and hidden and heads:
         if hidden % heads:

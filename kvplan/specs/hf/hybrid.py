@@ -34,8 +34,18 @@ def _ssm_dtype(r: Reader) -> str:
     return name
 
 
-def mamba2_state(r: Reader, heads: int, head_dim: int, state: int, groups: int, kernel: int) -> dict:
-    """vLLM mamba2_state_shape: conv (K-1, (I + 2 G N) / tp) with I = heads x head_dim, SSM (H/tp, P, N)."""
+def mamba2_state(
+    r: Reader,
+    heads: int | None,
+    head_dim: int | None,
+    state: int | None,
+    groups: int | None,
+    kernel: int | None,
+) -> dict:
+    """vLLM mamba2_state_shape: conv (K-1, (I + 2 G N) / tp) with I = heads x head_dim, SSM (H/tp, P, N).
+    A field missing or bad is already one of r.problems: the layer is then a placeholder."""
+    if heads is None or head_dim is None or state is None or groups is None or kernel is None:
+        return {"kind": "none"}
     return {
         "kind": "state",
         "mixer": "mamba2",
