@@ -154,6 +154,8 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
             spec.name, gpu, f.engine.lower(), num_gpus, nodes or 1, tp, pp, mnbt or _default_mnbt(f, gpu)
         )
     bandwidth = bandwidth_profile(gpu, f.calibration, f.calibration_file, f.force_calibration)
+    if f.weight_dtype is not None and not f.weight_dtype.strip():
+        raise UsageError("--weight-dtype: give a format such as fp8, int4 or nvfp4, or leave the flag out")
     return PlanRequest(
         model=spec,
         gpu=gpu,
@@ -447,6 +449,8 @@ def solve_query(f: SolveFlags) -> Query:
     _check_solve_flags(f)
     spec = load_model(f.model)
     flag = f.gpus_flag
+    if f.gpus is not None and not f.gpus.strip(", "):
+        raise UsageError(f"{flag}: give GPU names, e.g. H100 or H100,H200, or leave the flag out for H100")
     if f.max_context:
         if not f.gpus or f.max_model_len:
             raise UsageError(f"--max-context needs {flag} (e.g. 8xH200) and no --max-model-len")

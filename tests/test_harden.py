@@ -540,3 +540,50 @@ def test_spec_heads_must_divide(tmp_path):
         _spec(tmp_path, QWEN.replace("num_kv_heads: 8", "num_kv_heads: 5")),
         names="5 KV heads",
     )
+
+
+# --- issue 24: values that were accepted ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        ((*EST, "--engine-version", "0.0"), "--engine-version 0.0"),
+        ((*EST, "--engine", "sglang", "--engine-version", "0.0.1"), "--engine-version"),
+        ((*EST, "--weight-dtype", ""), "--weight-dtype"),
+        ((*EST, "--weight-dtype", "  "), "--weight-dtype"),
+        (("solve", "-m", "qwen3-8b", "--users", "4", "--max-model-len", "8K", "--gpus", ""), "--gpus"),
+        (("solve", "-m", "qwen3-8b", "--users", "4", "--max-model-len", "8K", "--gpu", ","), "--gpu"),
+    ],
+)
+def test_empty_or_impossible_flags_refused(args, names):
+    refused(*args, names=names)
+
+
+@pytest.mark.parametrize(
+    "old, new, names",
+    [
+        ("data_parallel_size=1", "data_parallel_size=0", "data_parallel_size"),
+        ("tensor_parallel_size=1", "tensor_parallel_size=0", "tensor_parallel_size"),
+        ("max_seq_len=32768", "max_seq_len=99999999999999", "max_model_len"),
+        ("max_seq_len=32768", "max_seq_len=0", "max_model_len"),
+    ],
+)
+def test_log_impossible_setup_refused(old, new, names):
+    text = VLLM_LOG.read_text()
+    assert old in text
+    text = text.replace(old, new)
+    if "max_seq_len" in old:  # every line that states the context
+        value = new.split("=")[1]
+        text = text.replace("'max_model_len': 32768", f"'max_model_len': {value}")
+        text = text.replace("for 32,768 tokens", f"for {value} tokens")
+    refused("check-log", "-", "--gpus", "H100", stdin=text, names=names)
+
+
+def test_log_tiny_context_checks_without_traceback():
+    text = VLLM_LOG.read_text().replace("max_seq_len=32768", "max_seq_len=3")
+    text = text.replace("'max_model_len': 32768", "'max_model_len': 3").replace(
+        "for 32,768 tokens", "for 3 tokens"
+    )
+    result = invoke("check-log", "-", "--gpus", "H100", stdin=text)
+    assert result.exit_code in (0, 3), result.stderr[-300:]
