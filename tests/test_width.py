@@ -77,3 +77,43 @@ def test_markup_in_names_is_shown_as_typed(tmp_path):
     assert "evil[/]model[bold]" in out.stdout
     table = _run(200, "compare", "table", "-m", str(path), "-g", "H100")
     assert "evil[/]model[bold]" in table.stdout
+
+
+def _commands():
+    """Every command path (("estimate",), ("compare", "table"), ...) and its click command."""
+    import typer
+
+    root = typer.main.get_command(app)
+    ctx = root.make_context("kvplan", ["--help"], resilient_parsing=True)
+    out = [((), root)]
+    for name in root.list_commands(ctx):
+        cmd = root.get_command(ctx, name)
+        out.append(((name,), cmd))
+        if hasattr(cmd, "list_commands"):
+            sub_ctx = cmd.make_context(name, [], parent=ctx, resilient_parsing=True)
+            out += [((name, sub), cmd.get_command(sub_ctx, sub)) for sub in cmd.list_commands(sub_ctx)]
+    return out
+
+
+@pytest.mark.parametrize("path, cmd", _commands(), ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
+def test_help_at_80_columns_cuts_nothing(path, cmd):
+    """Issue 24: rich's option table cut 31 of estimate's option names (`--max-model-len,…`)."""
+    result = _run(80, *path, "--help")
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "…" not in out, out
+    cut = [ln for ln in out.splitlines() if ln.endswith("...") and not ln.startswith("Usage:")]
+    assert not cut, cut  # click's command list cut each summary to `...`
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for param in cmd.params:
+        for opt in (*param.opts, *param.secondary_opts):
+            if opt.startswith("--") and not param.hidden:
+                assert opt in out, f"{opt} missing from {' '.join(path)} --help"
+
+
+def test_usage_error_is_one_line():
+    """A missing --model: one `error:` line (README), not a boxed panel."""
+    result = _run(80, "estimate", "-g", "H100")
+    assert result.exit_code == 2
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: Missing option '--model' / '-m'; see `"), lines
