@@ -117,3 +117,40 @@ def test_usage_error_is_one_line():
     assert result.exit_code == 2
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: Missing option '--model' / '-m'; see `"), lines
+
+
+def test_left_out_columns_are_said_and_not_footnoted():
+    """Issue 24: at 80 columns solve dropped `users margin` while its footnote still explained it."""
+    out = _run(
+        80,
+        "solve",
+        "-m",
+        "llama3-70b",
+        "-u",
+        "100",
+        "--max-model-len",
+        "8K",
+        "-g",
+        "H100,H200",
+        "--price",
+        "2,3",
+        "--tpot-ms",
+        "50",
+    ).stdout
+    assert "not shown at 80 columns: users margin, TPOT margin" in out
+    assert "users margin: max users" not in out
+    wide = _run(
+        200, "solve", "-m", "llama3-70b", "-u", "100", "--max-model-len", "8K", "--tpot-ms", "50"
+    ).stdout
+    assert "not shown" not in wide and "users margin: max users" in wide
+    table = _run(80, "compare", "table", "-m", "qwen3-8b,llama3-70b", "--variants", "mla,gqa2").stdout
+    assert "not shown at 80 columns: KV/token/GPU" in table
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_plot_numbers_never_cut(width):
+    """Issue 24: compare plot cut 2,754 to `2,…` at 80 columns; the contexts now continue below."""
+    out = _run(width, "compare", "plot", "-m", "llama3-70b,qwen3-8b,deepseek-v3").stdout
+    assert "…" not in out
+    assert "2,754" in out and "160K" in out and "6,929" in out
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= width

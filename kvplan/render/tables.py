@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from kvplan import engines
 from kvplan.plan import Plan
-from kvplan.render.layout import SafeTable, fitted_table, plain_table
+from kvplan.render.layout import SafeTable, fitted_table, left_out_line, plain_table
 from kvplan.units import GiB, fmt_bytes, fmt_gib
 
 
@@ -408,6 +408,9 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
     console.print(t)
     if q.prices:
         console.print("* cost per hour: price per GPU-hour x GPUs, in the unit of --price", highlight=False)
+    left_out = left_out_line(t, console.width)
+    if left_out:
+        console.print(left_out, highlight=False, markup=False)
     console.print()
     for i, a in enumerate(answers, 1):
         sg = (
@@ -425,9 +428,9 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
         if q.has_workload
         else "every request at the full context"
     )
+    margin = "" if "users margin" in t.left_out else "; users margin: max users / users - 1"
     console.print(
-        f"TPOT: decode step with {at}, from kvplan's step model "
-        f"({speed_source(answers)}); users margin: max users / users - 1",
+        f"TPOT: decode step with {at}, from kvplan's step model ({speed_source(answers)}){margin}",
         highlight=False,
     )
 
