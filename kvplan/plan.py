@@ -168,6 +168,11 @@ class Plan:
     explain: list[Explain] = field(default_factory=list)
     calibration: CalibrationUse | None = None  # the `kvplan calibrate` profile used, if any
 
+    def __repr__(self) -> str:  # the whole dataclass (a calibration profile inside) ran to 52,000 characters
+        from kvplan.render.tables import plan_summary
+
+        return plan_summary(self)
+
     @property
     def engine_kv_cache_tokens(self) -> int | None:
         return self.engine.kv_cache_tokens

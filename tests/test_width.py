@@ -154,3 +154,19 @@ def test_plot_numbers_never_cut(width):
     assert "…" not in out
     assert "2,754" in out and "160K" in out and "6,929" in out
     assert max(len(line.rstrip()) for line in out.splitlines()) <= width
+
+
+def test_no_hex_highlight_and_plurals():
+    """Issue 24: rich coloured the `0x` of `80x full` as a hex number; `block size 1 tokens`."""
+    from rich.console import Console
+
+    from helpers import plan
+    from kvplan.render.tables import render_plan
+
+    console = Console(force_terminal=True, color_system="truecolor", width=200, record=True)
+    render_plan(plan("llama3-70b", "H200", num_gpus=2, tp=2, block_size=1, max_model_len=8192), console)
+    ansi = console.export_text(styles=True, clear=False)
+    assert "80x full" in ansi  # not split by a colour code
+    text = console.export_text()
+    assert "block size 1 token\n" in text or "block size 1 token" in text.replace("\n", " ")
+    assert "block size 1 tokens" not in text.replace("\n", " ")

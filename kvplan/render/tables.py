@@ -20,16 +20,43 @@ def _table(title: str, *columns: str) -> SafeTable:
     return table
 
 
-def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
+def plural(n: int, word: str) -> str:
+    """'1 token', '16 tokens', '1 request'."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def plan_header(plan: Plan) -> tuple[str, str]:
+    """The two lines `estimate` opens with: the setup, and the attention layers."""
     c = plan.cluster
-    n = c.num_gpus
     s = plan.settings
-    console.print(
-        f"[bold]{escape(plan.model.name)}[/] on {n}x {escape(plan.gpu.name)} "
+    return (
+        f"{plan.model.name} on {c.num_gpus}x {plan.gpu.name} "
         f"(TP {c.tensor_parallel_size}, PP {c.pipeline_parallel_size}, DP {c.data_parallel_size}); "
-        f"max-model-len {s.max_model_len:,} tokens; KV {s.kv_cache_format}; block size {s.block_size} tokens"
+        f"max-model-len {plural(s.max_model_len, 'token')}; KV {s.kv_cache_format}; "
+        f"block size {plural(s.block_size, 'token')}",
+        f"attention: {plan.model.attention}",
     )
-    console.print(f"attention: {plan.model.attention}", markup=False)
+
+
+def plan_summary(plan: Plan) -> str:
+    """A plan in a few lines (the Python API's repr): the header and the headline figures."""
+    s = plan.settings
+    return "\n".join(
+        (
+            *plan_header(plan),
+            f"KV per token {fmt_bytes(plan.kv_bytes_per_token)}; KV pool "
+            f"{plural(plan.kv_pool_tokens, 'token')} per replica; max concurrent requests at "
+            f"{plural(s.max_model_len, 'token')}: {plan.max_concurrency:,}",
+        )
+    )
+
+
+def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
+    setup, attention = plan_header(plan)
+    name = plan.model.name
+    # the model's name in bold; nothing else styled or highlighted (rich read "80x" as hex 0x)
+    console.print(f"[bold]{escape(name)}[/]{escape(setup[len(name) :])}", highlight=False)
+    console.print(attention, markup=False, highlight=False)
     console.print()
 
     _memory_table(plan, console)
@@ -173,7 +200,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
     if d.at_max_concurrency:
         rows.append(
             (
-                f"{d.at_max_concurrency.batch:,} requests at {plan.settings.max_model_len:,} tokens",
+                f"{plural(d.at_max_concurrency.batch, 'request')} at {plan.settings.max_model_len:,} tokens",
                 d.at_max_concurrency,
             )
         )
@@ -181,7 +208,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
     if d.at_avg_context and a is not None:
         rows.append(
             (
-                f"{d.at_avg_context.batch:,} requests at {a.avg_context_tokens:,} tokens",
+                f"{plural(d.at_avg_context.batch, 'request')} at {a.avg_context_tokens:,} tokens",
                 d.at_avg_context,
             )
         )
