@@ -428,7 +428,7 @@ class GpuSpec(_Strict):
     aliases: list[str] = []
     vendor: Literal["nvidia", "amd"]
     # GPU generation: engines pick kernels (and so MLA block sizes) by it
-    arch: Literal["turing", "ampere", "ada", "hopper", "blackwell", "cdna3"]
+    arch: Literal["turing", "ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"]
     sources: Annotated[list[str], Field(min_length=1)]
     notes: list[str] = []
 
@@ -447,5 +447,5 @@ class GpuSpec(_Strict):
 
     @property
     def has_bf16(self) -> bool:
-        """bfloat16 arithmetic: NVIDIA from Ampere (compute capability 8.0) on, and AMD's CDNA3."""
+        """bfloat16 arithmetic: NVIDIA from Ampere (compute capability 8.0) on, and AMD's CDNA3/CDNA4."""
         return self.arch != "turing"
