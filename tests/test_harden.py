@@ -410,7 +410,7 @@ def _no_measuring(monkeypatch):
 
 @pytest.mark.parametrize(
     "extra, names",
-    [(("-o", "out.txt"), "--output"), (("--kv-dtype", "bogus"), "--kv-dtype")],
+    [(("-o", "out.txt"), "--output"), (("--kv-cache-dtype", "bogus"), "--kv-cache-dtype")],
 )
 def test_calibrate_checks_arguments_first(tmp_path, monkeypatch, extra, names):
     _no_measuring(monkeypatch)
@@ -587,3 +587,18 @@ def test_log_tiny_context_checks_without_traceback():
     )
     result = invoke("check-log", "-", "--gpus", "H100", stdin=text)
     assert result.exit_code in (0, 3), result.stderr[-300:]
+
+
+def test_calibrate_kv_cache_dtype_named_as_elsewhere(tmp_path, monkeypatch):
+    """Issue 24: calibrate's --kv-dtype is --kv-cache-dtype, as in estimate/solve; the old name is a
+    hidden alias that warns."""
+    _no_measuring(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    help_text = invoke("calibrate", "--help").stdout
+    assert "--kv-cache-dtype" in help_text and "--kv-dtype" not in help_text
+    old = invoke("calibrate", "--device", "cpu", "--quick", "--kv-dtype", "bogus")
+    assert old.exit_code == 2
+    assert "--kv-dtype is deprecated" in old.stderr and "error: --kv-cache-dtype: bogus" in old.stderr
+    refused(
+        "calibrate", "--device", "cpu", "--kv-dtype", "bf16", "--kv-cache-dtype", "bf16", names="--kv-dtype"
+    )
