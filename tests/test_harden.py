@@ -602,3 +602,10 @@ def test_calibrate_kv_cache_dtype_named_as_elsewhere(tmp_path, monkeypatch):
     refused(
         "calibrate", "--device", "cpu", "--kv-dtype", "bf16", "--kv-cache-dtype", "bf16", names="--kv-dtype"
     )
+
+
+def test_max_context_names_the_gpus_given_not_max_gpus():
+    """Issue 24: `solve --max-context -g H200` blamed --max-gpus 64 when the limit is the one GPU."""
+    result = invoke("solve", "-m", "deepseek-v3", "--max-context", "-g", "H200", "-u", "10")
+    assert result.exit_code == 3  # no answer
+    assert "--max-gpus" not in result.stderr and "--gpus gives 1" in result.stderr
