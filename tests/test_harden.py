@@ -609,3 +609,17 @@ def test_max_context_names_the_gpus_given_not_max_gpus():
     result = invoke("solve", "-m", "deepseek-v3", "--max-context", "-g", "H200", "-u", "10")
     assert result.exit_code == 3  # no answer
     assert "--max-gpus" not in result.stderr and "--gpus gives 1" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "folder, warned", [("Llama-3-70B-NVFP4", True), ("llama3_fp8", True), ("llama3-70b", False)]
+)
+def test_quantized_name_without_quant_config_warns(tmp_path, folder, warned):
+    """Issue 24: a folder named ...-NVFP4 whose config.json has no quantization_config was planned
+    in bf16 silently."""
+    d = tmp_path / folder
+    d.mkdir()
+    (d / "config.json").write_text((REPO / "tests/fixtures/hf/llama3-70b.json").read_text())
+    result = invoke("estimate", "-m", str(d), "-g", "8xH100")
+    assert result.exit_code == 0, result.stderr
+    assert ("no quantization_config" in result.stderr) == warned, result.stderr
