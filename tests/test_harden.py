@@ -494,7 +494,7 @@ QWEN35 = REPO / "tests" / "fixtures" / "hf" / "corpus" / "qwen3.5-9b.json"
 MISTRAL = REPO / "tests" / "fixtures" / "hf" / "mistral-7b-v0.1.json"
 
 
-def _config(tmp_path: Path, src: Path, text_config: bool, **fields) -> str:
+def _hf_config(tmp_path: Path, src: Path, text_config: bool, **fields) -> str:
     cfg = json.loads(src.read_text())
     (cfg["text_config"] if text_config else cfg).update(fields)
     path = tmp_path / "config.json"
@@ -506,12 +506,12 @@ def _config(tmp_path: Path, src: Path, text_config: bool, **fields) -> str:
 @pytest.mark.parametrize("src, nested", [(QWEN35, True), (MISTRAL, False)])
 def test_layer_types_not_names_refused(tmp_path, src, nested, entry):
     n = json.loads(src.read_text()).get("text_config" if nested else "x", {}).get("num_hidden_layers") or 32
-    cfg = _config(tmp_path, src, nested, layer_types=["full_attention"] * (n - 1) + [entry])
+    cfg = _hf_config(tmp_path, src, nested, layer_types=["full_attention"] * (n - 1) + [entry])
     refused("estimate", "-m", cfg, names=f"layer_types[{n - 1}]")
 
 
 def test_mamba_layer_without_fields_refused(tmp_path):
-    cfg = _config(tmp_path, MISTRAL, False, layer_types=["mamba"] * 31 + ["full_attention"])
+    cfg = _hf_config(tmp_path, MISTRAL, False, layer_types=["mamba"] * 31 + ["full_attention"])
     result = invoke("estimate", "-m", cfg)
     assert result.exit_code == 2 and "Traceback" not in result.stderr
     assert "mamba_n_heads: required field is missing" in result.stderr.splitlines()[0]
@@ -529,7 +529,7 @@ def test_spec_integers_strict(tmp_path, field, value):
 
 
 def test_config_heads_must_divide(tmp_path):
-    cfg = _config(tmp_path, MISTRAL, False, num_attention_heads=32, num_key_value_heads=5)
+    cfg = _hf_config(tmp_path, MISTRAL, False, num_attention_heads=32, num_key_value_heads=5)
     refused("estimate", "-m", cfg, "-tp", "1", names="num_key_value_heads: 32 attention heads")
 
 
