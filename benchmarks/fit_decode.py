@@ -209,6 +209,8 @@ def _spec(r: dict[str, str]) -> tuple[ModelSpec | None, str | None, str]:
     for prefix, name in table.items():
         if m.startswith(prefix):
             dtype = {"fp8": "fp8", "bf16": "bf16", "fp16": "fp16"}.get(w)
+            if w == "fp4" and r["gpu"].startswith("MI"):  # on AMD Instinct FP4 is OCP MXFP4 (CDNA4's format)
+                return load_model(name), "mxfp4", "'fp4' on an AMD Instinct GPU read as MXFP4"
             if "gpt-oss" in m and w == "mxfp4":
                 dtype = None  # the shipped spec: experts MXFP4, the rest bf16
             return load_model(name), dtype, ""
@@ -341,7 +343,20 @@ def _prefill_ms(case: Case) -> float:
     return speed.prefill_seconds(active, r.input_len, case.spec.num_layers, width, r.tp, peak) * 1e3
 
 
-def prepare(case: Case) -> Prepared:
+def prepare_all(cases: list[Case]) -> tuple[list[Prepared], list[tuple[Row | None, int, str]]]:
+    """Every case kvplan can plan, and those it cannot, each with the planner's reason."""
+    ok, excluded = [], []
+    for c in cases:
+        p = prepare(c)
+        if isinstance(p, str):
+            excluded.append((c.row, c.row.line, p))
+        else:
+            ok.append(p)
+    return ok, excluded
+
+
+def prepare(case: Case) -> Prepared | str:
+    """The row as kvplan plans it, or why it cannot (one line)."""
     r = case.row
     ctx_len = r.input_len + r.output_len
     last: KvplanError | None = None
@@ -369,7 +384,7 @@ def prepare(case: Case) -> Prepared:
         if r.kv_reads_per_head:
             kv *= _query_heads_per_kv_head(case.spec)
         return Prepared(case, p.decode.inputs, kv, p.decode.context_tokens, _prefill_ms(case))
-    raise SystemExit(f"row {r.line}: kvplan cannot plan it: {last}")
+    return f"{r.model} on {r.tp}x {r.gpu}: kvplan cannot plan it: {last}"
 
 
 def predict(p: Prepared, c: speed.Coefficients) -> speed.StepTime:
@@ -703,8 +718,9 @@ def main(argv: list[str]) -> None:
         return
     cases, excluded = read_rows()
     dev_cases, frozen_cases = split(cases)
-    dev = [prepare(c) for c in dev_cases]
-    frozen = [prepare(c) for c in frozen_cases]
+    dev, unplanned = prepare_all(dev_cases)
+    frozen, unplanned_frozen = prepare_all(frozen_cases)
+    excluded += unplanned + unplanned_frozen
     print(f"{len(cases)} usable rows from {len(by_source(dev + frozen))} sources ({len(dev)} dev, "
           f"{len(frozen)} frozen test), {len(excluded)} excluded:")  # fmt: skip
     for _, line, why in excluded:

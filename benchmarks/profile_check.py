@@ -96,7 +96,7 @@ def effects(
 
 def all_rows() -> list[fd.Prepared]:
     cases, _ = fd.read_rows()
-    return [fd.prepare(c) for c in cases]
+    return fd.prepare_all(cases)[0]
 
 
 def main() -> int:

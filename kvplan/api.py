@@ -79,6 +79,19 @@ class SolveResult:
     answers: list[Answer]
     max_context: bool
 
+    def __repr__(self) -> str:
+        """The answers, one line each, as `kvplan solve` lists them (not the whole query)."""
+        lines = [
+            f"solve {self.query.model.name} for {self.query.users:,} users: {len(self.answers)} answer(s)"
+        ]
+        for i, a in enumerate(self.answers, 1):
+            lines.append(
+                f"#{i} {a.num_gpus}x {a.gpu} (TP {a.tensor_parallel_size} x PP {a.pipeline_parallel_size} x "
+                f"DP {a.data_parallel_size}), KV {a.kv_cache_dtype}, context {a.max_model_len:,}: "
+                f"max {a.max_concurrency:,} users, TPOT at load {a.tpot_ms:,.1f} ms"
+            )
+        return "\n".join(lines)
+
     def to_dict(self) -> dict[str, Any]:
         """As `solve --json`."""
         from kvplan.render.jsonout import solve_json
@@ -158,6 +171,13 @@ class CheckLogResult:
     result: CheckResult
     source: str  # the log's file name, or "text"
     saved: str | None  # where save_calibration wrote the measured overhead
+
+    def __repr__(self) -> str:
+        """What was checked, each figure beside kvplan's, then kvplan's plan in short."""
+        r = self.result
+        lines = [f"check-log {self.source}: {r.engine} {r.version}"]
+        lines += [f"{row.quantity}: log {row.log:,}, kvplan {row.kvplan:,} {row.unit}" for row in r.rows]
+        return "\n".join([*lines, repr(r.prediction)])
 
     def to_dict(self) -> dict[str, Any]:
         """As `check-log --json`."""

@@ -18,6 +18,7 @@ MAX_FILE_BYTES = 8 * 2**20  # spec YAML, config.json, profiles, overheads
 MAX_INDEX_FILE_BYTES = 64 * 2**20  # model.safetensors.index.json lists every tensor
 MAX_LOG_BYTES = 64 * 2**20  # a pasted startup log
 MAX_NESTING = 64  # JSON/YAML containers inside one another
+MAX_YAML_NODES = 2**20  # values a YAML file's aliases may expand to (a "billion laughs" is refused)
 MAX_NAME_CHARS = 255  # a --model/--gpus value (a file name's limit)
 MAX_VERSION_CHARS = 32
 
@@ -73,10 +74,15 @@ def read_regular(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
         raise SpecError(f"{path}: file not found") from None
     except OSError as exc:
         raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # checked on the fd: fdopen raises on a directory
+            what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise SpecError(f"{path}: {what}; give a file kvplan can read")
+    except BaseException:
+        os.close(fd)
+        raise
     with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fh.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise SpecError(f"{path}: not a regular file; give a file kvplan can read")
         if info.st_size > limit:
             raise SpecError(
                 f"{path}: {info.st_size:,} bytes is over kvplan's limit of {limit:,}; is it the right file?"

@@ -95,3 +95,8 @@ def fmt_bytes(num_bytes: float) -> str:
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def plural(n: int, word: str) -> str:
+    """'1 token', '16 tokens', '1 request'."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"

@@ -111,3 +111,19 @@ def test_version():
     from importlib.metadata import version
 
     assert version("kvplan") == kvplan.__version__
+
+
+def test_results_print_short():
+    """Issue 24: a Plan printed as a 52,000-character repr (the whole profile inside)."""
+    import kvplan
+
+    plan = kvplan.estimate(model="qwen3-8b", gpus="H200")
+    text = repr(plan)
+    assert len(text) < 600 and text == str(plan)
+    assert text.startswith("qwen3-8b on 1x H200") and "max concurrent requests" in text
+    solved = kvplan.solve("qwen3-8b", 10, max_model_len="8K")
+    assert len(repr(solved)) < 1500 and repr(solved).startswith("solve qwen3-8b for 10 users")
+    table = kvplan.compare(models="qwen3-8b,llama3-70b")
+    assert len(repr(table)) < 600 and "llama3-70b / shipped" in repr(table)
+    log = kvplan.check_log(str(REPO / "tests/fixtures/logs/vllm_v011_llama31_8b_h100.log"), gpus="H100")
+    assert len(repr(log)) < 1200 and "KV cache tokens: log 443,264" in repr(log)

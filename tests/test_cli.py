@@ -48,6 +48,8 @@ REQUIRED_GPUS = [
     "L40S",
     "L4",
     "MI300X",
+    "MI325X",
+    "MI355X",
 ]
 JSON_KEYS = [
     "kv_bytes_per_token",

@@ -36,12 +36,10 @@ def bench():
 @pytest.fixture(scope="module")
 def rows(bench):
     cases, excluded = bench.read_rows()
-    dev, frozen = bench.split(cases)
-    return {
-        "dev": [bench.prepare(c) for c in dev],
-        "frozen": [bench.prepare(c) for c in frozen],
-        "excluded": excluded,
-    }
+    dev_cases, frozen_cases = bench.split(cases)
+    dev, unplanned = bench.prepare_all(dev_cases)
+    frozen, unplanned_frozen = bench.prepare_all(frozen_cases)
+    return {"dev": dev, "frozen": frozen, "excluded": excluded + unplanned + unplanned_frozen}
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,13 @@ answers or refuses with one line; never a traceback, never a run over 5 s, and -
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_harden import QWEN, VLLM_LOG, _profile_text, invoke, strict_json
+from test_harden import QWEN, VLLM_LOG, _profile_text, invoke, refused, strict_json
 
 from helpers import REPO
 
@@ -204,3 +207,83 @@ def test_fuzz_overheads(field, value):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({"schema": "kvplan.overheads/1", "entries": [entry]}))
     _ok(invoke("estimate", "-m", "qwen3-8b", "--gpus", "H100", "--json"))
+
+
+# --- issue 24: every file channel against every kind of bad file ---------------------------------
+
+BOMB = "\n".join(
+    ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    + [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+)
+BAD_FILES = {
+    "directory": None,
+    "fifo": None,
+    "symlink loop": None,
+    "dangling symlink": None,
+    "empty": "",
+    "huge": None,
+    "alias bomb in values": BOMB + "\nnum_layers: *a8\n",
+    "alias bomb in keys": BOMB + "\n? *a8\n: 1\n",
+    "recursive alias": "a: &a [*a]\n",
+    "wrong types": "- 1\n- two\n",
+    "binary": "\x00\xff\xfe",
+}
+
+
+def _saved_profile() -> Path:
+    from kvplan.specs.registry import load_gpu
+    from kvplan.userdata import profile_path
+
+    return profile_path(load_gpu("H100").name)
+
+
+def _saved_overheads() -> Path:
+    from kvplan.userdata import overheads_path
+
+    return overheads_path()
+
+
+# channel: (where the file goes, given a temporary folder; the command that reads it)
+EST_H100 = ("estimate", "-m", "qwen3-8b", "--gpus", "H100")
+CHANNELS = {
+    "model yaml": (lambda d: d / "m.yaml", lambda p: ("estimate", "-m", str(p), "--gpus", "H100")),
+    "config.json": (lambda d: d / "config.json", lambda p: ("estimate", "-m", str(p), "--gpus", "H100")),
+    "gpu yaml": (lambda d: d / "g.yaml", lambda p: ("estimate", "-m", "qwen3-8b", "--gpus", str(p))),
+    "--calibration-file": (lambda d: d / "p.yaml", lambda p: (*EST_H100, "--calibration-file", str(p))),
+    "saved profile": (lambda d: _saved_profile(), lambda p: EST_H100),
+    "saved overheads": (lambda d: _saved_overheads(), lambda p: EST_H100),
+    "check-log": (lambda d: d / "x.log", lambda p: ("check-log", str(p), "--gpus", "H100")),
+}
+
+
+def _make_bad(path: Path, kind: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "symlink loop":
+        other = path.with_name(path.name + ".other")
+        other.symlink_to(path)
+        path.symlink_to(other)
+    elif kind == "dangling symlink":
+        path.symlink_to(path.with_name("nowhere"))
+    elif kind == "huge":  # sparse: refused by its size before a byte is read
+        with open(path, "wb") as fh:
+            fh.truncate(65 * 2**20)
+    else:
+        path.write_bytes(BAD_FILES[kind].encode("latin-1"))
+
+
+@pytest.mark.parametrize("kind", list(BAD_FILES))
+@pytest.mark.parametrize("channel", list(CHANNELS))
+def test_bad_file_every_channel(tmp_path, channel, kind):
+    """One line naming the file, exit 2, within 5 s: never a traceback, a hang or a silent skip."""
+    where, command = CHANNELS[channel]
+    path = where(tmp_path)
+    _make_bad(path, kind)
+    if channel == "check-log" and kind in ("wrong types", "alias bomb in keys", "alias bomb in values"):
+        refused(*command(path))  # a log is text: no KV lines found
+        return
+    result = refused(*command(path), names=path.name)
+    assert "Traceback" not in result.stderr

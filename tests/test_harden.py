@@ -410,7 +410,7 @@ def _no_measuring(monkeypatch):
 
 @pytest.mark.parametrize(
     "extra, names",
-    [(("-o", "out.txt"), "--output"), (("--kv-dtype", "bogus"), "--kv-dtype")],
+    [(("-o", "out.txt"), "--output"), (("--kv-cache-dtype", "bogus"), "--kv-cache-dtype")],
 )
 def test_calibrate_checks_arguments_first(tmp_path, monkeypatch, extra, names):
     _no_measuring(monkeypatch)
@@ -486,3 +486,140 @@ def test_concurrent_saves_keep_every_entry(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", _SAVER, tag], env=env) for tag in "ab"]
     assert all(p.wait(timeout=60) == 0 for p in procs)
     assert len(overheads.load(tmp_path / "overheads.yaml")) == 50
+
+
+# --- issue 24: config.json layer lists, strict integers, heads that do not divide -----------------
+
+QWEN35 = REPO / "tests" / "fixtures" / "hf" / "corpus" / "qwen3.5-9b.json"
+MISTRAL = REPO / "tests" / "fixtures" / "hf" / "mistral-7b-v0.1.json"
+
+
+def _hf_config(tmp_path: Path, src: Path, text_config: bool, **fields) -> str:
+    cfg = json.loads(src.read_text())
+    (cfg["text_config"] if text_config else cfg).update(fields)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+@pytest.mark.parametrize("entry", [{"type": "full_attention"}, ["full_attention"], 1, None])
+@pytest.mark.parametrize("src, nested", [(QWEN35, True), (MISTRAL, False)])
+def test_layer_types_not_names_refused(tmp_path, src, nested, entry):
+    n = json.loads(src.read_text()).get("text_config" if nested else "x", {}).get("num_hidden_layers") or 32
+    cfg = _hf_config(tmp_path, src, nested, layer_types=["full_attention"] * (n - 1) + [entry])
+    refused("estimate", "-m", cfg, names=f"layer_types[{n - 1}]")
+
+
+def test_mamba_layer_without_fields_refused(tmp_path):
+    cfg = _hf_config(tmp_path, MISTRAL, False, layer_types=["mamba"] * 31 + ["full_attention"])
+    result = invoke("estimate", "-m", cfg)
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert "mamba_n_heads: required field is missing" in result.stderr.splitlines()[0]
+
+
+@pytest.mark.parametrize("field", ["num_layers", "hidden_size", "head_dim", "num_kv_heads", "max_context"])
+@pytest.mark.parametrize("value", ['"{}"', "true", "{}.0"])
+def test_spec_integers_strict(tmp_path, field, value):
+    import re
+
+    number = re.search(rf"\b{field}: (\d+)", QWEN).group(1)
+    text = QWEN.replace(f"{field}: {number}", f"{field}: {value.format(number)}", 1)
+    result = refused("estimate", "-m", _spec(tmp_path, text), names=f"{field}: expected an integer")
+    assert "m.yaml" in result.stderr
+
+
+def test_config_heads_must_divide(tmp_path):
+    cfg = _hf_config(tmp_path, MISTRAL, False, num_attention_heads=32, num_key_value_heads=5)
+    refused("estimate", "-m", cfg, "-tp", "1", names="num_key_value_heads: 32 attention heads")
+
+
+def test_spec_heads_must_divide(tmp_path):
+    refused(
+        "estimate",
+        "-m",
+        _spec(tmp_path, QWEN.replace("num_kv_heads: 8", "num_kv_heads: 5")),
+        names="5 KV heads",
+    )
+
+
+# --- issue 24: values that were accepted ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        ((*EST, "--engine-version", "0.0"), "--engine-version 0.0"),
+        ((*EST, "--engine", "sglang", "--engine-version", "0.0.1"), "--engine-version"),
+        ((*EST, "--weight-dtype", ""), "--weight-dtype"),
+        ((*EST, "--weight-dtype", "  "), "--weight-dtype"),
+        (("solve", "-m", "qwen3-8b", "--users", "4", "--max-model-len", "8K", "--gpus", ""), "--gpus"),
+        (("solve", "-m", "qwen3-8b", "--users", "4", "--max-model-len", "8K", "--gpu", ","), "--gpu"),
+    ],
+)
+def test_empty_or_impossible_flags_refused(args, names):
+    refused(*args, names=names)
+
+
+@pytest.mark.parametrize(
+    "old, new, names",
+    [
+        ("data_parallel_size=1", "data_parallel_size=0", "data_parallel_size"),
+        ("tensor_parallel_size=1", "tensor_parallel_size=0", "tensor_parallel_size"),
+        ("max_seq_len=32768", "max_seq_len=99999999999999", "max_model_len"),
+        ("max_seq_len=32768", "max_seq_len=0", "max_model_len"),
+    ],
+)
+def test_log_impossible_setup_refused(old, new, names):
+    text = VLLM_LOG.read_text()
+    assert old in text
+    text = text.replace(old, new)
+    if "max_seq_len" in old:  # every line that states the context
+        value = new.split("=")[1]
+        text = text.replace("'max_model_len': 32768", f"'max_model_len': {value}")
+        text = text.replace("for 32,768 tokens", f"for {value} tokens")
+    refused("check-log", "-", "--gpus", "H100", stdin=text, names=names)
+
+
+def test_log_tiny_context_checks_without_traceback():
+    text = VLLM_LOG.read_text().replace("max_seq_len=32768", "max_seq_len=3")
+    text = text.replace("'max_model_len': 32768", "'max_model_len': 3").replace(
+        "for 32,768 tokens", "for 3 tokens"
+    )
+    result = invoke("check-log", "-", "--gpus", "H100", stdin=text)
+    assert result.exit_code in (0, 3), result.stderr[-300:]
+
+
+def test_calibrate_kv_cache_dtype_named_as_elsewhere(tmp_path, monkeypatch):
+    """Issue 24: calibrate's --kv-dtype is --kv-cache-dtype, as in estimate/solve; the old name is a
+    hidden alias that warns."""
+    _no_measuring(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    help_text = invoke("calibrate", "--help").stdout
+    assert "--kv-cache-dtype" in help_text and "--kv-dtype" not in help_text
+    old = invoke("calibrate", "--device", "cpu", "--quick", "--kv-dtype", "bogus")
+    assert old.exit_code == 2
+    assert "--kv-dtype is deprecated" in old.stderr and "error: --kv-cache-dtype: bogus" in old.stderr
+    refused(
+        "calibrate", "--device", "cpu", "--kv-dtype", "bf16", "--kv-cache-dtype", "bf16", names="--kv-dtype"
+    )
+
+
+def test_max_context_names_the_gpus_given_not_max_gpus():
+    """Issue 24: `solve --max-context -g H200` blamed --max-gpus 64 when the limit is the one GPU."""
+    result = invoke("solve", "-m", "deepseek-v3", "--max-context", "-g", "H200", "-u", "10")
+    assert result.exit_code == 3  # no answer
+    assert "--max-gpus" not in result.stderr and "--gpus gives 1" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "folder, warned", [("Llama-3-70B-NVFP4", True), ("llama3_fp8", True), ("llama3-70b", False)]
+)
+def test_quantized_name_without_quant_config_warns(tmp_path, folder, warned):
+    """Issue 24: a folder named ...-NVFP4 whose config.json has no quantization_config was planned
+    in bf16 silently."""
+    d = tmp_path / folder
+    d.mkdir()
+    (d / "config.json").write_text((REPO / "tests/fixtures/hf/llama3-70b.json").read_text())
+    result = invoke("estimate", "-m", str(d), "-g", "8xH100")
+    assert result.exit_code == 0, result.stderr
+    assert ("no quantization_config" in result.stderr) == warned, result.stderr

@@ -277,3 +277,31 @@ def test_jamba_attention_period_mamba1_state_and_expert_layers():
     )
     # KV per token: 1 layer x 8 heads x 256 x 2 x 2 B
     assert kv.model_bits_per_token(spec.layers, KV_DTYPES["bf16"]) // 8 == 8_192
+
+
+def test_kimi_k3_refused_in_one_line_saying_why(tmp_path: Path):
+    """Issue 24: a Kimi-K3-style config (KDA layers with MLA) stopped on a missing MoE field."""
+    import json
+
+    cfg = {
+        "model_type": "kimi_k3",
+        "architectures": ["KimiK3ForCausalLM"],
+        "text_config": {
+            "num_hidden_layers": 48,
+            "hidden_size": 2304,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 32,
+            "kv_lora_rank": 512,
+            "qk_rope_head_dim": 64,
+            "vocab_size": 163840,
+            "max_position_embeddings": 131072,
+            "linear_attn_config": {"kda_layers": [1, 2, 3], "full_attn_layers": [4]},
+            "num_experts": 256,
+        },
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    r = run_cli("estimate", "-m", str(path), "-g", "H200")
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "KDA" in lines[0] and "not planned" in lines[0], lines

@@ -93,3 +93,33 @@ def test_unknown_quant_method_is_said_on_stderr(tmp_path: Path):
     r = run_cli("estimate", "-m", str(path), "-g", "H100", "--max-model-len", "4096", "--json")
     assert r.exit_code == 0
     assert any(line.startswith("warning: ") and "hqq" in line for line in r.stderr.splitlines())
+
+
+def test_module_matcher_segments_and_layers():
+    """Issue 24: literal names as a segment trie and wildcards grouped by layer match as the single
+    regex did (whole dotted segments; `layers.6*` also names layer 61)."""
+    from kvplan.specs.hf.quant import Matcher
+
+    m = Matcher(
+        ("lm_head", "model.layers.0.self_attn.kv_b_proj", "model.layers.6*", "mlp.gate", "*.indexer*")
+    )
+    yes = [
+        "lm_head",
+        "model.lm_head",
+        "model.layers.0.self_attn.kv_b_proj",
+        "language_model.model.layers.0.self_attn.kv_b_proj.weight",
+        "model.layers.6.mlp.up_proj",
+        "model.layers.61.mlp.up_proj",
+        "model.layers.3.mlp.gate",
+        "model.layers.2.self_attn.indexer.wk",
+    ]
+    no = [
+        "lm_head_x",
+        "model.layers.10.self_attn.kv_b_proj",
+        "model.layers.0.self_attn.kv_b_proj_x",
+        "model.layers.5.mlp.up_proj",
+        "model.layers.3.mlp.gate_proj",
+        "model.layers.3.mlp.gatex",
+    ]
+    assert [n for n in yes if not m.any([n])] == []
+    assert [n for n in no if m.any([n])] == []

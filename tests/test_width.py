@@ -77,3 +77,96 @@ def test_markup_in_names_is_shown_as_typed(tmp_path):
     assert "evil[/]model[bold]" in out.stdout
     table = _run(200, "compare", "table", "-m", str(path), "-g", "H100")
     assert "evil[/]model[bold]" in table.stdout
+
+
+def _commands():
+    """Every command path (("estimate",), ("compare", "table"), ...) and its click command."""
+    import typer
+
+    root = typer.main.get_command(app)
+    ctx = root.make_context("kvplan", ["--help"], resilient_parsing=True)
+    out = [((), root)]
+    for name in root.list_commands(ctx):
+        cmd = root.get_command(ctx, name)
+        out.append(((name,), cmd))
+        if hasattr(cmd, "list_commands"):
+            sub_ctx = cmd.make_context(name, [], parent=ctx, resilient_parsing=True)
+            out += [((name, sub), cmd.get_command(sub_ctx, sub)) for sub in cmd.list_commands(sub_ctx)]
+    return out
+
+
+@pytest.mark.parametrize("path, cmd", _commands(), ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
+def test_help_at_80_columns_cuts_nothing(path, cmd):
+    """Issue 24: rich's option table cut 31 of estimate's option names (`--max-model-len,…`)."""
+    result = _run(80, *path, "--help")
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "…" not in out, out
+    cut = [ln for ln in out.splitlines() if ln.endswith("...") and not ln.startswith("Usage:")]
+    assert not cut, cut  # click's command list cut each summary to `...`
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for param in cmd.params:
+        for opt in (*param.opts, *param.secondary_opts):
+            if opt.startswith("--") and not param.hidden:
+                assert opt in out, f"{opt} missing from {' '.join(path)} --help"
+
+
+def test_usage_error_is_one_line():
+    """A missing --model: one `error:` line (README), not a boxed panel."""
+    result = _run(80, "estimate", "-g", "H100")
+    assert result.exit_code == 2
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: Missing option '--model' / '-m'; see `"), lines
+
+
+def test_left_out_columns_are_said_and_not_footnoted():
+    """Issue 24: at 80 columns solve dropped `users margin` while its footnote still explained it."""
+    out = _run(
+        80,
+        "solve",
+        "-m",
+        "llama3-70b",
+        "-u",
+        "100",
+        "--max-model-len",
+        "8K",
+        "-g",
+        "H100,H200",
+        "--price",
+        "2,3",
+        "--tpot-ms",
+        "50",
+    ).stdout
+    assert "not shown at 80 columns: users margin, TPOT margin" in out
+    assert "users margin: max users" not in out
+    wide = _run(
+        200, "solve", "-m", "llama3-70b", "-u", "100", "--max-model-len", "8K", "--tpot-ms", "50"
+    ).stdout
+    assert "not shown" not in wide and "users margin: max users" in wide
+    table = _run(80, "compare", "table", "-m", "qwen3-8b,llama3-70b", "--variants", "mla,gqa2").stdout
+    assert "not shown at 80 columns: KV/token/GPU" in table
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_plot_numbers_never_cut(width):
+    """Issue 24: compare plot cut 2,754 to `2,…` at 80 columns; the contexts now continue below."""
+    out = _run(width, "compare", "plot", "-m", "llama3-70b,qwen3-8b,deepseek-v3").stdout
+    assert "…" not in out
+    assert "2,754" in out and "160K" in out and "6,929" in out
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= width
+
+
+def test_no_hex_highlight_and_plurals():
+    """Issue 24: rich coloured the `0x` of `80x full` as a hex number; `block size 1 tokens`."""
+    from rich.console import Console
+
+    from helpers import plan
+    from kvplan.render.tables import render_plan
+
+    console = Console(force_terminal=True, color_system="truecolor", width=200, record=True)
+    render_plan(plan("llama3-70b", "H200", num_gpus=2, tp=2, block_size=1, max_model_len=8192), console)
+    ansi = console.export_text(styles=True, clear=False)
+    assert "80x full" in ansi  # not split by a colour code
+    text = console.export_text()
+    assert "block size 1 token\n" in text or "block size 1 token" in text.replace("\n", " ")
+    assert "block size 1 tokens" not in text.replace("\n", " ")

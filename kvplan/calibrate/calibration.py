@@ -396,7 +396,7 @@ def find_for(gpu_name: str) -> tuple[Profile, Path] | None:
     """The profile saved under this shipped GPU's name (the user's own `kvplan calibrate`), else the
     one kvplan ships for it, if any (whatever device it describes: the caller checks that)."""
     for path in (default_path(gpu_name), shipped_profile_path(gpu_name)):
-        if path.exists():
+        if path.exists() or path.is_symlink():  # a dangling link or a loop is read (and refused)
             return load(path), path
     return None
 

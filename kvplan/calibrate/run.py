@@ -94,7 +94,7 @@ def _kv_dtype(torch, name: str):
         "int8": torch.int8,
     }
     if name not in table or table[name] is None:
-        raise UsageError(f"--kv-dtype {name!r}: use bf16, fp16, fp8 or int8")
+        raise UsageError(f"--kv-cache-dtype {name!r}: use bf16, fp16, fp8 or int8")
     return table[name]
 
 
@@ -360,7 +360,7 @@ def _check_kv_dtypes(requested: str) -> None:
     bad = [d for d in names if d not in CALIBRATE_DTYPES]
     if not names or bad:
         raise UsageError(
-            f"--kv-dtype: {', '.join(bad) or repr(requested)}: choose from {', '.join(CALIBRATE_DTYPES)}"
+            f"--kv-cache-dtype: {', '.join(bad) or repr(requested)}: choose from {', '.join(CALIBRATE_DTYPES)}"
         )
 
 

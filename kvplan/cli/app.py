@@ -32,7 +32,51 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class _LazyGroup(typer.core.TyperGroup):
+# Help is click's plain layout: it wraps at the terminal's width (80 when not a terminal) and never
+# cuts an option name to `--max-model-len,…` as rich's option table did; `[...]` in help is text.
+HELP_MARKUP = None
+
+
+# typer's UsageError (its vendored click's, or click's): the base of its BadParameter
+_USAGE_ERROR: type[Exception] = typer.BadParameter.__bases__[0]
+
+
+def _one_line(exc: Any) -> typer.Exit:
+    """A usage error (a missing or unknown option) as the one `error:` line every error gets; asked
+    for no arguments, a command still prints its help."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        raise exc
+    where = f"; see `{exc.ctx.command_path} --help`" if exc.ctx is not None else ""
+    typer.echo(f"error: {exc.format_message().rstrip('.')}{where}", err=True)
+    return typer.Exit(exc.exit_code)
+
+
+class WholeHelpGroup(typer.core.TyperGroup):
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command's whole first sentence, wrapped: click's default cuts it to `...`."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+class _LazyGroup(WholeHelpGroup):
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except _USAGE_ERROR as exc:
+            raise _one_line(exc) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _USAGE_ERROR as exc:
+            raise _one_line(exc) from None
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
@@ -42,7 +86,7 @@ class _LazyGroup(typer.core.TyperGroup):
         module, attr = COMMANDS[cmd_name]
         target = getattr(importlib.import_module(module), attr)
         if not isinstance(target, typer.Typer):
-            single = typer.Typer(add_completion=False)
+            single = typer.Typer(add_completion=False, rich_markup_mode=HELP_MARKUP)
             single.command(cmd_name)(target)
             target = single
         command = typer.main.get_command(target)
@@ -54,6 +98,7 @@ app = typer.Typer(
     cls=_LazyGroup,
     add_completion=False,
     no_args_is_help=True,
+    rich_markup_mode=HELP_MARKUP,
     help="KV-cache capacity planner: how many GPUs, which context, which KV dtype, how many users.",
     pretty_exceptions_enable=False,
 )

@@ -8,6 +8,7 @@ import typer
 
 from kvplan.cli import options as o
 from kvplan.cli.app import console, reports_errors
+from kvplan.errors import UsageError
 
 
 @reports_errors
@@ -19,9 +20,14 @@ def calibrate(
         bool, typer.Option("--quick", help="A small sweep (target: under 2 minutes on an H100).")
     ] = False,
     model: o.MaybeModel = None,
-    kv_dtype: Annotated[
+    kv_cache_dtype: Annotated[
         str | None,
-        typer.Option("--kv-dtype", help="Comma list: bf16, fp16, fp8, int8 (default: bf16, + fp8 on sm89+)."),
+        typer.Option(
+            "--kv-cache-dtype", help="Comma list: bf16, fp16, fp8, int8 (default: bf16, + fp8 on sm89+)."
+        ),
+    ] = None,
+    kv_dtype: Annotated[  # the flag's old name, kept for scripts that use it
+        str | None, typer.Option("--kv-dtype", hidden=True, help="Deprecated: --kv-cache-dtype.")
     ] = None,
     output: o.Output = None,
     force: Annotated[
@@ -54,11 +60,16 @@ def calibrate(
     from kvplan.calibrate.run import measure_and_save
 
     err = Console(stderr=True, soft_wrap=True)  # progress goes to stderr, so --json stays parseable
+    if kv_dtype is not None:
+        if kv_cache_dtype is not None:
+            raise UsageError("give --kv-cache-dtype only (--kv-dtype is its old name)")
+        typer.echo("warning: --kv-dtype is deprecated; use --kv-cache-dtype, as every command does", err=True)
+        kv_cache_dtype = kv_dtype
     prof, path = measure_and_save(
         device,
         quick,
         model,
-        kv_dtype,
+        kv_cache_dtype,
         output,
         lambda line: err.print(line, highlight=False, markup=False),
         force,

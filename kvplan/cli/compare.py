@@ -8,13 +8,15 @@ from typing import Annotated
 import typer
 
 from kvplan.cli import options as o
-from kvplan.cli.app import console, reports_errors
+from kvplan.cli.app import WholeHelpGroup, console, reports_errors
 from kvplan.commands.comparisons import ClusterFlags
 from kvplan.errors import UsageError
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    cls=WholeHelpGroup,
+    rich_markup_mode=None,  # plain help, as every command's (app.HELP_MARKUP)
     help="Models and KV techniques side by side: a table, the optimisation ladder, charts.",
 )
 

@@ -61,6 +61,14 @@ class TableResult:
     cluster: TableCluster
     notes: list[str]
 
+    def __repr__(self) -> str:
+        """One line per row (the request behind them, a model spec and profile, left out)."""
+        lines = [f"compare table: {len(self.rows)} row(s)"]
+        for r in self.rows:
+            got = f"max {r.max_concurrency:,} requests" if r.max_concurrency is not None else "cannot run"
+            lines.append(f"{r.model} / {r.variant}: {r.attention}; {got}")
+        return "\n".join(lines)
+
     def to_dict(self) -> dict[str, Any]:
         """As `compare table --json`."""
         return {

@@ -200,6 +200,8 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
             spec.name, gpu, f.engine.lower(), num_gpus, nodes or 1, tp, pp, mnbt or _default_mnbt(f, gpu)
         )
     bandwidth = bandwidth_profile(gpu, f.calibration, f.calibration_file, f.force_calibration)
+    if f.weight_dtype is not None and not f.weight_dtype.strip():
+        raise UsageError("--weight-dtype: give a format such as fp8, int4 or nvfp4, or leave the flag out")
     return PlanRequest(
         model=spec,
         gpu=gpu,
@@ -267,7 +269,9 @@ def bandwidth_profile(gpu: GpuSpec, use_saved: bool, path: str | None, force: bo
     A profile of another device (a CPU, another GPU) is refused unless `force`, and then says so."""
     from kvplan.userdata import profile_path, shipped_profile_path
 
-    saved = profile_path(gpu.name).exists() or shipped_profile_path(gpu.name).exists()
+    saved = any(
+        p.exists() or p.is_symlink() for p in (profile_path(gpu.name), shipped_profile_path(gpu.name))
+    )
     if not path and not (use_saved and saved):
         return {}  # nothing to read: the calibration module need not even load
     from kvplan.calibrate import calibration
@@ -303,7 +307,7 @@ def calibrated_reserve(
     from kvplan.userdata import overheads_path
 
     path = overheads_path()
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # a dangling link or a loop is refused
         return None, None
     from kvplan.logs import overheads
     from kvplan.model.parallel import make_layout
@@ -340,7 +344,7 @@ def read_log(log_file: str | None) -> tuple[str, str]:
             raise UsageError(f"stdin: the log is over kvplan's limit of {MAX_LOG_BYTES:,} characters")
         return text, "stdin"
     path = Path(log_file)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # a link loop is read, and refused for what it is
         raise UsageError(f"{log_file}: cannot read (No such file or directory)")
     try:
         data = read_regular(path, MAX_LOG_BYTES)
@@ -496,6 +500,8 @@ def solve_query(f: SolveFlags) -> Query:
     _check_solve_flags(f)
     spec = load_model(f.model)
     flag = f.gpus_flag
+    if f.gpus is not None and not f.gpus.strip(", "):
+        raise UsageError(f"{flag}: give GPU names, e.g. H100 or H100,H200, or leave the flag out for H100")
     if f.max_context:
         if not f.gpus or f.max_model_len:
             raise UsageError(f"--max-context needs {flag} (e.g. 8xH200) and no --max-model-len")

@@ -163,6 +163,7 @@ class Engine(ABC):
     name: ClassVar[str]
     display_name: ClassVar[str]
     latest: ClassVar[Version]
+    first: ClassVar[Version] = (0, 1)  # the engine's first release: anything older never existed
     null_blocks: ClassVar[int]  # blocks the engine keeps out of use (vLLM's null block)
     own_flags: ClassVar[dict[str, str]]  # flag -> PlanRequest field only this engine reads
     own_flag_defaults: ClassVar[dict[str, object]] = {}
@@ -179,6 +180,11 @@ class Engine(ABC):
         if text is None or text == "latest":
             return cls.latest
         version = parse_version_text(text)
+        if version < cls.first:
+            raise UsageError(
+                f"--engine-version {text}: older than {cls.display_name}'s first release "
+                f"({fmt_version(cls.first)}); give the release you run, e.g. {fmt_version(cls.latest)}"
+            )
         if version > cls.latest:
             raise UsageError(
                 f"--engine-version {text}: newer than the newest {cls.display_name} kvplan knows "

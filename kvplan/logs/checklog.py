@@ -18,6 +18,7 @@ from typing import Any
 from kvplan import engines
 from kvplan.errors import UsageError
 from kvplan.formats import normalize_dtype_name
+from kvplan.limits import MAX_GPUS, MAX_TOKENS
 from kvplan.logs.logparse import ParsedLog
 from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.request import model_dtype_name
@@ -111,6 +112,17 @@ def request_from_log(
     tp = f.get("tensor_parallel_size", 1)
     pp = f.get("pipeline_parallel_size", 1)
     dp = f.get("data_parallel_size", 1)
+    for key, value, high in (
+        ("tensor_parallel_size", tp, MAX_GPUS),
+        ("pipeline_parallel_size", pp, MAX_GPUS),
+        ("data_parallel_size", dp, MAX_GPUS),
+        ("max_model_len", f.get("max_model_len", 1), MAX_TOKENS),
+    ):
+        if not 1 <= value <= high:
+            raise UsageError(
+                f"the log's {key} is {value:,}, which no engine runs (kvplan takes 1 to {high:,}); "
+                "paste the engine's own startup log"
+            )
     kw: dict[str, Any] = {
         "engine": engine.name,
         "engine_version": _minor(f.get("version"), engine),
@@ -315,7 +327,11 @@ def _agree(diff: float, tol: float, unit: str) -> str:
 def _concurrency_cause(req: PlanRequest) -> str:
     return (
         "blocks charged per request differ: check --max-model-len, --block-size and, for sliding-window "
-        f"models, --max-num-batched-tokens (now {req.max_num_batched_tokens:,})"
+        + (
+            f"models, --max-num-batched-tokens (now {req.max_num_batched_tokens:,})"
+            if req.max_num_batched_tokens is not None
+            else "models, --max-num-batched-tokens"
+        )
     )
 
 

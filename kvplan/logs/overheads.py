@@ -71,7 +71,7 @@ def _bad(path: Path, what: str) -> SpecError:
 
 def load(path: Path) -> list[Overhead]:
     """All entries of a calibration file; a missing file has none, a corrupt one is an error."""
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # a dangling link or a loop is read (and refused)
         return []
     try:
         data = load_yaml_text(read_text(path), path)

@@ -39,7 +39,7 @@ from kvplan.plan.offload import offload_limit_bytes, offload_stage
 from kvplan.request import PlanRequest, model_dtype_name
 from kvplan.specs.models import ChunkedAttention, CrossAttention, GpuSpec, ModelSpec, SlidingWindow
 from kvplan.speed.plan_speed import Decode, Prefill, link_notes, plan_speed
-from kvplan.units import GiB, fmt_bytes, fmt_gib
+from kvplan.units import GiB, fmt_bytes, fmt_gib, plural
 
 if TYPE_CHECKING:
     from kvplan.calibrate.calibration import CalibrationUse
@@ -168,6 +168,9 @@ class Plan:
     prefill: Prefill
     explain: list[Explain] = field(default_factory=list)
     calibration: CalibrationUse | None = None  # the `kvplan calibrate` profile used, if any
+
+    def __repr__(self) -> str:  # the whole dataclass (a calibration profile inside) ran to 52,000 characters
+        return plan_summary(self)
 
     @property
     def engine_kv_cache_tokens(self) -> int | None:
@@ -825,4 +828,30 @@ def estimate(req: PlanRequest) -> Plan:
         prefill=prefill,
         explain=ex,
         calibration=req.calibration_use,
+    )
+
+
+def plan_header(plan: Plan) -> tuple[str, str]:
+    """The two lines `estimate` opens with: the setup, and the attention layers."""
+    c = plan.cluster
+    s = plan.settings
+    return (
+        f"{plan.model.name} on {c.num_gpus}x {plan.gpu.name} "
+        f"(TP {c.tensor_parallel_size}, PP {c.pipeline_parallel_size}, DP {c.data_parallel_size}); "
+        f"max-model-len {plural(s.max_model_len, 'token')}; KV {s.kv_cache_format}; "
+        f"block size {plural(s.block_size, 'token')}",
+        f"attention: {plan.model.attention}",
+    )
+
+
+def plan_summary(plan: Plan) -> str:
+    """A plan in a few lines (the Python API's repr): the header and the headline figures."""
+    s = plan.settings
+    return "\n".join(
+        (
+            *plan_header(plan),
+            f"KV per token {fmt_bytes(plan.kv_bytes_per_token)}; KV pool "
+            f"{plural(plan.kv_pool_tokens, 'token')} per replica; max concurrent requests at "
+            f"{plural(s.max_model_len, 'token')}: {plan.max_concurrency:,}",
+        )
     )

@@ -46,23 +46,37 @@ def _spark(ys: list[int | None], top: int) -> str:
 
 
 def print_curve(result: PlotResult, console: Console) -> None:
-    from rich.table import Table
+    """The curve table; too wide for the terminal, its context columns continue in further tables
+    (each row named again) rather than any number being cut."""
+    from kvplan.render.layout import plain_table
 
-    t = Table(
-        title=f"Max concurrent requests vs context ({result.budget})",
-        title_justify="left",
-        title_style="bold",
-        show_edge=False,
-        pad_edge=False,
-    )
-    t.add_column("model / variant", no_wrap=True)
-    t.add_column("curve", no_wrap=True)
-    for c in result.contexts:
-        t.add_column(_context_label(c), justify="right")
     top = max((v for _, ys in result.series for v in ys if v), default=1)
-    for label, ys in result.series:
-        t.add_row(label, _spark(ys, top), *["-" if y is None else f"{y:,}" for y in ys])
-    console.print(t)
+    labels = [label for label, _ in result.series]
+    sparks = [_spark(ys, top) for _, ys in result.series]
+    cells = [["-" if y is None else f"{y:,}" for y in ys] for _, ys in result.series]
+    heads = [_context_label(c) for c in result.contexts]
+    name_w = max([len("model / variant"), *map(len, labels)])
+    used = name_w + 3 + max([len("curve"), *map(len, sparks)])
+    chunks: list[list[int]] = [[]]
+    for i, head in enumerate(heads):
+        need = 3 + max([len(head), *(len(row[i]) for row in cells)])
+        if chunks[-1] and used + need > console.width:
+            chunks.append([])
+            used = name_w
+        chunks[-1].append(i)
+        used += need
+    for n, cols in enumerate(chunks):
+        t = plain_table(f"Max concurrent requests vs context ({result.budget})" if n == 0 else "")
+        if n:
+            console.print(f"continued, {heads[cols[0]]} and longer:", highlight=False, markup=False)
+        t.add_column("model / variant", no_wrap=True)
+        if n == 0:
+            t.add_column("curve", no_wrap=True)
+        for i in cols:
+            t.add_column(heads[i], justify="right", no_wrap=True)
+        for label, spark, row in zip(labels, sparks, cells, strict=True):
+            t.add_row(label, *([spark] if n == 0 else []), *[row[i] for i in cols])
+        console.print(t)
 
 
 def write_chart(path: Path, result: PlotResult) -> None:

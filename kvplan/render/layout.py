@@ -15,6 +15,8 @@ _SEPARATOR_CELLS = 3  # " │ " between columns (no edge, no edge padding)
 class SafeTable(Table):
     """A rich Table whose string cells are shown as typed: a model named `evil[/]model[bold]` stays so."""
 
+    left_out: list[str] = []  # the headers of columns fitted_table left out at a narrow width
+
     def add_row(self, *renderables: Any, **kwargs: Any) -> None:
         super().add_row(*[escape(r) if isinstance(r, str) else r for r in renderables], **kwargs)
 
@@ -69,6 +71,7 @@ def fitted_table(
     natural = [max([len(h) for h in (headers[i], *(r[i] for r in rows))]) for i in keep]
     fits = sum(natural) + _SEPARATOR_CELLS * (len(keep) - 1) <= width
     t = plain_table(title)
+    t.left_out = [headers[i] for i in range(len(headers)) if i not in keep]
     for i in keep:
         t.add_column(
             headers[i],
@@ -80,3 +83,17 @@ def fitted_table(
     for r in rows:
         t.add_row(*[r[i] for i in keep])
     return t
+
+
+def left_out_line(t: SafeTable, width: int) -> str | None:
+    """The line that says which columns a narrow terminal left out, and how to see them."""
+    if not t.left_out:
+        return None
+    names = ", ".join(" ".join(h.split()) for h in t.left_out)
+    return f"not shown at {width} columns: {names} (COLUMNS=160 or --json shows them)"
+
+
+def kept_notes(notes: Sequence[str], t: SafeTable) -> list[str]:
+    """The notes, less those that explain a column the table left out (`name: ...` or `name ...`)."""
+    gone = [" ".join(h.split()).rstrip(" *") for h in t.left_out]
+    return [n for n in notes if not any(n.startswith((f"{g}:", f"{g} ")) for g in gone)]

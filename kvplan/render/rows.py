@@ -90,7 +90,7 @@ def markdown_text(rows: list[dict[str, Any]], columns: Columns, title: str, note
 def print_table(
     rows: list[dict[str, Any]], columns: Columns, title: str, notes: list[str], console: Console
 ) -> None:
-    from kvplan.render.layout import fitted_table
+    from kvplan.render.layout import fitted_table, kept_notes, left_out_line
 
     headers = [h for h, _, _ in columns]
     cells = [[cell(k, r[key]) for _, key, k in columns] for r in rows]
@@ -100,8 +100,11 @@ def print_table(
     drop = [keys.index(k) for k in DROP_FIRST if k in keys]
     t = fitted_table(title, headers, cells, console.width, drop_order=drop, wraps=texts, left=(0, 1, *texts))
     console.print(t)
-    for n in notes:
+    for n in kept_notes(notes, t):
         console.print(f"- {n}", highlight=False, markup=False)
+    left_out = left_out_line(t, console.width)
+    if left_out:
+        console.print(left_out, highlight=False, markup=False)
 
 
 def table_json(result: TableResult) -> dict[str, Any]:

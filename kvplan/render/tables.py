@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from kvplan import engines
-from kvplan.plan.plan import Plan
-from kvplan.render.layout import SafeTable, fitted_table, plain_table
-from kvplan.units import GiB, fmt_bytes, fmt_gib
+from kvplan.plan.plan import Plan, plan_header
+from kvplan.render.layout import SafeTable, fitted_table, left_out_line, plain_table
+from kvplan.units import GiB, fmt_bytes, fmt_gib, plural
 
 
 def _table(title: str, *columns: str) -> SafeTable:
@@ -21,15 +21,11 @@ def _table(title: str, *columns: str) -> SafeTable:
 
 
 def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
-    c = plan.cluster
-    n = c.num_gpus
-    s = plan.settings
-    console.print(
-        f"[bold]{escape(plan.model.name)}[/] on {n}x {escape(plan.gpu.name)} "
-        f"(TP {c.tensor_parallel_size}, PP {c.pipeline_parallel_size}, DP {c.data_parallel_size}); "
-        f"max-model-len {s.max_model_len:,} tokens; KV {s.kv_cache_format}; block size {s.block_size} tokens"
-    )
-    console.print(f"attention: {plan.model.attention}", markup=False)
+    setup, attention = plan_header(plan)
+    name = plan.model.name
+    # the model's name in bold; nothing else styled or highlighted (rich read "80x" as hex 0x)
+    console.print(f"[bold]{escape(name)}[/]{escape(setup[len(name) :])}", highlight=False)
+    console.print(attention, markup=False, highlight=False)
     console.print()
 
     _memory_table(plan, console)
@@ -173,7 +169,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
     if d.at_max_concurrency:
         rows.append(
             (
-                f"{d.at_max_concurrency.batch:,} requests at {plan.settings.max_model_len:,} tokens",
+                f"{plural(d.at_max_concurrency.batch, 'request')} at {plan.settings.max_model_len:,} tokens",
                 d.at_max_concurrency,
             )
         )
@@ -181,7 +177,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
     if d.at_avg_context and a is not None:
         rows.append(
             (
-                f"{d.at_avg_context.batch:,} requests at {a.avg_context_tokens:,} tokens",
+                f"{plural(d.at_avg_context.batch, 'request')} at {a.avg_context_tokens:,} tokens",
                 d.at_avg_context,
             )
         )
@@ -408,6 +404,9 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
     console.print(t)
     if q.prices:
         console.print("* cost per hour: price per GPU-hour x GPUs, in the unit of --price", highlight=False)
+    left_out = left_out_line(t, console.width)
+    if left_out:
+        console.print(left_out, highlight=False, markup=False)
     console.print()
     for i, a in enumerate(answers, 1):
         sg = (
@@ -425,9 +424,9 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
         if q.has_workload
         else "every request at the full context"
     )
+    margin = "" if "users margin" in t.left_out else "; users margin: max users / users - 1"
     console.print(
-        f"TPOT: decode step with {at}, from kvplan's step model "
-        f"({speed_source(answers)}); users margin: max users / users - 1",
+        f"TPOT: decode step with {at}, from kvplan's step model ({speed_source(answers)}){margin}",
         highlight=False,
     )
 

@@ -512,6 +512,11 @@ def verdict(q: Query, bounds: _Bounds) -> str:
                 "(TP x PP); use a larger GPU or a smaller --weight-dtype"
             )
         n, where = need
+        if q.fixed_num_gpus is not None:  # --max-context on the GPUs given: those are the limit
+            return (
+                f"weights alone need {n} {names} ({where}); --gpus gives {q.fixed_num_gpus}: "
+                f"give at least {n}, e.g. --gpus {n}x{q.gpus[0].name}"
+            )
         return f"weights alone need {n} {names} ({where}); --max-gpus is {q.max_gpus}"
     if q.fixed_num_gpus is not None:
         extra = "; ".join(bounds.reasons[:2])

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import yaml
 
 from kvplan.errors import SpecError
-from kvplan.limits import MAX_FILE_BYTES, check_nesting, read_regular
+from kvplan.limits import MAX_FILE_BYTES, MAX_YAML_NODES, check_nesting, read_regular
 from kvplan.specs.record import Record
 
 if TYPE_CHECKING:
@@ -35,10 +35,57 @@ def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
         raise SpecError(f"{path}: not a UTF-8 text file") from None
 
 
+def _not_empty(text: str, path: Path | str) -> None:
+    if not text.strip():
+        raise SpecError(f"{path}: the file is empty")
+
+
+def _check_expansion(root: yaml.Node, path: Path | str) -> None:
+    """Refuse YAML whose aliases expand past MAX_YAML_NODES nodes, or refer to themselves: the
+    size of each node is counted once (iteratively), so the check costs the file's size."""
+    size: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            kids = _children(node)
+            size[id(node)] = min(1 + sum(size[id(k)] for k in kids), MAX_YAML_NODES + 1)
+            continue
+        if id(node) in size:
+            if size[id(node)] < 0:
+                raise SpecError(f"{path}: a YAML alias refers to itself; write the values out")
+            continue
+        size[id(node)] = -1  # on the path from the root
+        stack.append((node, True))
+        stack.extend((k, False) for k in _children(node))
+    if size[id(root)] > MAX_YAML_NODES:
+        raise SpecError(
+            f"{path}: YAML aliases expand to over {MAX_YAML_NODES:,} values (an alias bomb?); write the values out"
+        )
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
 def load_yaml_text(text: str, path: Path | str) -> Any:
     """YAML text, nested at most MAX_NESTING deep; any problem is one SpecError naming the file."""
+    _not_empty(text, path)
     try:
-        return check_nesting(yaml.load(text, Loader=_Loader), path)
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return check_nesting(None, path)
+            if "*" in text:  # aliases: refuse a "billion laughs" before it is built
+                _check_expansion(node, path)
+            return check_nesting(loader.construct_document(node), path)
+        finally:
+            loader.dispose()
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply; is it the right file?") from None
     except ValueError as exc:  # an integer over Python's 4,300-digit conversion limit
@@ -56,6 +103,7 @@ def read_yaml(path: Path) -> Any:
 
 def load_json_text(text: str, path: Path | str) -> Any:
     """JSON text, nested at most MAX_NESTING deep, integers of at most 4,300 digits."""
+    _not_empty(text, path)
     try:
         return check_nesting(json.loads(text), path)
     except json.JSONDecodeError as exc:
@@ -78,6 +126,13 @@ def validation_message(path: Path | str, exc: ValidationError) -> str:
             msg = "required field is missing"
         elif err["type"] == "extra_forbidden":
             msg = "unknown field (typo?)"
+        elif err["type"] in ("int_type", "int_parsing", "int_from_float"):  # strict: no "32", true, 32.0
+            msg = f"expected an integer, got {err.get('input')!r:.40}"
+        elif err["type"] == "value_error":  # a record's own check: its message names the field
+            msg = msg.removeprefix("Value error, ")
+            if not err["loc"]:
+                lines.append(f"{path}: {msg}")
+                continue
         lines.append(f"{path}: {loc}: {msg}")
     return "\n".join(lines)
 

@@ -347,6 +347,12 @@ class ModelSpec(_Strict):
     def _check_layers(self) -> None:
         if all(isinstance(layer, (SharedKV, NoCache)) for layer in self.layers):
             raise ValueError("no layer keeps a KV cache or state: at least one must be full/sliding/mla/...")
+        for name, kind in self.layer_types.items():
+            if isinstance(kind, FullAttention) and self.num_attention_heads % kind.num_kv_heads:
+                raise ValueError(
+                    f"layer_types.{name}.num_kv_heads: {self.num_attention_heads} attention heads do not "
+                    f"split evenly over {kind.num_kv_heads} KV heads"
+                )
         for i, layer in enumerate(self.layers):
             if isinstance(layer, SharedKV):
                 src = i + layer.source
@@ -429,7 +435,7 @@ class GpuSpec(_Strict):
     aliases: list[str] = []
     vendor: Literal["nvidia", "amd"]
     # GPU generation: engines pick kernels (and so MLA block sizes) by it
-    arch: Literal["turing", "ampere", "ada", "hopper", "blackwell", "cdna3"]
+    arch: Literal["turing", "ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"]
     sources: Annotated[list[str], Field(min_length=1)]
     notes: list[str] = []
 
@@ -448,7 +454,7 @@ class GpuSpec(_Strict):
 
     @property
     def has_bf16(self) -> bool:
-        """bfloat16 arithmetic: NVIDIA from Ampere (compute capability 8.0) on, and AMD's CDNA3."""
+        """bfloat16 arithmetic: NVIDIA from Ampere (compute capability 8.0) on, and AMD's CDNA3/CDNA4."""
         return self.arch != "turing"
 
 

@@ -109,6 +109,8 @@ def load_model(ref: str) -> ModelSpec:
 
         if path.is_dir():
             raise SpecError(f"{path}: a folder without a config.json in it") from None
+        if path.is_symlink() and not path.exists():
+            read_text(path)  # refused with the reason: a dangling link or a link loop
         if path.exists() or not hub.looks_like_hub_id(ref):
             raise
         return _from_config(hub.fetch_folder(ref, str(unknown)) / hub.CONFIG, name=ref.strip())

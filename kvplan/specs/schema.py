@@ -29,7 +29,7 @@ def _strict() -> type[BaseModel]:
 
     class _Strict(BaseModel):
         # .inf/.nan in a spec would reach the plan (and --json) as Infinity/NaN
-        model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+        model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
     return _Strict
 

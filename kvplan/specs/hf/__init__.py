@@ -6,6 +6,7 @@ sliding-window patterns, MLA ranks); never from the model's name or size.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,12 @@ def _scalar_intermediate(r: Reader, per_layer: list[int]) -> int | None:
     return r.int("dense_intermediate_size", "intermediate_size", "ffn_hidden_size", "n_inner", default=None)
 
 
+# a checkpoint's name that says its weights are quantized (nvidia/...-NVFP4, ...-FP8, ...-AWQ)
+_QUANT_IN_NAME = re.compile(
+    r"(?<![A-Za-z0-9])(NVFP4|MXFP4|FP8|FP4|AWQ|GPTQ|INT4|INT8|W4A16|W8A8)(?![A-Za-z0-9])", re.I
+)
+
+
 def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise SpecError(f"{path}: expected a JSON object (a Hugging Face config.json)")
@@ -59,6 +66,11 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         kv_heads = 1
     else:
         kv_heads = r.int("num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads)
+    if heads and kv_heads and heads % kv_heads:  # each KV head serves a whole group of query heads
+        r.bad(
+            "num_key_value_heads",
+            f"{heads} attention heads do not split evenly over {kv_heads} KV heads; fix the config",
+        )
     head_dim = r.int("head_dim", default=None)
     if head_dim is None and hidden and heads:
         if hidden % heads:
@@ -95,6 +107,12 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     # a model folder's config.json is named by its folder; any other file by its own name
     folder_name = path.resolve().parent.name if path.name == "config.json" else path.stem
     name = str(top.get("_name_or_path") or folder_name or path.stem)
+    claimed = _QUANT_IN_NAME.search(f"{name} {folder_name}")
+    if scheme is None and claimed:
+        warnings.append(
+            f"{path}: the name says {claimed.group(0)} but there is no quantization_config (nor "
+            f"hf_quant_config.json): planned as {act} weights; pass --weight-dtype if they are quantized"
+        )
     archs = top.get("architectures")
     spec: dict[str, Any] = {
         "name": name,

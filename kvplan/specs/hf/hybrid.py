@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kvplan.errors import SpecError
 from kvplan.formats import normalize_dtype_name
 from kvplan.specs.hf.family import Basics, Layers
 from kvplan.specs.hf.reader import Reader
@@ -32,8 +33,18 @@ def _ssm_dtype(r: Reader) -> str:
     return name
 
 
-def mamba2_state(r: Reader, heads: int, head_dim: int, state: int, groups: int, kernel: int) -> dict:
-    """vLLM mamba2_state_shape: conv (K-1, (I + 2 G N) / tp) with I = heads x head_dim, SSM (H/tp, P, N)."""
+def mamba2_state(
+    r: Reader,
+    heads: int | None,
+    head_dim: int | None,
+    state: int | None,
+    groups: int | None,
+    kernel: int | None,
+) -> dict:
+    """vLLM mamba2_state_shape: conv (K-1, (I + 2 G N) / tp) with I = heads x head_dim, SSM (H/tp, P, N).
+    A field missing or bad is already one of r.problems: the layer is then a placeholder."""
+    if heads is None or head_dim is None or state is None or groups is None or kernel is None:
+        return {"kind": "none"}
     return {
         "kind": "state",
         "mixer": "mamba2",
@@ -218,14 +229,21 @@ _REFUSED = {
     "mamba2": "attention-free Mamba-2 models",
     "falcon_mamba": "attention-free Mamba models",
     "kimi_linear": "Kimi-Linear's KDA layers beside MLA",
+    "kimi_k3": "Kimi K3's KDA (Kimi Linear) layers beside MLA",
 }
 
 
 def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
     model_type = str(r.cfg.get("model_type", ""))
-    if model_type in _REFUSED:
-        r.bad("model_type", f"{model_type!r}: {_REFUSED[model_type]} are not planned by kvplan yet")
-        return Layers(pattern=["attention"], layer_types={"attention": {"kind": "none"}})
+    if model_type.startswith("kimi_k3"):  # kimi_k3_text, ...
+        model_type = "kimi_k3"
+    elif model_type not in _REFUSED and isinstance(r.cfg.get("linear_attn_config"), dict):
+        model_type = "kimi_linear"  # KDA layers, whatever the model_type says
+    if model_type in _REFUSED:  # at once, in one line: the family's other fields need not be read
+        raise SpecError(
+            f"{r.path}: {r.prefix}model_type: {r.cfg.get('model_type')!r}: {_REFUSED[model_type]} are not "
+            "planned by kvplan yet; describe the model in a YAML spec (model_specs/models/) to plan it"
+        )
     out = Layers()
     kinds = _nemotron_h(r, basics, notes)
     types = r.cfg.get("layer_types")

@@ -30,6 +30,14 @@ FAMILIES: list[FamilyReader] = [
 
 
 def read_layers(r: Reader, basics: Basics, notes: list[str]) -> Layers:
+    types = r.list("layer_types")
+    for i, t in enumerate(types or []):
+        if not isinstance(t, str):  # every family compares and hashes the names
+            r.bad(
+                f"layer_types[{i}]",
+                f'expected a layer type name such as "full_attention", got {type(t).__name__} {t!r:.40}',
+            )
+            return Layers(pattern=["full"], layer_types={"full": {"kind": "none"}})
     for family in FAMILIES:
         found = family(r, basics, notes)
         if found is not None:

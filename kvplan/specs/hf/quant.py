@@ -262,21 +262,54 @@ class Matcher:
     full name), else a module name or fnmatch pattern matching a module or any of its parents."""
 
     def __init__(self, patterns: tuple[str, ...]) -> None:
-        regexes = [re.compile(p[3:]) for p in patterns if p.startswith("re:")]
-        globs = [_glob(p) for p in patterns if not p.startswith("re:")]
-        self.regexes = regexes
-        self.glob = re.compile("|".join(globs)) if globs else None
+        self.regexes = [re.compile(p[3:]) for p in patterns if p.startswith("re:")]
+        globs = [p for p in patterns if not p.startswith("re:")]
+        # A checkpoint lists hundreds of modules (DeepSeek-V3.2-NVFP4: 307), one regex of them all
+        # searched at every position took 10 s: plain names are looked up as sets of whole dotted
+        # segments, and patterns with a wildcard are grouped by the layer they name, if any.
+        self.literals: dict[str, Any] = {}  # a trie of dotted segments; "" marks a pattern's end
+        by_layer: dict[str | None, list[str]] = {}
+        for p in globs:
+            if "*" not in p and "?" not in p:
+                node = self.literals
+                for part in p.split("."):
+                    node = node.setdefault(part, {})
+                node[""] = {}
+            else:
+                m = _LAYER_NUMBER.search(p)
+                by_layer.setdefault(m.group(1) if m else None, []).append(_glob(p))
+        self.wild = {k: re.compile("|".join(v)) for k, v in by_layer.items()}
 
     def __bool__(self) -> bool:
-        return bool(self.regexes) or self.glob is not None
+        return bool(self.regexes or self.literals or self.wild)
+
+    def _glob_matches(self, name: str) -> bool:
+        if self.literals:  # a pattern that is a run of the name's whole segments
+            parts = name.split(".")
+            for i in range(len(parts)):
+                node: dict[str, Any] = self.literals
+                for part in parts[i:]:
+                    if part not in node:
+                        break
+                    node = node[part]
+                    if "" in node:
+                        return True
+        if not self.wild:
+            return False
+        keys = [None, *_LAYER_NUMBER.findall(name)]
+        return any(k in self.wild and self.wild[k].search(name) for k in keys)
 
     def any(self, names: list[str]) -> bool:
         for name in names:
-            if self.glob is not None and self.glob.search(name):
+            if self._glob_matches(name):
                 return True
             if any(r.match(name) for r in self.regexes):
                 return True
         return False
+
+
+# `layers.12` as whole segments: a module of layer 12 (`layers.6*` names no one layer)
+_LAYER_NUMBER = re.compile(r"(?:^|\.)layers\.(\d+)(?=\.|$)")
 
 
 def module_names(m: Matrix) -> list[str]:
