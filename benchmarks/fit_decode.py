@@ -20,14 +20,15 @@ the inter-node network).
 
 What is counted: the published figure itself, predicted from kvplan's step model (kvplan/speed/step_model.py)
 at the published batch, each request at the mean context of its decode (input + output / 2), and
-kvplan's prefill model (speed.prefill_seconds) where the figure includes prefill. What each source's
+kvplan's prefill model (kvplan/speed/prefill.py) where the figure includes prefill. What each source's
 figure measures is stated per source in METRICS, with the words that say so (quotes.md):
   step     the decode step itself (one batch decoding, no new prompts): step
   serving  a served request's mean TPOT/ITL at concurrency c: while it decodes, the other c - 1
            requests' prompts (input tokens each, one new prompt per `output` steps a slot) are
-           prefilled between or within its steps: step + (c - 1) x prefill(input) / output
+           prefilled within its steps (chunked prefill): step + (c - 1) x chunk(input) / output, a chunk
+           being the prompt's FLOPs, attention and all-reduce bytes beyond what the step pays anyway
   batch    one static batch timed from the first prompt to the last token, divided by the output
-           tokens: (batch x prefill(input) + (output - 1) x step) / output
+           tokens: (the batch's prompts in one pass + (output - 1) x step) / output
 
 Run:  python benchmarks/fit_decode.py            # fit on dev, LOSO, frozen check; write kvplan/data/decode_fit.yaml
       python benchmarks/fit_decode.py --check    # the shipped coefficients and LOSO fits replayed, no fit, no write
@@ -50,12 +51,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from kvplan.errors import KvplanError  # noqa: E402
-from kvplan.model.params import param_breakdown  # noqa: E402
 from kvplan.plan.plan import PlanRequest, estimate  # noqa: E402
 from kvplan.specs.models import HeadLayer, ModelSpec  # noqa: E402
 from kvplan.specs.registry import load_gpu, load_model  # noqa: E402
 from kvplan.speed import step_model as speed  # noqa: E402
-from kvplan.speed.plan_speed import attention_width  # noqa: E402
+from kvplan.speed.prefill import PrefillWork, chunk_seconds, prefill_time  # noqa: E402
 
 TSV = REPO / "tests" / "fixtures" / "bench" / "decode_runs.tsv"
 CORPUS = REPO / "tests" / "fixtures" / "hf" / "corpus"
@@ -140,6 +140,8 @@ GPUS = {
     "A100 40GB": "A100-40GB",
     "L40S": "L40S",
     "B300": "B300",
+    "H100 80G": "H100",
+    "A100 80GB": "A100-80GB",
     "MI300X": "MI300X",
     "MI325X": "MI325X",
     "MI355X": "MI355X",
@@ -181,7 +183,7 @@ def _int(text: str) -> int | None:
 def _spec(r: dict[str, str]) -> tuple[ModelSpec | None, str | None, str]:
     """(spec, --weight-dtype, note) for a row's model, or (None, None, reason)."""
     m, w = r["model"], r["weight_dtype"].split(" ")[0]
-    if "DeepSeek-R1" in m:
+    if "DeepSeek-R1" in m or "DeepSeek-V3.1" in m or m.startswith("deepseek-ai/DeepSeek-V3"):
         spec = load_model("deepseek-v3")
         if w == "nvfp4":  # NVIDIA's FP4 checkpoints: MoE experts in NVFP4, attention in bf16
             return spec.model_copy(update={"weight_dtype": "bf16", "expert_weight_dtype": "nvfp4"}), None, ""
@@ -321,7 +323,17 @@ class Prepared:
     inputs: speed.DecodeInputs
     kv_bytes_per_request: int  # the bytes the engine's attention reads per request (KV_READ_PER_QUERY_HEAD)
     context: int
-    prefill_ms: float  # kvplan's prefill of one prompt of input_len tokens on the row's GPUs
+    work: PrefillWork  # a prompt token's FLOPs on the row's GPUs (kvplan/speed/prefill.py)
+
+    def chunk_ms(self, c: speed.Coefficients) -> float:
+        """One of the other requests' prompts riding in decode steps (chunked prefill): its FLOPs,
+        attention and all-reduce bytes beyond what the steps pay anyway."""
+        return chunk_seconds(self.inputs, self.work, self.case.row.input_len, 0, c) * 1e3
+
+    def batch_prefill_ms(self, c: speed.Coefficients) -> float:
+        """The static batch's prompts in one forward pass."""
+        r = self.case.row
+        return prefill_time(self.inputs, self.work, r.input_len, 0, False, c, prompts=r.batch).total_ms
 
 
 def _query_heads_per_kv_head(spec: ModelSpec) -> int:
@@ -329,18 +341,6 @@ def _query_heads_per_kv_head(spec: ModelSpec) -> int:
         if isinstance(layer, HeadLayer):
             return spec.num_attention_heads // layer.num_kv_heads
     return 1
-
-
-def _prefill_ms(case: Case) -> float:
-    """kvplan's prefill model (speed.prefill_seconds) for one prompt of the row's input length, at the
-    dense peak of the weights' dtype (fp8 where the GPU has it)."""
-    r = case.row
-    gpu = load_gpu(r.gpu)
-    fp8 = (case.weight_dtype or case.spec.weight_dtype) == "fp8" and gpu.fp8_dense_flops
-    peak = gpu.fp8_dense_flops if fp8 and gpu.fp8_dense_flops else gpu.bf16_dense_flops
-    active = param_breakdown(case.spec).active
-    width = attention_width(case.spec)
-    return speed.prefill_seconds(active, r.input_len, case.spec.num_layers, width, r.tp, peak) * 1e3
 
 
 def prepare_all(cases: list[Case]) -> tuple[list[Prepared], list[tuple[Row | None, int, str]]]:
@@ -383,7 +383,7 @@ def prepare(case: Case) -> Prepared | str:
         kv = p.decode.kv_bytes_per_request_per_gpu
         if r.kv_reads_per_head:
             kv *= _query_heads_per_kv_head(case.spec)
-        return Prepared(case, p.decode.inputs, kv, p.decode.context_tokens, _prefill_ms(case))
+        return Prepared(case, p.decode.inputs, kv, p.decode.context_tokens, p.prefill.work)
     return f"{r.model} on {r.tp}x {r.gpu}: kvplan cannot plan it: {last}"
 
 
@@ -396,9 +396,9 @@ def published_ms(p: Prepared, c: speed.Coefficients) -> float:
     r = p.case.row
     step_ms = predict(p, c).tpot_ms
     if r.metric == SERVING:  # the other requests' prompts, one per slot every `output` steps
-        return step_ms + (r.batch - 1) * p.prefill_ms / r.output_len
+        return step_ms + (r.batch - 1) * p.chunk_ms(c) / r.output_len
     if r.metric == BATCH:  # the batch's prompts, then output - 1 steps (the prefill gives the first token)
-        return (r.batch * p.prefill_ms + (r.output_len - 1) * step_ms) / r.output_len
+        return (p.batch_prefill_ms(c) + (r.output_len - 1) * step_ms) / r.output_len
     return step_ms
 
 

@@ -7,6 +7,7 @@ import pytest
 from helpers import plan, run_cli
 from kvplan.specs.registry import load_gpu
 from kvplan.speed import step_model
+from kvplan.speed.prefill import prefill_coefficients, prefill_time
 
 
 def test_experts_touched():
@@ -70,8 +71,8 @@ def test_tensor_and_pipeline_parallel_costs():
     c = step_model.coefficients()
     tp8 = plan("llama3-70b", "H100", num_gpus=8, max_model_len=8192)
     one = tp8.decode.batch_1
-    # 2 all-reduces per layer, each latency + 2 (tp - 1) / tp x 8 KiB / NVLink
-    per = c.allreduce_latency_s + 2 * 8192 * 2 * 7 / 8 / 900e9
+    # 2 all-reduces per layer, each latency + 2 (tp - 1) / tp x 16 KiB / NVLink one way (900 GB/s both ways)
+    per = c.allreduce_latency_s + 2 * 8192 * 2 * 7 / 8 / 450e9
     assert one.communication_ms == pytest.approx(2 * 80 * per * 1e3)
     assert not tp8.decode.inputs.tp_link.inter_node
     # a token crosses both stages one after the other: PP does not make one request faster
@@ -120,13 +121,34 @@ def test_a_profile_replaces_the_terms_it_measured():
     assert j["batch_1"]["sources"]["weights"] == step_model.MEASURED and "weights_ms" in j["batch_1"]
 
 
-def test_prefill_from_flops():
+def test_prefill_terms_from_flops():
+    c, pc = step_model.coefficients(), prefill_coefficients()
     p = plan("llama3-8b", "H100", num_gpus=1, max_model_len=8192)
-    # 2 x active params x T + causal attention 2 x T^2 x layers x heads x head_dim, at 50% of 989.4 TFLOP/s
-    flops = 2 * p.params_active * 8192 + 2 * 8192**2 * 32 * 32 * 128
-    assert p.prefill.ms == pytest.approx(flops / (989.4e12 * 0.5) * 1e3)
+    t = p.prefill.terms
+    # GEMMs: 2 x active params x T at gemm_mfu of 989.4 TFLOP/s (bf16), at least one weight stream
+    gemm = 2 * p.params_active * 8192 / (989.4e12 * pc.gemm_mfu)
+    assert t.compute_bound and t.gemm_ms == pytest.approx(gemm * 1e3)
+    # causal attention: 2 x 2 x T x T / 2 x 32 layers x 32 heads x 128 at attention_mfu of the bf16 peak
+    attention = 4 * 8192 * 4096 * 32 * 32 * 128 / (989.4e12 * pc.attention_mfu)
+    assert t.attention_ms == pytest.approx(attention * 1e3)
+    assert t.communication_ms == 0  # TP 1
+    assert t.launch_ms == pytest.approx(32 * c.launch_per_layer_s * 1e3)
+    assert t.overhead_ms == pytest.approx(pc.ttft_overhead_s * 1e3)
+    assert p.prefill.ms == pytest.approx(t.gemm_ms + t.attention_ms + t.launch_ms + t.overhead_ms)
     assert p.prefill.peak_dtype == "bf16"
-    assert plan("deepseek-v3", "H200", num_gpus=8, max_model_len=8192).prefill.peak_dtype == "fp8"
+    # fp8 weights on an fp8 GPU run their GEMMs at the fp8 peak; TP all-reduces the prompt's activations
+    ds = plan("deepseek-v3", "H200", num_gpus=8, max_model_len=8192).prefill
+    assert ds.peak_dtype == "fp8" and ds.terms.communication_ms > 0
+    # a short prompt is bound by streaming the weights once, not by its FLOPs
+    short = prefill_time(p.decode.inputs, p.prefill.work, 16, served=False)
+    assert not short.compute_bound and short.gemm_ms == pytest.approx(
+        p.prefill.work.weight_bytes_per_gpu / (c.gemm_efficiency * 3.35e12) * 1e3
+    )
+    # a chunk after cached tokens pays attention over them: the same FLOPs as the difference
+    whole = prefill_time(p.decode.inputs, p.prefill.work, 8192, served=False)
+    half = prefill_time(p.decode.inputs, p.prefill.work, 4096, served=False)
+    rest = prefill_time(p.decode.inputs, p.prefill.work, 4096, cached_tokens=4096, served=False)
+    assert half.attention_ms + rest.attention_ms == pytest.approx(whole.attention_ms)
 
 
 def test_estimate_prints_speed_with_its_assumption():

@@ -730,8 +730,8 @@ def estimate(req: PlanRequest) -> Plan:
                                  conc.binding_stage, tp, req_len, conc.max_concurrency, conc.request_bytes_per_gpu,
                                  avg, weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value))  # fmt: skip
     notes.append(
-        f"decode step model: {decode.bandwidth_source}; prefill at {prefill.mfu:.0%} of "
-        f"{prefill.peak_dtype} peak; both estimates"
+        f"decode step model: {decode.bandwidth_source}; prefill: GEMMs at {prefill.mfu:.0%} of "
+        f"{prefill.peak_dtype} peak, attention, all-reduces, launch, {prefill.source}; both estimates"
     )
     notes += link_notes(req, decode.inputs)
     reserve = budget.reserve

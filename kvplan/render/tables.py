@@ -164,7 +164,7 @@ def _concurrency_table(plan: Plan, console: Console) -> None:
 def _render_speed(plan: Plan, console: Console) -> None:
     d = plan.decode
     kind = "partly measured" if d.measured else "estimated"
-    t = _table(f"Decode speed per replica ({kind})", "", "weights read", "KV read", "step (TPOT)", "tokens/s")
+    t = _table(f"Decode speed per replica ({kind})", "", "weights read", "KV read", "decode step", "tokens/s")
     rows = [(f"batch 1 at {d.context_tokens:,} tokens", d.batch_1)]
     if d.at_max_concurrency:
         rows.append(
@@ -190,6 +190,16 @@ def _render_speed(plan: Plan, console: Console) -> None:
             f"{r.tokens_per_s:,.0f}" if r.tokens_per_s >= 10 else f"{r.tokens_per_s:.3g}",
         )
     console.print(t)
+    if d.served is not None:
+        sv = d.served
+        console.print(
+            f"served TPOT at {plural(sv.batch, 'request')} of {sv.input_tokens:,} in / {sv.output_tokens:,} out: "
+            f"{sv.tpot_ms:,.2f} ms (the {sv.step_ms:,.2f} ms decode step + the other requests' prompts "
+            f"prefilled within the steps, {sv.batch - 1:,} x {sv.chunk_ms:,.1f} ms / {sv.output_tokens:,}; "
+            "kvplan simulate replays the traffic)",
+            highlight=False,
+            markup=False,
+        )
     one = d.batch_1
     terms = [
         ("weights", one.weights_ms),
@@ -204,10 +214,15 @@ def _render_speed(plan: Plan, console: Console) -> None:
     console.print(f"batch-1 step (ms): {parts}", highlight=False, markup=False)
     console.print(f"decode: {d.bandwidth_source}", highlight=False, markup=False)
     pf = plan.prefill
+    pt = pf.terms
+    pf_terms = [("GEMMs", pt.gemm_ms), ("attention", pt.attention_ms), ("all-reduce", pt.communication_ms),
+                ("launch", pt.launch_ms), ("overhead", pt.overhead_ms)]  # fmt: skip
+    pf_parts = ", ".join(f"{name} {ms:,.1f}" for name, ms in pf_terms if ms)
     console.print(
-        f"prefill of one {pf.tokens:,}-token prompt: {pf.ms:,.0f} ms "
-        f"({pf.mfu:.0%} of {pf.peak_dtype} peak, estimated)",
+        f"prefill of one {pf.tokens:,}-token prompt alone (its TTFT): {pf.ms:,.0f} ms ({pf_parts} ms; GEMMs at "
+        f"{pf.mfu:.0%} of {pf.peak_dtype} peak, {pf.source})",
         highlight=False,
+        markup=False,
     )
     console.print()
 

@@ -9,7 +9,7 @@ launch floor) replace the fitted terms through `ProfileParts`.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvplan.formats import Format, weight_format
@@ -20,6 +20,14 @@ from kvplan.model.weights import matrix_format_name
 from kvplan.specs.matrices import Matrix, weight_matrices
 from kvplan.specs.models import GpuSpec, HeadLayer, LatentAttention, ModelSpec, NoCache, SharedKV
 from kvplan.speed import step_model
+from kvplan.speed.prefill import (
+    PrefillTime,
+    PrefillWork,
+    chunk_seconds,
+    prefill_coefficients,
+    prefill_time,
+    weight_bytes_per_gpu,
+)
 from kvplan.units import ceil_div
 
 if TYPE_CHECKING:
@@ -80,6 +88,23 @@ class CurveParts(ProfileParts):
 
 
 @dataclass(frozen=True)
+class ServedTpot:
+    """A served request's time per output token at a steady load of `batch` requests of `input_tokens`
+    in / `output_tokens` out: its decode step plus the other requests' prompts, which arrive as others
+    finish (one per slot every `output_tokens` steps) and are prefilled in chunks within the steps."""
+
+    batch: int
+    input_tokens: int
+    output_tokens: int
+    step_ms: float  # the pure decode step at this batch
+    chunk_ms: float  # one other request's prompt riding in the steps (prefill.chunk_seconds)
+    tpot_ms: float  # step_ms + (batch - 1) x chunk_ms / output_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Decode:
     bandwidth_bytes_per_s: float  # datasheet x the fitted GEMM efficiency (weights); for display
     bandwidth_source: str
@@ -94,6 +119,7 @@ class Decode:
     embedding_bytes_per_gpu: int  # gathered by row, not streamed
     coefficients: step_model.Coefficients
     parts: ProfileParts | None = field(default=None, repr=False, compare=False)
+    served: ServedTpot | None = None  # with --input-len/--output-len, at the planned concurrency
 
     def step(self, batch: int, kv_bytes_per_request: float, context_tokens: int = 0) -> step_model.StepTime:
         """The same model at another batch or context (solve)."""
@@ -141,17 +167,24 @@ class Decode:
             "batch_1": self.batch_1.to_dict(),
             "at_max_concurrency": self.at_max_concurrency.to_dict() if self.at_max_concurrency else None,
             "at_avg_context": self.at_avg_context.to_dict() if self.at_avg_context else None,
+            "served": self.served.to_dict() if self.served else None,
             "coefficients": self.coefficients.to_dict(),
         }
 
 
 @dataclass(frozen=True)
 class Prefill:
+    """One max-length prompt alone on one replica (kvplan/speed/prefill.py), served: its time to first
+    token with nothing else running."""
+
     tokens: int
     ms: float
-    mfu: float
+    mfu: float  # the GEMMs' share of the weights' dtype's dense peak
     peak_dtype: str
     peak_flops_per_gpu: float
+    terms: PrefillTime
+    work: PrefillWork
+    source: str  # where the coefficients come from
 
 
 def attention_width(spec: ModelSpec) -> int:
@@ -250,9 +283,12 @@ def _intra(gpu: GpuSpec, first: int, size: int, gpus_per_node: int) -> step_mode
     """The link `size` consecutive GPUs of one node (from index `first`) cross."""
     if not _pcie(gpu, first, size):
         kind = gpu.interconnect.kind if gpu.interconnect else "NVLink"
+        # the spec's figure is both directions together (H100: 18 NVLink4 links x 25 GB/s each way = 450
+        # GB/s a direction, "900 GB/s" in NVIDIA's datasheet); a ring all-reduce sends and receives at once
+        each_way = gpu.interconnect.bytes_per_s / 2 if gpu.interconnect else None
         return step_model.Link(
-            False, gpu.interconnect.bytes_per_s if gpu.interconnect else None, None, kind,
-            "spec bandwidth; fitted allreduce_latency_s (decode_fit.yaml)",
+            False, each_way, None, kind,
+            "half the spec's bidirectional bandwidth (one direction); fitted allreduce_latency_s (decode_fit.yaml)",
         )  # fmt: skip
     # a node of 8 or more PCIe cards is assumed a 2-socket host, half its GPUs behind each CPU
     per_socket = gpus_per_node // step_model.PCIE_SOCKETS if gpus_per_node >= 8 else gpus_per_node
@@ -442,6 +478,14 @@ def plan_speed(
             inp, avg.max_concurrency_per_replica, avg_kv, avg.avg_context_tokens, parts
         )
     measured = any(step_model.is_measured(v) for v in one.sources.values())
+    work = prefill_work(spec, gpu, w_fmt, params, inp)
+    served = None
+    if full is not None and req.input_len and req.output_len:
+        # the planned concurrency, each request at the mean context of its decode (input + output / 2)
+        step = step_model.decode_step(inp, full.batch, per_req_ctx, ctx, parts)
+        chunk = chunk_seconds(inp, work, req.input_len, 0, c) * 1e3
+        tpot = step.tpot_ms + (full.batch - 1) * chunk / req.output_len
+        served = ServedTpot(full.batch, req.input_len, req.output_len, step.tpot_ms, chunk, tpot)
     decode = Decode(
         bandwidth_bytes_per_s=gpu.hbm_bytes_per_s * c.gemm_efficiency,
         bandwidth_source=bandwidth_source(one, req.decode_bandwidth_source),
@@ -456,10 +500,36 @@ def plan_speed(
         embedding_bytes_per_gpu=embedding_bytes,
         coefficients=c,
         parts=parts,
+        served=served,
     )
+    pc = prefill_coefficients()
+    terms = prefill_time(inp, work, max_len, 0, True, c, pc)
+    peak_dtype = "fp8" if work.gemm_flops_per_gpu != gpu.bf16_dense_flops else "bf16"
+    source = prefill_source(pc)
+    return decode, Prefill(
+        max_len, terms.total_ms, pc.gemm_mfu, peak_dtype, work.gemm_flops_per_gpu, terms, work, source
+    )
+
+
+def prefill_work(
+    spec: ModelSpec, gpu: GpuSpec, w_fmt: Format, params: ParamBreakdown, inp: step_model.DecodeInputs
+) -> PrefillWork:
+    """A prompt token's FLOPs and the peaks they run at: fp8 GEMMs where the weights are fp8 and the
+    GPU has fp8 tensor cores, else bf16."""
     fp8 = w_fmt.name == "fp8" and gpu.fp8_dense_flops is not None
     peak = gpu.fp8_dense_flops if fp8 and gpu.fp8_dense_flops is not None else gpu.bf16_dense_flops
-    seconds = step_model.prefill_seconds(
-        params.active, max_len, spec.num_layers, attention_width(spec), tp, peak
+    return PrefillWork(
+        active_params=params.active,
+        attention_layers=sum(s.attention_layers for s in inp.stages),
+        attention_width=attention_width(spec),
+        gemm_flops_per_gpu=peak,
+        attention_flops_per_gpu=gpu.bf16_dense_flops,
+        weight_bytes_per_gpu=weight_bytes_per_gpu(inp),
     )
-    return decode, Prefill(max_len, seconds * 1e3, step_model.PREFILL_MFU, "fp8" if fp8 else "bf16", peak)
+
+
+def prefill_source(pc: object) -> str:
+    """One line: where the prefill coefficients come from."""
+    sources = getattr(pc, "sources", {}) or {}
+    fitted = [k for k, v in sources.items() if str(v).startswith("fitted")]
+    return "fitted to published prefill times (prefill_fit.yaml)" if fitted else "assumed (prefill_fit.yaml)"

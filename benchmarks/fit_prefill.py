@@ -1,0 +1,364 @@
+"""Fit kvplan's prefill coefficients to published prefill times, split by source as fit_decode.py is.
+
+Reads tests/fixtures/bench/prefill_runs.tsv (published prefill figures: SGLang bench_one_batch's
+"Prefill. latency", vLLM benchmark_latency with one output token, TTFT of a serving run at
+concurrency 1; each figure's words in prefill_quotes.md) and maps every row kvplan can represent to a
+plan, as fit_decode.py does (the same model and GPU tables and exclusions). Each row is predicted as
+what it measures (TOOLS): a bare forward pass over the batch's prompts (bench_one_batch,
+benchmark_latency), or a served request's first token alone (TTFT at concurrency 1: the forward pass
+plus ttft_overhead_s).
+
+Splits are by source (one source = one page or thread: its URL): the frozen test set is chosen by
+fit_decode.FROZEN_RULE, the same hash rule, fixed before this model was fitted; the coefficients are
+fitted on the other (dev) sources, and each dev source is predicted by a fit that never saw it.
+Fitted: gemm_mfu, attention_mfu, ttft_overhead_s (a coordinate search on their logs, robust loss on
+the log error); the decode step's coefficients (launch, all-reduce latency, GEMM streaming) are
+decode_fit.yaml's.
+
+Run:  python benchmarks/fit_prefill.py            # fit on dev, LOSO, frozen check; write kvplan/data/prefill_fit.yaml
+      python benchmarks/fit_prefill.py --check    # the shipped coefficients and LOSO fits replayed
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import re
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import fit_decode as fd  # noqa: E402
+
+from kvplan.errors import KvplanError  # noqa: E402
+from kvplan.plan.plan import PlanRequest, estimate  # noqa: E402
+from kvplan.specs.registry import load_gpu  # noqa: E402
+from kvplan.speed import prefill as pf  # noqa: E402
+from kvplan.speed import step_model  # noqa: E402
+
+REPO = HERE.parent
+TSV = REPO / "tests" / "fixtures" / "bench" / "prefill_runs.tsv"
+OUT = REPO / "kvplan" / "data" / "prefill_fit.yaml"
+GIB = 2**30
+
+FORWARD, SERVED = "forward", "served"
+# what each tool's figure measures
+TOOLS = {
+    "bench_one_batch": FORWARD,  # SGLang: the model runner's prefill of the batch, timed alone
+    "benchmark_latency": FORWARD,  # vLLM: a batch generating one token (offline LLM class)
+    "bench_serve_c1": SERVED,  # TTFT of one request at a time through the server
+}
+FITTED = ("gemm_mfu", "attention_mfu", "ttft_overhead_s")
+# written 2026-12-01 before any fit: three coefficients are fitted only from at least this many dev rows
+# and sources; with fewer the shipped coefficients stay assumed and the script says so
+MIN_ROWS, MIN_SOURCES = 20, 5
+BOUNDS = {"gemm_mfu": (0.15, 0.95), "attention_mfu": (0.1, 0.95), "ttft_overhead_s": (1e-4, 0.1)}
+START = {"gemm_mfu": 0.5, "attention_mfu": 0.5, "ttft_overhead_s": 0.01}
+
+
+@dataclass(frozen=True)
+class Row:
+    line: int
+    source: str  # the URL: one page or thread
+    tool: str
+    model: str
+    gpu: str
+    tp: int
+    batch: int
+    input_len: int
+    prefill_ms: float
+
+
+@dataclass(frozen=True)
+class Prepared:
+    row: Row
+    inputs: step_model.DecodeInputs
+    work: pf.PrefillWork
+
+    @property
+    def kind(self) -> str:
+        return TOOLS[self.row.tool]
+
+
+def _int(text: str) -> int | None:
+    head = text.strip().split(" ")[0].replace(",", "")
+    return int(head) if head.isdigit() else None
+
+
+def _exclusion(r: dict[str, str]) -> str | None:
+    if r["tool"] not in TOOLS:
+        return f"tool {r['tool']!r}: not one kvplan knows the measure of"
+    if r["gpu"] not in fd.GPUS:
+        return f"GPU {r['gpu']!r}: no shipped GPU spec"
+    if _int(r["tp"]) is None or _int(r["batch"]) is None or _int(r["input_len"]) is None:
+        return "TP, batch or input length not stated"
+    # no --ep-size given: SGLang's default ep_size 1 and vLLM's without --enable-expert-parallel shard
+    # every expert over TP, as kvplan models
+    ep = r.get("ep", "")
+    if ep not in ("", "1", "none", "unknown") and not ep.startswith("unknown (default"):
+        return f"expert parallelism EP {r['ep']}: kvplan models TP-sharded experts only"
+    for flag in ("speculative", "dp-attention", "DP attention", "EAGLE", "MTP"):
+        said = re.finditer(re.escape(flag), r["notes"])
+        if any(not re.search(r"(no|without|w/o) [\w-]*\s?$", r["notes"][: m.start()]) for m in said):
+            return f"{flag} in the run: kvplan's prefill is a plain TP forward pass"
+    try:
+        float(r["prefill_ms"])
+    except ValueError:
+        return "no prefill time derived"
+    return None
+
+
+def read_rows() -> tuple[list[Prepared], list[tuple[int, str]]]:
+    ok: list[Prepared] = []
+    excluded: list[tuple[int, str]] = []
+    if not TSV.exists():
+        return ok, excluded
+    with TSV.open(encoding="utf-8") as fh:
+        for line, r in enumerate(csv.DictReader(fh, delimiter="\t"), 1):
+            why = _exclusion(r)
+            spec, dtype, note = (None, None, "") if why else fd._spec(r)
+            if why is None and spec is None:
+                why = note
+            if why is not None:
+                excluded.append((line, f"{r['model']} on {r['gpu']}: {why}"))
+                continue
+            tp, batch, inp = _int(r["tp"]), _int(r["batch"]), _int(r["input_len"])
+            assert tp and batch and inp and spec is not None
+            row = Row(line, r["source_url"], r["tool"], r["model"], fd.GPUS[r["gpu"]], tp, batch, inp,
+                      float(r["prefill_ms"]))  # fmt: skip
+            p = None
+            for kv_mem in (8 * GIB, 2 * GIB, GIB // 2):
+                try:
+                    p = estimate(
+                        PlanRequest(
+                            model=spec,
+                            gpu=load_gpu(row.gpu),
+                            num_gpus=tp,
+                            tp=tp,
+                            pp=1,
+                            max_model_len=inp + 16,
+                            weight_dtype=dtype,
+                            kv_cache_memory_bytes=kv_mem,
+                        )  # fmt: skip
+                    )
+                    break
+                except KvplanError as exc:
+                    last = exc
+            if p is None:
+                excluded.append((line, f"{r['model']} on {tp}x {r['gpu']}: kvplan cannot plan it: {last}"))
+                continue
+            ok.append(Prepared(row, p.decode.inputs, p.prefill.work))
+    return ok, excluded
+
+
+def predict_ms(p: Prepared, c: pf.PrefillCoefficients) -> float:
+    r = p.row
+    t = pf.prefill_time(p.inputs, p.work, r.input_len, 0, p.kind == SERVED, None, c, prompts=r.batch)
+    return t.total_ms
+
+
+def errors(rows: list[Prepared], c: pf.PrefillCoefficients) -> list[float]:
+    return [predict_ms(p, c) / p.row.prefill_ms - 1 for p in rows]
+
+
+def _coefficients(x: list[float]) -> pf.PrefillCoefficients:
+    values = {}
+    for name, v in zip(FITTED, x, strict=True):
+        lo, hi = BOUNDS[name]
+        values[name] = min(hi, max(lo, math.exp(v)))
+    return pf.PrefillCoefficients(**values)
+
+
+def loss(rows: list[Prepared], c: pf.PrefillCoefficients) -> float:
+    h = fd.HUBER
+    return statistics.fmean(h**2 * (math.sqrt(1 + (math.log1p(e) / h) ** 2) - 1) for e in errors(rows, c))
+
+
+def fit(rows: list[Prepared]) -> pf.PrefillCoefficients:
+    x = [math.log(START[n]) for n in FITTED]
+
+    def f(v: list[float]) -> float:
+        return loss(rows, _coefficients(v))
+
+    for scale in (1.0, 0.5, 0.25, 0.1):
+        x = fd.nelder_mead(f, x, scale, 300)
+    return _coefficients(x)
+
+
+def source_of(p: Prepared) -> str:
+    return p.row.source
+
+
+def split(rows: list[Prepared]) -> tuple[list[Prepared], list[Prepared]]:
+    dev = [p for p in rows if not fd.is_frozen(source_of(p))]
+    frozen = [p for p in rows if fd.is_frozen(source_of(p))]
+    return dev, frozen
+
+
+def by_source(rows: list[Prepared]) -> dict[str, list[Prepared]]:
+    out: dict[str, list[Prepared]] = {}
+    for p in rows:
+        out.setdefault(source_of(p), []).append(p)
+    return out
+
+
+def loso(rows: list[Prepared]) -> dict[str, pf.PrefillCoefficients]:
+    fits = {}
+    for src in sorted(by_source(rows)):
+        fits[src] = fit([p for p in rows if source_of(p) != src])
+    return fits
+
+
+def loso_errors(rows: list[Prepared], fits: dict[str, pf.PrefillCoefficients]) -> list[float]:
+    return [predict_ms(p, fits[source_of(p)]) / p.row.prefill_ms - 1 for p in rows]
+
+
+def arch_of(p: Prepared) -> str:
+    stage = p.inputs.stages[0]
+    if stage.attention_layers < stage.layers:
+        return "hybrid"
+    return "moe" if stage.experts is not None else "dense"
+
+
+def engine_of(p: Prepared) -> str:
+    return (
+        "SGLang"
+        if p.row.tool == "bench_one_batch"
+        else "vLLM"
+        if p.row.tool == "benchmark_latency"
+        else "served"
+    )
+
+
+def buckets(rows: list[Prepared], errs: list[float]) -> list[dict]:
+    by: dict[tuple[str, str, str], list[tuple[Prepared, float]]] = {}
+    for p, e in zip(rows, errs, strict=True):
+        by.setdefault((p.row.gpu, p.row.tool, arch_of(p)), []).append((p, e))
+    out = []
+    for key in sorted(by):
+        es = [e for _, e in by[key]]
+        out.append({
+            "gpu": key[0], "tool": key[1], "kind": key[2], "rows": len(es),
+            "sources": len({source_of(p) for p, _ in by[key]}),
+            "median_abs": statistics.median(abs(e) for e in es), "worst_abs": max(abs(e) for e in es),
+            "median_signed": statistics.median(es),
+        })  # fmt: skip
+    return out
+
+
+def shipped_loso() -> dict[str, pf.PrefillCoefficients]:
+    import yaml
+
+    data = yaml.safe_load(OUT.read_text(encoding="utf-8"))
+    return {
+        src: pf.PrefillCoefficients(**{k: float(v) for k, v in vals.items()})
+        for src, vals in (data.get("loso") or {}).items()
+    }
+
+
+def summary(errs: list[float]) -> tuple[float, float]:
+    a = [abs(e) for e in errs]
+    return (statistics.median(a), max(a)) if a else (float("nan"), float("nan"))
+
+
+def write_yaml(c: pf.PrefillCoefficients, dev: list[Prepared], frozen: list[Prepared],
+               fits: dict[str, pf.PrefillCoefficients], l_errs: list[float], f_errs: list[float]) -> None:  # fmt: skip
+    med, worst = summary(l_errs)
+    n_src = len(by_source(dev))
+    lines = [
+        "# kvplan's prefill coefficients (kvplan/speed/prefill.py). Written by benchmarks/fit_prefill.py from",
+        "# tests/fixtures/bench/prefill_runs.tsv, split by source (benchmarks/fit_decode.py FROZEN_RULE):",
+        f"# dev: {len(dev)} rows from {n_src} sources, fitted on all of them; leave-one-source-out median |error| "
+        f"{med:.1%}, worst {worst:.1%}",
+    ]
+    if frozen:
+        fm, fw = summary(f_errs)
+        lines.append(
+            f"# frozen test set: {len(frozen)} rows from {len(by_source(frozen))} sources: median |error| {fm:.1%}, worst {fw:.1%}"
+        )
+    what = {
+        "gemm_mfu": "share of the weights' dtype's dense peak a prefill GEMM reaches",
+        "attention_mfu": "share of the bf16 dense peak causal prefill attention reaches",
+        "ttft_overhead_s": "a served request's first token beyond the forward pass (scheduling, tokenisation, HTTP)",
+    }
+    lines.append("coefficients:")
+    for name in FITTED:
+        value = getattr(c, name)
+        lo, hi = BOUNDS[name]
+        label = "clamped at its lower bound" if math.isclose(value, lo, rel_tol=1e-3) else (
+            "clamped at its upper bound" if math.isclose(value, hi, rel_tol=1e-3) else "fitted")  # fmt: skip
+        source = f"{label} on {len(dev)} published prefill times from {n_src} dev sources: {what[name]}"
+        lines.append(f"  {name}: {{value: {value:.4g}, source: {json.dumps(source)}}}")
+    lines.append("evaluation:")
+    lines.append(f"  dev: {{rows: {len(dev)}, sources: {n_src}}}")
+    lines.append(f"  frozen: {{rows: {len(frozen)}, sources: {len(by_source(frozen))}}}")
+    lines.append(f"  loso: {{median_abs: {med:.4f}, worst_abs: {worst:.4f}}}")
+    if frozen:
+        fm, fw = summary(f_errs)
+        lines.append(f"  frozen_test: {{median_abs: {fm:.4f}, worst_abs: {fw:.4f}}}")
+    lines.append("  loso_buckets:")
+    for b in buckets(dev, l_errs):
+        lines.append(
+            "    - " + json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in b.items()})
+        )
+    lines.append("loso:")
+    for src in sorted(fits):
+        vals = ", ".join(f"{k}: {getattr(fits[src], k):.6g}" for k in FITTED)
+        lines.append(f"  {json.dumps(src)}: {{{vals}}}")
+    OUT.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str]) -> None:
+    rows, excluded = read_rows()
+    dev, frozen = split(rows)
+    print(f"{len(rows)} usable rows ({len(dev)} dev from {len(by_source(dev))} sources, {len(frozen)} frozen), "
+          f"{len(excluded)} excluded:")  # fmt: skip
+    for line, why in excluded:
+        print(f"  line {line}: {why}")
+    enough = len(dev) >= MIN_ROWS and len(by_source(dev)) >= MIN_SOURCES
+    if not enough:
+        print(f"\nnot fitted: {len(dev)} dev rows from {len(by_source(dev))} sources, under the {MIN_ROWS} rows "
+              f"from {MIN_SOURCES} sources a fit of {len(FITTED)} coefficients needs; the shipped coefficients "
+              "stay assumed. With them:")  # fmt: skip
+        for p in dev + frozen:
+            r = p.row
+            e = predict_ms(p, pf.prefill_coefficients()) / r.prefill_ms - 1
+            print(f"  line {r.line:>3} {r.tool:<18} {r.model[:34]:<34} {r.tp}x {r.gpu:<9} batch {r.batch:>3} "
+                  f"input {r.input_len:>6}: published {r.prefill_ms:,.1f} ms, kvplan {e:+.1%}")  # fmt: skip
+        return
+    if "--check" in argv:
+        c, fits = pf.prefill_coefficients(), shipped_loso()
+    else:
+        c = fit(dev)
+        fits = loso(dev)
+    l_errs = loso_errors(dev, fits)
+    f_errs = errors(frozen, c)
+    print(
+        f"\n{'line':>4} {'tool':<18} {'model':<34} {'gpu':<9} {'tp':>2} {'batch':>5} {'input':>6} {'published':>9} {'loso':>7}"
+    )
+    for p, e in zip(dev, l_errs, strict=True):
+        r = p.row
+        print(f"{r.line:>4} {r.tool:<18} {r.model[:34]:<34} {r.gpu:<9} {r.tp:>2} {r.batch:>5} {r.input_len:>6} "
+              f"{r.prefill_ms:>9.1f} {e:>+7.1%}")  # fmt: skip
+    print("leave-one-source-out (dev): median |error| {:.1%}, worst {:.1%}".format(*summary(l_errs)))
+    for b in buckets(dev, l_errs):
+        print(f"  {b['gpu']:<10} {b['tool']:<18} {b['kind']:<7} {b['rows']:>3} rows {b['sources']:>2} srcs "
+              f"median {b['median_abs']:.1%} worst {b['worst_abs']:.1%} bias {b['median_signed']:+.1%}")  # fmt: skip
+    if frozen:
+        print("frozen test set: median |error| {:.1%}, worst {:.1%}".format(*summary(f_errs)))
+    for name in FITTED:
+        print(f"  {name:<16} {getattr(c, name):.4g}")
+    if "--check" not in argv:
+        write_yaml(dataclasses.replace(c), dev, frozen, fits, l_errs, f_errs)
+        print(f"wrote {OUT.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

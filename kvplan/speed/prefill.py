@@ -1,0 +1,185 @@
+"""Prefill: what a prompt's tokens cost on one replica, term by term.
+
+A prefill of `tokens` new tokens after `cached_tokens` already in the KV cache (a prefix hit, or the
+earlier chunks of a chunked prefill), one GPU of each pipeline stage, stages one after another:
+  GEMMs      2 x active params x tokens FLOPs over the TP group, at `gemm_mfu` of the dense peak of
+             the weights' dtype; never faster than streaming every weight once (all routed experts:
+             a prompt's tokens touch them all)
+  attention  causal: 2 x 2 x tokens x (cached + tokens / 2) x attention layers x query width FLOPs
+             (QK^T and PV), at `attention_mfu` of the bf16 dense peak (FlashAttention runs bf16)
+  comm       two all-reduces of tokens x hidden x 2 bytes per layer under TP (the decode step's links);
+             one activation hop per pipeline boundary
+  launch     the decode step's per-layer launch cost (decode_fit.yaml)
+  overhead   what a served request's first token pays beyond the forward pass (scheduling,
+             tokenisation, sampling, the HTTP round trip): `ttft_overhead_s`; 0 for an engine's own
+             one-batch benchmark
+The coefficients are fitted to published prefill times (benchmarks/fit_prefill.py) and read once
+from kvplan/data/prefill_fit.yaml. Pure functions otherwise: no torch.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from kvplan.speed.step_model import (
+    Coefficients,
+    DecodeInputs,
+    _hop_seconds,
+    allreduce_seconds,
+    coefficients,
+)
+
+FIT_FILE = "prefill_fit.yaml"
+COEFFICIENTS = ("gemm_mfu", "attention_mfu", "ttft_overhead_s")
+
+
+@dataclass(frozen=True)
+class PrefillCoefficients:
+    gemm_mfu: float  # share of the dtype's dense FLOP/s a prefill GEMM reaches
+    attention_mfu: float  # share of the bf16 dense FLOP/s causal prefill attention reaches
+    ttft_overhead_s: float  # a served request's first token beyond the forward pass
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> PrefillCoefficients:
+        missing = [k for k in COEFFICIENTS if k not in data]
+        if missing:
+            raise ValueError(f"{FIT_FILE}: missing {', '.join(missing)}")
+        values = {k: float(data[k]["value"]) for k in COEFFICIENTS}
+        return PrefillCoefficients(**values, sources={k: str(data[k]["source"]) for k in COEFFICIENTS})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: {"value": getattr(self, k), "source": self.sources.get(k, "")} for k in COEFFICIENTS}
+
+
+@functools.cache
+def prefill_coefficients() -> PrefillCoefficients:
+    """The shipped prefill coefficients (kvplan/data/prefill_fit.yaml), read once."""
+    text = resources.files("kvplan").joinpath("data").joinpath(FIT_FILE).read_text(encoding="utf-8")
+    return PrefillCoefficients.from_dict(yaml.safe_load(text)["coefficients"])
+
+
+@dataclass(frozen=True)
+class PrefillWork:
+    """What one token of a prompt costs in FLOPs, whole model, and the peaks it runs at (per GPU)."""
+
+    active_params: int  # parameters one token passes through (routed experts: its top-k)
+    attention_layers: int  # layers whose attention reads the whole context
+    attention_width: int  # query heads x head dim of one such layer
+    gemm_flops_per_gpu: float  # dense peak of the weights' dtype
+    attention_flops_per_gpu: float  # dense bf16 peak
+    weight_bytes_per_gpu: int  # every weight of every stage's GPU, all routed experts: one stream
+
+
+@dataclass(frozen=True)
+class PrefillTime:
+    tokens: int
+    cached_tokens: int
+    gemm_ms: float  # the larger of the GEMM FLOPs and one stream of the weights
+    attention_ms: float
+    communication_ms: float
+    launch_ms: float
+    overhead_ms: float
+    total_ms: float
+    compute_bound: bool  # GEMM FLOPs, not the weight stream, set gemm_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Work:
+    compute_s: float  # the GEMM FLOPs alone
+    stream_s: float  # one stream of every weight
+    attention_s: float
+    comm_s: float
+    comm_latency_s: float  # the all-reduces' and hops' fixed cost, which a step pays once for all its tokens
+    launch_s: float
+
+
+def _work(
+    inp: DecodeInputs, work: PrefillWork, prompts: int, tokens: int, cached_tokens: int,
+    c: Coefficients, p: PrefillCoefficients,
+) -> _Work:  # fmt: skip
+    """`prompts` prompts of `tokens` new tokens each, after `cached_tokens` each, in one forward pass."""
+    tp = max(1, inp.tp)
+    n = prompts * tokens
+    compute = 2.0 * work.active_params * n / (tp * work.gemm_flops_per_gpu * p.gemm_mfu)
+    stream = work.weight_bytes_per_gpu / (c.gemm_efficiency * inp.hbm_bytes_per_s)
+    attn_flops = (
+        4.0 * prompts * tokens * (cached_tokens + tokens / 2) * work.attention_layers * work.attention_width
+    )
+    attention = attn_flops / (tp * work.attention_flops_per_gpu * p.attention_mfu)
+    layers = sum(s.layers for s in inp.stages)
+    one, _ = allreduce_seconds(n * inp.hidden_size * inp.activation_bytes, inp, c)
+    comm = 2 * layers * one + sum(_hop_seconds(link, n, inp, c) for link in inp.pp_links)
+    fixed = (2 * layers * inp.tp_link.latency_s(c) if tp > 1 else 0.0) + sum(
+        link.latency_s(c) for link in inp.pp_links
+    )
+    return _Work(compute, stream, attention, comm, fixed, layers * c.launch_per_layer_s)
+
+
+def prefill_time(
+    inp: DecodeInputs,
+    work: PrefillWork,
+    tokens: int,
+    cached_tokens: int = 0,
+    served: bool = True,
+    c: Coefficients | None = None,
+    p: PrefillCoefficients | None = None,
+    prompts: int = 1,
+) -> PrefillTime:
+    """`prompts` prompts of `tokens` new tokens after `cached_tokens` each, in one pass on one replica
+    (the module docstring's terms); `served`: a request's first token through the server (pays
+    ttft_overhead_s), else a bare forward pass."""
+    c = c or coefficients()
+    p = p or prefill_coefficients()
+    w = _work(inp, work, prompts, tokens, cached_tokens, c, p)
+    gemm = max(w.compute_s, w.stream_s)
+    overhead = p.ttft_overhead_s if served else 0.0
+    total = gemm + w.attention_s + w.comm_s + w.launch_s + overhead
+    return PrefillTime(
+        tokens=tokens,
+        cached_tokens=cached_tokens,
+        gemm_ms=gemm * 1e3,
+        attention_ms=w.attention_s * 1e3,
+        communication_ms=w.comm_s * 1e3,
+        launch_ms=w.launch_s * 1e3,
+        overhead_ms=overhead * 1e3,
+        total_ms=total * 1e3,
+        compute_bound=w.compute_s >= w.stream_s,
+    )
+
+
+def chunk_seconds(
+    inp: DecodeInputs,
+    work: PrefillWork,
+    tokens: int,
+    cached_tokens: int = 0,
+    c: Coefficients | None = None,
+    p: PrefillCoefficients | None = None,
+) -> float:
+    """What a prefill chunk adds to an engine step that already streams the weights and launches its
+    kernels for the decodes beside it (chunked prefill): its GEMM FLOPs, its attention over the cached
+    and new tokens, its bytes in the step's all-reduces (their latency the step pays anyway)."""
+    c = c or coefficients()
+    p = p or prefill_coefficients()
+    w = _work(inp, work, 1, tokens, cached_tokens, c, p)
+    return w.compute_s + w.attention_s + max(0.0, w.comm_s - w.comm_latency_s)
+
+
+def weight_bytes_per_gpu(inp: DecodeInputs) -> int:
+    """Every weight a prefill streams on the GPUs of one replica's stages, one GPU each: the dense
+    GEMMs and all routed experts."""
+    total = 0
+    for s in inp.stages:
+        total += sum(g.weight_bytes * g.count for g in s.gemms)
+        if s.experts is not None:
+            e = s.experts
+            total += s.moe_layers * e.num_experts * (e.gate_up.weight_bytes + e.down.weight_bytes)
+    return total

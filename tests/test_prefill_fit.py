@@ -1,0 +1,59 @@
+"""The prefill model (kvplan/speed/prefill.py) against published prefill times (benchmarks/fit_prefill.py,
+tests/fixtures/bench/prefill_runs.tsv). Its coefficients are fitted only from enough dev rows and sources
+(a rule fixed before any fit); today too few published rows are usable, so they stay assumed, and these
+tests hold the assumed model against every usable row."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvplan.speed.prefill import prefill_coefficients
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("fit_prefill", ROOT / "benchmarks" / "fit_prefill.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fit_prefill"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def rows(bench):
+    return bench.read_rows()
+
+
+def test_every_row_is_used_or_excluded_with_its_reason(bench, rows):
+    ok, excluded = rows
+    assert len(ok) + len(excluded) == 45
+    assert all(why for _, why in excluded)
+    # EP 'unknown (default)' is SGLang's ep_size 1: the DeepSeek-V3.1 bench_one_batch rows are used
+    assert {p.row.line for p in ok} == {35, 36, 43, 44}
+
+
+def test_too_few_rows_to_fit_so_the_coefficients_stay_assumed(bench, rows):
+    ok, _ = rows
+    dev, _ = bench.split(ok)
+    assert len(dev) < bench.MIN_ROWS or len(bench.by_source(dev)) < bench.MIN_SOURCES
+    pc = prefill_coefficients()
+    assert all(pc.sources[k].startswith("assumed") for k in bench.FITTED)
+
+
+def test_the_assumed_model_on_the_usable_rows(bench, rows):
+    ok, _ = rows
+    err = {p.row.line: bench.predict_ms(p, prefill_coefficients()) / p.row.prefill_ms - 1 for p in ok}
+    # NIM 1.8.0, Llama-3.3-70B fp8 on 2x H100, TTFT at concurrency 1: 406.8 ms at 5,000 tokens, 47.8 at 500
+    assert err[35] == pytest.approx(0.044, abs=0.01) and err[36] == pytest.approx(-0.066, abs=0.01)
+    # SGLang bench_one_batch, DeepSeek-V3.1 fp8 on 8x H200, 16 x 512 tokens: 288.9 ms published; kvplan's
+    # dense-GEMM efficiency makes the MoE prefill about twice too fast (256 tokens per expert run far
+    # below a large GEMM's efficiency): a known miss, asserted so a change to it is seen
+    assert err[43] < -0.4 and err[44] < -0.4
