@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from typer.testing import CliRunner
 
@@ -33,3 +36,18 @@ def run_cli(*args: str) -> CliResult:
 
 def plan(model: str, gpu: str = "H100", **kw) -> Plan:
     return estimate(PlanRequest(model=load_model(model), gpu=load_gpu(gpu), **kw))
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """A script of benchmarks/ as a module (they import each other by name: the folder goes on the path)."""
+    folder = REPO / "benchmarks"
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod

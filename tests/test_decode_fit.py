@@ -8,14 +8,13 @@ from those fits, and check the step model's arithmetic on named rows."""
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from helpers import load_benchmark
 from kvplan.speed import step_model
 from kvplan.speed.prefill import prefill_coefficients, prefill_time
 
@@ -25,13 +24,7 @@ FIT_YAML = ROOT / "kvplan" / "data" / "decode_fit.yaml"
 
 @pytest.fixture(scope="module")
 def bench():
-    path = ROOT / "benchmarks" / "fit_decode.py"
-    spec = importlib.util.spec_from_file_location("fit_decode", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fit_decode"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("fit_decode")
 
 
 @pytest.fixture(scope="module")

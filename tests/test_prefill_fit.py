@@ -5,12 +5,11 @@ tests hold the assumed model against every usable row."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import load_benchmark
 from kvplan.speed.prefill import prefill_coefficients
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,13 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("fit_prefill", ROOT / "benchmarks" / "fit_prefill.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fit_prefill"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("fit_prefill")
 
 
 @pytest.fixture(scope="module")

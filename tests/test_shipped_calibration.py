@@ -4,16 +4,14 @@ not ship: benchmarks/profile_check.py holds each profile against every published
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from helpers import run_cli
+from helpers import load_benchmark, run_cli
 from kvplan import userdata
 from kvplan.calibrate import calibration
 from kvplan.specs.registry import load_gpu
@@ -26,13 +24,7 @@ EST = ("estimate", "-m", "llama3-8b", "-g", "H200", "--context", "8K", "--json")
 
 @pytest.fixture(scope="module")
 def check():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("profile_check", ROOT / "benchmarks" / "profile_check.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["profile_check"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("profile_check")
 
 
 @pytest.fixture(scope="module")
