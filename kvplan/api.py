@@ -117,14 +117,17 @@ def solve(model: str, users: int, **flags: Any) -> SolveResult:
 
     f = _flags(inputs.SolveFlags, {"model": model, "users": users, **flags}, "solve")
     q, answers = inputs.solve(f)
+    for warning in inputs.solve_warnings(q):
+        warnings.warn(warning, stacklevel=2)
     return SolveResult(q, answers, f.max_context)
 
 
 def compare(
     models: str | list[str] | None = None,
     variants: str | list[str] = "shipped",
-    gpus: str = "8xH200",
+    gpus: str = "8xH100",
     max_model_len: str | int | None = None,
+    kv_cache_dtype: str = "auto",
     tensor_parallel_size: int | None = None,
     pipeline_parallel_size: int | None = None,
     gpu_memory_utilization: float | None = None,
@@ -138,7 +141,8 @@ def compare(
     """Models and KV techniques side by side (`kvplan compare table`): one row per model x variant.
 
     models: names (a list or "a,b"; default compare's DEFAULT_MODELS). variants: what-ifs such as
-    "shipped,gqa8+int8,mla512+fp8". gpus: "8xH200". max_model_len: tokens per request (default 8K).
+    "shipped,gqa8+int8,mla512+fp8". gpus: "8xH100" (the default: one node). max_model_len: tokens per
+    request (default 8K). kv_cache_dtype: every row's KV dtype ("fp8": each variant naming none gets "+fp8").
     kv_cache_memory: bytes per GPU ("50GiB"). offload_gib: CPU memory per GPU, in GiB, added as a
     KV tier. network: the inter-node fabric per GPU ("400G", the default; "25G" ... "800G"), or
     network_gbps / network_latency_us. Each row's figures are bytes, ms and counts (`row.to_dict()`); a row that cannot run
@@ -161,7 +165,9 @@ def compare(
         network_gbps,
         network_latency_us,
     )
-    return comparisons.table(joined(models), joined(variants) or "shipped", cluster, offload_gib)
+    return comparisons.table(
+        joined(models), joined(variants) or "shipped", cluster, offload_gib, kv_cache_dtype
+    )
 
 
 @dataclass(frozen=True)

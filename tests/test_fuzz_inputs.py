@@ -245,6 +245,7 @@ def _saved_overheads() -> Path:
 
 # channel: (where the file goes, given a temporary folder; the command that reads it)
 EST_H100 = ("estimate", "-m", "qwen3-8b", "--gpus", "H100")
+SIM = ("simulate", "-m", "qwen3-8b", "--gpus", "H100", "--max-model-len", "8K", "--num-prompts", "20")
 CHANNELS = {
     "model yaml": (lambda d: d / "m.yaml", lambda p: ("estimate", "-m", str(p), "--gpus", "H100")),
     "config.json": (lambda d: d / "config.json", lambda p: ("estimate", "-m", str(p), "--gpus", "H100")),
@@ -253,6 +254,11 @@ CHANNELS = {
     "saved profile": (lambda d: _saved_profile(), lambda p: EST_H100),
     "saved overheads": (lambda d: _saved_overheads(), lambda p: EST_H100),
     "check-log": (lambda d: d / "x.log", lambda p: ("check-log", str(p), "--gpus", "H100")),
+    # simulate's file channels (issue 24, round two): a Mooncake JSONL trace, an Azure CSV trace and
+    # a length histogram
+    "simulate --trace .jsonl": (lambda d: d / "t.jsonl", lambda p: (*SIM, "--trace", str(p))),
+    "simulate --trace .csv": (lambda d: d / "t.csv", lambda p: (*SIM, "--trace", str(p))),
+    "simulate --length-histogram": (lambda d: d / "h.csv", lambda p: (*SIM, "--length-histogram", str(p))),
 }
 
 
@@ -287,3 +293,155 @@ def test_bad_file_every_channel(tmp_path, channel, kind):
         return
     result = refused(*command(path), names=path.name)
     assert "Traceback" not in result.stderr
+
+
+# --- issue 24, round two: simulate's numbers and file contents; solve and compare, empty and absurd ---
+
+
+@FUZZ
+@given(
+    flag=st.sampled_from(
+        [
+            "--num-prompts",
+            "--input-len",
+            "--output-len",
+            "--range-ratio",
+            "--request-rate",
+            "--burstiness",
+            "--max-concurrency",
+            "--seed",
+            "--ttft-ms",
+            "--tpot-ms",
+            "--max-model-len",
+            "--max-num-seqs",
+        ]
+    ),
+    value=NUMBERS,
+)
+def test_fuzz_simulate_flags(flag, value):
+    args = {"--num-prompts": "20", "--max-model-len": "8K"}
+    args[flag] = value
+    _ok(
+        invoke(
+            "simulate", "-m", "qwen3-8b", "--gpus", "H100", *[x for kv in args.items() for x in kv], "--json"
+        )
+    )
+
+
+TRACE_VALUES = st.one_of(
+    st.sampled_from(
+        ["0", "-1", "1e300", "1e400", "NaN", "Infinity", "null", '"10"', "[]", "{}", "true", "2.5", "9" * 400]
+    ),
+    st.integers(min_value=-(10**20), max_value=10**20).map(str),
+)
+
+
+@FUZZ
+@given(
+    field=st.sampled_from(["timestamp", "input_length", "output_length", "hash_ids"]),
+    value=TRACE_VALUES,
+    lines=st.integers(min_value=1, max_value=3),
+)
+def test_fuzz_mooncake_trace_lines(tmp_path_factory, field, value, lines):
+    row = {"timestamp": "0", "input_length": "100", "output_length": "10", "hash_ids": "[1]"}
+    row[field] = value
+    text = "{" + ", ".join(f'"{k}": {v}' for k, v in row.items()) + "}\n"
+    path = tmp_path_factory.mktemp("trace") / "t.jsonl"
+    path.write_text(text * lines)
+    _ok(invoke(*SIM, "--trace", str(path), "--json"))
+
+
+@FUZZ
+@given(
+    column=st.integers(min_value=0, max_value=2),
+    value=st.sampled_from(["0", "-1", "nan", "inf", "1e400", "", "x", "1" * 40, "2.5", "1e-300"]),
+    header=st.booleans(),
+)
+def test_fuzz_length_histogram(tmp_path_factory, column, value, header):
+    row = ["512", "64", "1"]
+    row[column] = value
+    text = ("input_len,output_len,weight\n" if header else "") + ",".join(row) + "\n"
+    path = tmp_path_factory.mktemp("hist") / "h.csv"
+    path.write_text(text)
+    _ok(invoke(*SIM, "--length-histogram", str(path), "--json"))
+
+
+@FUZZ
+@given(
+    flag=st.sampled_from(
+        [
+            "--kv-cache-dtype",
+            "--engine",
+            "--block-size",
+            "--gpu-memory-utilization",
+            "--avg-context",
+            "--input-len",
+            "--output-len",
+            "--network",
+            "--network-gbps",
+            "--network-latency-us",
+            "--calibration-file",
+            "--gpus",
+        ]
+    ),
+    value=NUMBERS
+    | st.sampled_from(["", " ", ",", "any,", "fp8,fp8", "auto,int4", "1x", "0xH100", "sglang2"]),
+)
+def test_fuzz_solve_more_flags(flag, value):
+    args = {"--max-model-len": "8K", "--users": "4"}
+    args[flag] = value
+    _ok(invoke("solve", "-m", "qwen3-8b", *[x for kv in args.items() for x in kv], "--json"))
+
+
+@FUZZ
+@given(
+    command=st.sampled_from(["table", "ladder", "plot"]),
+    flag=st.sampled_from(
+        [
+            "--kv-cache-dtype",
+            "--tensor-parallel-size",
+            "--pipeline-parallel-size",
+            "--gpu-memory-utilization",
+            "--kv-cache-memory",
+            "--block-size",
+            "--network",
+            "--network-gbps",
+            "--avg-context",
+            "--shared-prefix-tokens",
+            "--prefix-hit-rate",
+            "--max-model-len",
+        ]
+    ),
+    value=NUMBERS | st.sampled_from(["", " ", ",", "+", "shipped+", "fp8+int8"]),
+)
+def test_fuzz_compare_more_flags(command, flag, value):
+    only = {
+        "ladder": ("--avg-context", "--shared-prefix-tokens", "--prefix-hit-rate"),
+        "table": ("--kv-cache-dtype",),
+    }
+    if flag in only["ladder"] and command != "ladder":
+        return
+    if flag == "--kv-cache-dtype" and command == "ladder":
+        return
+    model = ("-m", "qwen3-8b")
+    args = (*model, flag, value, "--json") if command != "plot" else (*model, flag, value, "--json")
+    _ok(invoke("compare", command, *args))
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        "2023-11-16 18:15:46.6805900," + "9" * 400 + ",10",
+        "2023-11-16 18:15:46.6805900,10," + "9" * 400,
+        "9999-99-99 99:99:99,10,10",
+        "2023-11-16 18:15:46.6805900,nan,10",
+        "2023-11-16 18:15:46.6805900,1e400,10",
+        "2023-11-16 18:15:46.6805900,-5,10",
+        ",,",
+        "2023-11-16 18:15:46.6805900,10",
+    ],
+)
+def test_azure_trace_rows(tmp_path, row):
+    path = tmp_path / "t.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + row + "\n")
+    refused(*SIM, "--trace", str(path), "--json", names=path.name)

@@ -150,7 +150,7 @@ def test_left_out_columns_are_said_and_not_footnoted():
 @pytest.mark.parametrize("width", [80, 120])
 def test_plot_numbers_never_cut(width):
     """Issue 24: compare plot cut 2,754 to `2,…` at 80 columns; the contexts now continue below."""
-    out = _run(width, "compare", "plot", "-m", "llama3-70b,qwen3-8b,deepseek-v3").stdout
+    out = _run(width, "compare", "plot", "-m", "llama3-70b,qwen3-8b,deepseek-v3", "-g", "8xH200").stdout
     assert "…" not in out
     assert "2,754" in out and "160K" in out and "6,929" in out
     assert max(len(line.rstrip()) for line in out.splitlines()) <= width

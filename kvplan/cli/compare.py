@@ -20,6 +20,16 @@ app = typer.Typer(
     help="Models and KV techniques side by side: a table, the optimisation ladder, charts.",
 )
 
+KvCacheDtype = Annotated[
+    str,
+    typer.Option(
+        "--kv-cache-dtype",
+        help="The KV dtype of every row: auto (each model's activation dtype) or fp8, int8, int4, ...; "
+        "added to each variant as its '+dtype' token (shipped becomes shipped+fp8); a variant naming "
+        "its own dtype keeps it.",
+    ),
+]
+
 OffloadGib = Annotated[
     float,
     typer.Option(
@@ -46,8 +56,9 @@ def _echo(text: str, newline: bool) -> None:
 def table_cmd(
     models: o.Models = None,
     variants: o.Variants = "shipped",
-    gpus: o.Gpus = "8xH200",
-    max_model_len: o.MaxModelLen = None,
+    gpus: o.CompareGpus = o.DEFAULT_COMPARE_GPUS,
+    max_model_len: o.TableMaxModelLen = None,
+    kv_cache_dtype: KvCacheDtype = "auto",
     tensor_parallel_size: o.TensorParallelSize = None,
     pipeline_parallel_size: o.PipelineParallelSize = None,
     gpu_memory_utilization: o.GpuMemoryUtilization = None,
@@ -62,7 +73,8 @@ def table_cmd(
 ) -> None:
     """One row per model x variant: KV per token, vs MHA, per request, max requests, decode KV read time.
 
-    Each request holds --max-model-len tokens (default 8K; a model's maximum if lower)."""
+    Each request holds --max-model-len tokens (default 8K, capped at a model's maximum). Default GPUs:
+    one node, 8xH100."""
     from kvplan.commands import comparisons
     from kvplan.render import rows as render_rows
 
@@ -79,7 +91,7 @@ def table_cmd(
         network_gbps,
         network_latency_us,
     )
-    result = comparisons.table(models, variants, cluster, offload_gib)
+    result = comparisons.table(models, variants, cluster, offload_gib, kv_cache_dtype)
     if fmt == "table":
         render_rows.print_comparison(result, console())
     else:
@@ -90,7 +102,7 @@ def table_cmd(
 @reports_errors
 def ladder_cmd(
     model: o.Model = "llama3-70b",
-    gpus: o.Gpus = "8xH100",
+    gpus: o.CompareGpus = o.DEFAULT_COMPARE_GPUS,
     max_model_len: o.MaxModelLen = None,
     avg_context: o.AvgContext = None,
     shared_prefix_tokens: o.MaybeSharedPrefixTokens = None,
@@ -149,8 +161,9 @@ def plot_cmd(
     ] = None,
     models: o.Models = None,
     variants: o.Variants = "shipped",
-    gpus: o.Gpus = "8xH200",
-    max_model_len: o.MaxModelLen = None,
+    gpus: o.CompareGpus = o.DEFAULT_COMPARE_GPUS,
+    max_model_len: o.PlotMaxModelLen = None,
+    kv_cache_dtype: KvCacheDtype = "auto",
     tensor_parallel_size: o.TensorParallelSize = None,
     pipeline_parallel_size: o.PipelineParallelSize = None,
     gpu_memory_utilization: o.GpuMemoryUtilization = None,
@@ -180,7 +193,7 @@ def plot_cmd(
         network_gbps,
         network_latency_us,
     )
-    result = comparisons.plot(models, variants, cluster)
+    result = comparisons.plot(models, variants, cluster, kv_cache_dtype)
     if json_out:
         from kvplan.render.jsonout import plot_json, to_json
 

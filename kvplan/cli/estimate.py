@@ -158,7 +158,7 @@ Explain = Annotated[bool, typer.Option("--explain", help="Trace each number to i
 @reports_errors
 def estimate(
     model: o.Model,
-    gpus: o.Gpus = "H100",
+    gpus: o.Gpus = o.DEFAULT_GPUS,
     max_model_len: o.MaxModelLen = None,
     avg_context: o.AvgContext = None,
     input_len: o.InputLen = None,

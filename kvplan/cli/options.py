@@ -20,8 +20,17 @@ def _model() -> Any:
     )
 
 
-def _gpus() -> Any:
-    return typer.Option("--gpus", "-g", help="GPU type and count: H100, 8xH100, 2x8xH100 (nodes x GPUs).")
+# The default GPUs, one rule for every command (README, Commands): the type is H100; a command that
+# plans the one deployment you describe (estimate, simulate) takes one card, a comparison of several
+# models or steps (compare table, ladder, plot) one node of 8, since its default models (70B and up)
+# fit no single card. solve searches H100 and picks the count itself.
+DEFAULT_GPUS = "H100"
+DEFAULT_COMPARE_GPUS = "8xH100"
+_GPUS_HELP = "GPU type and count: H100, 8xH100, 2x8xH100 (nodes x GPUs)."
+
+
+def _gpus(default_rule: str = "") -> Any:
+    return typer.Option("--gpus", "-g", help=_GPUS_HELP + default_rule)
 
 
 def _max_model_len() -> Any:
@@ -54,9 +63,27 @@ def _shared_prefix_tokens() -> Any:
 
 Model = Annotated[str, _model()]
 MaybeModel = Annotated[str | None, _model()]
-Gpus = Annotated[str, _gpus()]
+Gpus = Annotated[str, _gpus(" Default one H100 (compare: one node, 8xH100).")]
+CompareGpus = Annotated[str, _gpus(" Default one node, 8xH100 (estimate, simulate: one H100).")]
 MaybeGpus = Annotated[str | None, _gpus()]
 MaxModelLen = Annotated[str | None, _max_model_len()]
+TableMaxModelLen = Annotated[
+    str | None,
+    typer.Option(
+        "--max-model-len",
+        "--context",
+        help="Context each request holds (default 8K; a model whose maximum is lower is capped at "
+        "its maximum). 8192 or 8K.",
+    ),
+]
+PlotMaxModelLen = Annotated[
+    str | None,
+    typer.Option(
+        "--max-model-len",
+        "--context",
+        help="The longest context on the x axis (default: the longest maximum of the models). 8192 or 8K.",
+    ),
+]
 AvgContext = Annotated[
     str | None,
     typer.Option("--avg-context", help="Tokens a request holds on average (concurrency at that length)."),

@@ -14,7 +14,7 @@ from kvplan.cli.app import console, reports_errors
 @reports_errors
 def simulate(
     model: o.Model,
-    gpus: o.Gpus = "H100",
+    gpus: o.Gpus = o.DEFAULT_GPUS,
     max_model_len: o.MaxModelLen = None,
     kv_cache_dtype: o.KvCacheDtype = "auto",
     weight_dtype: o.WeightDtype = None,

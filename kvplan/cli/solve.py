@@ -60,6 +60,21 @@ def solve(
             help="Ignore the GPUs' saved `kvplan calibrate` profiles (else decode is timed with them).",
         ),
     ] = False,
+    calibration_file: Annotated[
+        str | None,
+        typer.Option(
+            "--calibration-file",
+            help="A `kvplan calibrate` profile to time decode with, for every GPU type searched.",
+        ),
+    ] = None,
+    force_calibration: Annotated[
+        bool,
+        typer.Option(
+            "--force-calibration",
+            help="Use a --calibration-file measured on another device (a CPU, another GPU) anyway; "
+            "says so on stderr.",
+        ),
+    ] = False,
     avg_context: o.AvgContext = None,
     input_len: o.InputLen = None,
     output_len: o.OutputLen = None,
@@ -90,6 +105,8 @@ def solve(
         raise UsageError("--gpu is an old name of --gpus: give one of them")
     flags.update(gpus=gpus if gpu is None else gpu, gpus_flag="--gpus" if gpu is None else "--gpu")
     q, answers = inputs.solve(inputs.SolveFlags(**flags))
+    for warning in inputs.solve_warnings(q):
+        typer.echo(f"warning: {warning}", err=True)
     if json_out:
         from kvplan.render.jsonout import solve_json, to_json
 

@@ -148,11 +148,33 @@ def _cluster(base: PlanRequest, rows: list[Row]) -> TableCluster:
     return TableCluster(base.gpu.name, base.gpu.memory_bytes, plan.cluster, plan.settings.max_model_len)
 
 
-def table(models: str | None, variants: str, flags: ClusterFlags, offload_gib: float) -> TableResult:
+def with_kv_dtype(variants: list[str], kv_cache_dtype: str) -> list[str]:
+    """compare's --kv-cache-dtype in the variant vocabulary: each variant naming no KV dtype gets
+    it as its '+dtype' token (shipped -> shipped+fp8); one naming its own keeps it; auto adds none."""
+    from kvplan.formats import KV_DTYPES
+
+    dtype = kv_cache_dtype.strip().lower()
+    if dtype != "auto" and dtype not in KV_DTYPES:
+        raise UsageError(
+            f"--kv-cache-dtype must be auto or one of {', '.join(KV_DTYPES)}, got {kv_cache_dtype!r}"
+        )
+    if dtype == "auto":
+        return variants
+    out = []
+    for v in variants:
+        tokens = [t.strip().lower() for t in v.split("+")]
+        named = any(t in KV_DTYPES or t == "auto" for t in tokens)
+        out.append(v if named else f"{v}+{dtype}")
+    return out
+
+
+def table(
+    models: str | None, variants: str, flags: ClusterFlags, offload_gib: float, kv_cache_dtype: str = "auto"
+) -> TableResult:
     """One row per model x variant on the flags' cluster (8K tokens per request by default)."""
 
     names, specs = _models(models)
-    vlist = split(variants) or ["shipped"]
+    vlist = with_kv_dtype(split(variants) or ["shipped"], kv_cache_dtype)
     if not 0 <= offload_gib <= MAX_OFFLOAD_GIB:  # also refuses nan
         raise UsageError(f"--offload-gib must be between 0 and {MAX_OFFLOAD_GIB:,}, got {offload_gib}")
     base = base_request(names[0], flags, flags.max_model_len or "8K")
@@ -230,13 +252,13 @@ def ladder(
     return LadderResult(base, steps, shipped, length, avg, prefix, prefix_hit_rate, notes)
 
 
-def plot(models: str | None, variants: str, flags: ClusterFlags) -> PlotResult:
+def plot(models: str | None, variants: str, flags: ClusterFlags, kv_cache_dtype: str = "auto") -> PlotResult:
     """Max concurrency at doubling contexts up to --max-model-len (default: the longest maximum),
     and each model/variant's memory per GPU at its own longest context."""
     from kvplan.units import parse_count
 
     names, specs = _models(models)
-    vlist = split(variants) or ["shipped"]
+    vlist = with_kv_dtype(split(variants) or ["shipped"], kv_cache_dtype)
     base = base_request(names[0], flags, None)
     upper = (
         parse_count(flags.max_model_len, "--max-model-len")

@@ -473,6 +473,8 @@ class SolveFlags:
     output_len: str | None = None
     gpus_flag: str = "--gpus"  # the name the user typed (--gpu is an alias), for messages
     calibration: bool = True  # use each GPU's saved `kvplan calibrate` profile where there is one
+    calibration_file: str | None = None  # a profile for every GPU type searched, as estimate's
+    force_calibration: bool = False  # use a profile of another device anyway
     partial_nodes: bool = False  # answers may use part of a node (else whole nodes)
     network: str | None = None
     network_gbps: float | None = None
@@ -535,7 +537,7 @@ def solve_query(f: SolveFlags) -> Query:
         measured=tuple(
             (g.name, tuple(sorted(fields.items())))
             for g in gpu_specs
-            if f.calibration and (fields := bandwidth_profile(g, True, None))
+            if (fields := bandwidth_profile(g, f.calibration, f.calibration_file, f.force_calibration))
         ),
         avg_context_tokens=parse_count(f.avg_context, "--avg-context") if f.avg_context else None,
         input_len=parse_count(f.input_len, "--input-len") if f.input_len is not None else None,
@@ -543,6 +545,16 @@ def solve_query(f: SolveFlags) -> Query:
         partial_nodes=f.partial_nodes,
         network=parse_network(f.network, f.network_gbps, f.network_latency_us),
     )
+
+
+def solve_warnings(q: Query) -> list[str]:
+    """The warnings of profiles used for a GPU they were not measured on (--force-calibration)."""
+    out = []
+    for _gpu, fields in q.measured:
+        use = dict(fields).get("calibration_use")
+        if use is not None and use.warning and use.warning not in out:
+            out.append(use.warning)
+    return out
 
 
 def _gpu_types(text: str, flag: str) -> tuple[GpuSpec, ...]:

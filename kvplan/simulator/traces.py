@@ -23,7 +23,11 @@ def _bad(path: Path, line: int, what: str) -> UsageError:
 
 
 def _length(value: object, path: Path, line: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not math.isfinite(value))
+    ):
         raise _bad(path, line, f"{name} must be a whole number of tokens, got {value!r}")
     if value != int(value) or not 1 <= value <= MAX_TOKENS_PER_REQUEST:
         raise _bad(
@@ -70,7 +74,7 @@ def read_mooncake(path: Path, text: str) -> list[RequestSpec]:
         ts = row["timestamp"]
         if isinstance(ts, bool) or not isinstance(ts, int | float):
             raise _bad(path, n, f"timestamp must be a number of milliseconds, got {ts!r}")
-        t = _time(float(ts), last, path, n)
+        t = _time(float(ts) if abs(ts) < 2.0**1023 else math.inf, last, path, n)  # an int past float's range
         last = t
         inp = _length(row["input_length"], path, n, "input_length")
         out = _length(row["output_length"], path, n, "output_length")

@@ -32,6 +32,36 @@ def _listed_layers(cfg: dict) -> Any:
     return len(blocks) if isinstance(blocks, list) and blocks else ...
 
 
+def _hash_and_per_layer_inputs(
+    r: Reader, moe: dict | None, vocab: int, num_layers: int, notes: list[str]
+) -> None:
+    """Two fields that change no KV cache, said as what they are.
+
+    DeepSeek-V4 `num_hash_layers`: the first N MoE layers pick their experts from a fixed token-id
+    table instead of the learned top-k (DeepSeek-V4-Flash inference/model.py, class Gate:
+    `self.hash = layer_id < args.n_hash_layers`, `tid2eid` of vocab_size x n_activated_experts int32;
+    the gate weight and the experts are as in every MoE layer). Gemma 3n's per-layer inputs:
+    `vocab_size_per_layer_input` x (`num_hidden_layers` x `hidden_size_per_layer_input`) embedding
+    values (vLLM gemma3n.py `embed_tokens_per_layer`) that kvplan's parameter count leaves out."""
+    hashed = r.int("num_hash_layers", default=0, minimum=0) or 0
+    if hashed and moe is not None:
+        table = hashed * vocab * moe["experts_per_token"] * 4 if moe.get("experts_per_token") else 0
+        notes.append(
+            f"num_hash_layers: the first {hashed} MoE layers route by a token-id table (DeepSeek-V4 "
+            f"hash routing), experts and KV as every MoE layer; the tables' {table / 1e6:,.1f} MB "
+            "(vocab x top-k int32) are not counted in the weights"
+        )
+    width = r.int("hidden_size_per_layer_input", default=0, minimum=0) or 0
+    rows = r.int("vocab_size_per_layer_input", default=0, minimum=0) or 0
+    if width and rows:
+        params = rows * num_layers * width
+        notes.append(
+            f"WARNING: per-layer input embeddings (vocab_size_per_layer_input {rows:,} x {num_layers} "
+            f"layers x hidden_size_per_layer_input {width}: {params / 1e9:,.2f}B parameters, "
+            f"{params * 2 / 2**30:,.2f} GiB in bf16) are not counted in the weights"
+        )
+
+
 def _scalar_intermediate(r: Reader, per_layer: list[int]) -> int | None:
     if per_layer:
         return max(per_layer) or None
@@ -82,6 +112,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     layer_types, pattern = layers.layer_types, layers.pattern
 
     moe = read_moe(r, top)
+    _hash_and_per_layer_inputs(r, moe, vocab or 0, num_layers or 0, notes)
     raw_dtype = top.get("torch_dtype") or top.get("dtype") or cfg.get("torch_dtype") or "bfloat16"
     act = _DTYPES.get(str(raw_dtype), None)
     if act is None:
@@ -99,7 +130,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     warnings = [
         f"{path}: config field {r.prefix}{key} is not read by kvplan and may change memory; "
         "its figures may be off for this model"
-        for key in unread_fields(cfg)
+        for key in unread_fields(cfg, r.read)
     ]
     # what the quantization reader could not model (an unknown method, ...) is said on stderr too
     warnings += [f"{path}: {n[len('WARNING') :].lstrip(': ')}" for n in notes if n.startswith("WARNING")]

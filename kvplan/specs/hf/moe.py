@@ -22,11 +22,29 @@ def _dense_prefix(r: Reader, key: str, flags: list, num_layers: int) -> int | No
     return first
 
 
+# transformers' per-layer MLP kinds (GLM-5.x `glm_moe_dsa`, EXAONE-MoE, Kimi-Linear): "dense" an MLP,
+# "sparse" the MoE block (src/transformers/models/glm_moe_dsa/configuration_glm_moe_dsa.py: "MLP type
+# pattern for each layer (`"dense"` or `"sparse"`). Defaults to 3 dense + rest sparse"; its decoder
+# layer builds the MoE where `config.mlp_layer_types[layer_idx] == "sparse"`)
+_MLP_KINDS = {"dense": 0, "sparse": 1}
+
+
 def _layer_placement(r: Reader) -> tuple[int, int]:
     """(first_dense_layers, layer_step)."""
     first = r.int("first_k_dense_replace", default=0, minimum=0) or 0
     if r.list("mlp_only_layers"):
         r.bad("mlp_only_layers", "dense layers listed among MoE layers are not modelled")
+    kinds = r.list("mlp_layer_types")
+    if kinds is not None:
+        n = r.int("num_hidden_layers", default=len(kinds))
+        if len(kinds) != n or any(not isinstance(k, str) or k not in _MLP_KINDS for k in kinds):
+            r.bad("mlp_layer_types", f'expected {n} per-layer entries, each "dense" or "sparse"')
+            return first, 1
+        flags = [_MLP_KINDS[k] for k in kinds]
+        dense = _dense_prefix(r, "mlp_layer_types", flags, n)
+        if dense is not None and r.has("first_k_dense_replace") and dense != first:
+            r.bad("mlp_layer_types", f"{dense} leading dense layers but first_k_dense_replace is {first}")
+        return (dense or 0), 1
     freq = r.cfg.get("moe_layer_freq")
     if isinstance(freq, list):
         dense = _dense_prefix(r, "moe_layer_freq", freq, r.int("num_hidden_layers", default=len(freq)))

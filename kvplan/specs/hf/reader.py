@@ -14,6 +14,8 @@ class Reader:
     def __init__(self, cfg: dict, path: Path, prefix: str = "") -> None:
         self.cfg, self.path, self.prefix = cfg, path, prefix
         self.problems: list[str] = []
+        # the fields a family reader took a value from: never named as "not read" (unread.py)
+        self.read: set[str] = set()
 
     def bad(self, key: str, msg: str) -> None:
         self.problems.append(f"{self.path}: {self.prefix}{key}: {msg}")
@@ -26,6 +28,7 @@ class Reader:
             value = self.cfg.get(key)
             if value is None:
                 continue
+            self.read.add(key)
             if isinstance(value, bool) or not isinstance(value, int):
                 self.bad(key, f"expected an integer, got {value!r}")
                 return None
@@ -45,6 +48,7 @@ class Reader:
         value = self.cfg.get(key)
         if value is None:
             return default
+        self.read.add(key)
         if not isinstance(value, bool):
             self.bad(key, f"expected true/false, got {value!r}")
             return default
@@ -54,6 +58,7 @@ class Reader:
         value = self.cfg.get(key)
         if value is None:
             return None
+        self.read.add(key)
         if not isinstance(value, list):
             self.bad(key, f"expected a list, got {type(value).__name__}")
             return None

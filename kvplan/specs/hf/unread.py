@@ -22,6 +22,9 @@ UNDERSTOOD = {
     "hybrid_override_pattern",
     "layers_block_type",
     "quantization_config",
+    # Gemma 3n: each layer's MLP activation sparsity target, a top-k applied at run time
+    # (transformers Gemma3nTextMLP._gaussian_topk); nothing stored
+    "activation_sparsity_pattern",
     # multi-token-prediction layers are loaded only for speculative decoding, which kvplan does not plan
     "num_nextn_predict_layers",
     "mtp_num_hidden_layers",
@@ -31,11 +34,12 @@ UNDERSTOOD = {
 }
 
 
-def unread_fields(cfg: dict[str, Any]) -> list[str]:
-    """Memory-shaped fields of `cfg` (already merged with its text_config) that kvplan ignores."""
+def unread_fields(cfg: dict[str, Any], read: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """Memory-shaped fields of `cfg` (already merged with its text_config) that kvplan ignores;
+    `read`: the fields a family reader took a value from (Reader.read), which are not ignored."""
     out = []
     for key, value in cfg.items():
-        if key in UNDERSTOOD or not MEMORY_FIELD.search(key):
+        if key in UNDERSTOOD or key in read or not MEMORY_FIELD.search(key):
             continue
         if value in (None, [], {}, 0, False):  # "none" written out: nothing to model
             continue
