@@ -4,11 +4,13 @@ direct `kvplan.simulate` runs of the same replica and workload; `--plot` of both
 from __future__ import annotations
 
 import math
+import re
+import shlex
 
 import pytest
 
 import kvplan
-from helpers import run_cli
+from helpers import REPO, run_cli
 
 BASE = ("-m", "llama3-8b", "--max-model-len", "8K", "--kv-cache-dtype", "auto", "--num-prompts", "300")
 TARGETS = ("--ttft-ms", "500", "--tpot-ms", "30")
@@ -118,3 +120,15 @@ def test_simulate_plot_writes_a_png(tmp_path):
     )
     assert res.exit_code == 0 and f"chart: {png}" in res.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_readmes_load_examples_answer(tmp_path):
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    lines = re.findall(r"^kvplan solve (.+-rate .+)$", text, flags=re.MULTILINE)
+    assert len(lines) >= 2
+    for line in lines:
+        args = [str(tmp_path / a) if a.endswith(".png") else a for a in shlex.split(line)]
+        res = run_cli("solve", *args, "--num-prompts", "200", "--json")
+        assert res.exit_code == 0, (line, res.stderr)
+        d = res.json()
+        assert d["goodput"] > 0 and d["answer"]["num_gpus"] >= 1
