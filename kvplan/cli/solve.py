@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kvplan.cli import options as o
 from kvplan.cli.app import console, reports_errors
 
+if TYPE_CHECKING:
+    from kvplan.commands.inputs import LoadFlags, SolveFlags
+
 
 @reports_errors
 def solve(
     model: o.Model,
-    users: Annotated[int, typer.Option("--users", "-u", help="Concurrent requests to serve.")],
+    users: Annotated[
+        int | None,
+        typer.Option(
+            "--users", "-u", help="Concurrent requests to serve (not with --request-rate/--max-rate)."
+        ),
+    ] = None,
     max_model_len: o.MaxModelLen = None,
     gpus: Annotated[
         str | None,
@@ -89,6 +97,42 @@ def solve(
     network: o.Network = None,
     network_gbps: o.NetworkGbps = None,
     network_latency_us: o.NetworkLatencyUs = None,
+    request_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--request-rate",
+            help="Instead of --users: the fewest GPUs serving R requests/s within --ttft-ms/--tpot-ms (simulated).",
+        ),
+    ] = None,
+    max_rate: Annotated[
+        bool,
+        typer.Option(
+            "--max-rate", help="Instead: on --gpus NxGPU, the highest request rate meeting the targets."
+        ),
+    ] = False,
+    ttft_ms: Annotated[
+        float | None, typer.Option("--ttft-ms", help="With --request-rate/--max-rate: the TTFT target (ms).")
+    ] = None,
+    percentile: Annotated[
+        int, typer.Option("--percentile", help="With --request-rate/--max-rate: targets at p50, p90 or p99.")
+    ] = 90,
+    num_prompts: Annotated[
+        int | None, typer.Option("--num-prompts", help="Requests simulated per load (default 1000).")
+    ] = None,
+    range_ratio: Annotated[
+        float, typer.Option("--range-ratio", help="Lengths uniform in len x [1 - r, 1 + r], as vLLM's.")
+    ] = 0.0,
+    burstiness: Annotated[
+        float, typer.Option("--burstiness", help="Gamma shape of the gaps (1: Poisson).")
+    ] = 1.0,
+    trace: Annotated[
+        str | None,
+        typer.Option("--trace", help="Replay a Mooncake .jsonl or Azure .csv, stretched to each rate."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of the workload.")] = 0,
+    plot: Annotated[
+        str | None, typer.Option("--plot", help="With --max-rate: TTFT/TPOT vs rate to FILE.png or .svg.")
+    ] = None,
     json_out: o.Json = False,
 ) -> None:
     """The inverse question: the fewest (or cheapest) GPUs, layout and KV dtype for N users; or the longest context.
@@ -96,7 +140,12 @@ def solve(
     --max-model-len is the context each request needs (not with --max-context); with --max-context,
     --gpus is the GPUs you have, e.g. 8xH200. --gpu is an old name of --gpus. TPOT is at every request's
     full context unless --input-len/--output-len (the mean over a decode) or --avg-context say otherwise."""
-    flags = {k: v for k, v in locals().items() if k not in ("json_out", "gpu", "no_calibration")}
+    given = dict(locals())
+    load_names = ("request_rate", "max_rate", "ttft_ms", "percentile", "num_prompts", "range_ratio",
+                  "burstiness", "trace", "seed")  # fmt: skip
+    flags = {
+        k: v for k, v in given.items() if k not in ("json_out", "gpu", "no_calibration", "plot", *load_names)
+    }
     flags["calibration"] = not no_calibration
     from kvplan.commands import inputs
     from kvplan.errors import UsageError
@@ -104,6 +153,23 @@ def solve(
     if gpu is not None and gpus is not None:
         raise UsageError("--gpu is an old name of --gpus: give one of them")
     flags.update(gpus=gpus if gpu is None else gpu, gpus_flag="--gpus" if gpu is None else "--gpu")
+    if request_rate is not None or max_rate:
+        if users is not None or max_context:
+            raise UsageError(
+                "--request-rate/--max-rate answer by simulation: not with --users or --max-context"
+            )
+        load = inputs.LoadFlags(
+            **{k: given[k] for k in load_names},
+            input_len=input_len or "1024",
+            output_len=output_len or "128",
+        )
+        flags.update(users=1, input_len=None, output_len=None)
+        _solve_load(inputs.SolveFlags(**flags), load, plot, json_out)
+        return
+    if plot is not None or ttft_ms is not None:
+        raise UsageError("--ttft-ms and --plot go with --request-rate or --max-rate")
+    if users is None:
+        raise UsageError("give --users N (or --request-rate R / --max-rate with --ttft-ms and --tpot-ms)")
     q, answers = inputs.solve(inputs.SolveFlags(**flags))
     for warning in inputs.solve_warnings(q):
         typer.echo(f"warning: {warning}", err=True)
@@ -115,3 +181,31 @@ def solve(
     from kvplan.render.tables import render_solve
 
     render_solve(q, answers, console(), max_context)
+
+
+def _solve_load(f: SolveFlags, load: LoadFlags, plot: str | None, json_out: bool) -> None:
+    from kvplan.commands import inputs
+
+    ans = inputs.solve_load(f, load)
+    chart = None
+    if plot is not None:
+        from kvplan.simulator.render import plot_load
+
+        chart = plot_load(
+            [(p.rate, p.ttft_ms, p.tpot_ms) for p in ans.points],
+            load.percentile,
+            (load.ttft_ms or 0.0, f.tpot_ms or 0.0),
+            f"{ans.layout.num_gpus}x {ans.layout.gpu} (TP {ans.layout.tensor_parallel_size} x DP "
+            f"{ans.layout.data_parallel_size}), {ans.result.workload['num_requests']} requests a load",
+            plot,
+        )
+    if json_out:
+        from kvplan.render.jsonout import to_json
+
+        typer.echo(to_json({**ans.to_dict(), "chart": chart}))
+        return
+    from kvplan.render.tables import render_solve_load
+
+    render_solve_load(ans, console())
+    if chart:
+        typer.echo(f"chart: {chart}")

@@ -7,6 +7,7 @@ request. Every failure here is a one-line UsageError/SpecError naming the flag o
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from dataclasses import dataclass
@@ -479,6 +480,66 @@ class SolveFlags:
     network: str | None = None
     network_gbps: float | None = None
     network_latency_us: float | None = None
+    fixed_gpus: bool = False  # --max-rate: --gpus is the GPUs you have (NxGPU), with --max-model-len
+
+
+@dataclass(frozen=True)
+class LoadFlags:
+    """`solve --request-rate` / `--max-rate`: the targets and the workload (simulate's flags)."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    percentile: int = 90
+    request_rate: float | None = None
+    max_rate: bool = False
+    num_prompts: int | None = None
+    input_len: str = "1024"
+    output_len: str = "128"
+    range_ratio: float = 0.0
+    burstiness: float = 1.0
+    trace: str | None = None
+    seed: int = 0
+
+
+def solve_load(f: SolveFlags, load: LoadFlags) -> Any:
+    """`solve --request-rate R` (fewest/cheapest GPUs at R requests/s) or `solve --max-rate` (the highest
+    rate on the GPUs given), both meeting --ttft-ms/--tpot-ms at --percentile, by simulation."""
+    import math
+
+    from kvplan.search import rate
+    from kvplan.simulator import read_trace, synthetic
+    from kvplan.units import parse_count
+
+    if (load.request_rate is None) == (not load.max_rate):
+        raise UsageError(
+            "give one of --request-rate R (the GPUs for that rate) or --max-rate (on --gpus NxGPU)"
+        )
+    if load.ttft_ms is None or f.tpot_ms is None:
+        raise UsageError("--request-rate/--max-rate need both targets: --ttft-ms and --tpot-ms")
+    targets = rate.LoadTargets(load.ttft_ms, f.tpot_ms, load.percentile)
+    if load.max_rate and not (f.gpus and parse_gpus(f.gpus.split(",")[0], f.gpus_flag)[0]):
+        raise UsageError(
+            f"--max-rate needs the GPUs you have: {f.gpus_flag} NxGPU, e.g. {f.gpus_flag} 8xH100"
+        )
+    q = solve_query(dataclasses.replace(f, users=1, fixed_gpus=load.max_rate))
+    if load.trace is not None:
+        workload = read_trace(load.trace, None, load.num_prompts)
+    else:
+        workload = synthetic(
+            num_prompts=1000 if load.num_prompts is None else load.num_prompts,
+            input_len=parse_count(load.input_len, "--input-len"),
+            output_len=parse_count(load.output_len, "--output-len"),
+            range_ratio=load.range_ratio,
+            request_rate=1.0,  # rescaled to each simulated rate
+            burstiness=load.burstiness,
+            seed=load.seed,
+        )
+    if load.max_rate:
+        return rate.max_rate(q, workload, targets)
+    assert load.request_rate is not None
+    if not (load.request_rate > 0 and not math.isinf(load.request_rate)):
+        raise UsageError(f"--request-rate must be a positive number of requests/s, got {load.request_rate}")
+    return rate.min_gpus_at_rate(q, workload, targets, load.request_rate)
 
 
 def solve(f: SolveFlags) -> tuple[Query, list[Answer]]:
@@ -504,10 +565,12 @@ def solve_query(f: SolveFlags) -> Query:
     flag = f.gpus_flag
     if f.gpus is not None and not f.gpus.strip(", "):
         raise UsageError(f"{flag}: give GPU names, e.g. H100 or H100,H200, or leave the flag out for H100")
-    if f.max_context:
-        if not f.gpus or f.max_model_len:
+    if f.max_context or f.fixed_gpus:
+        if f.max_context and (not f.gpus or f.max_model_len):
             raise UsageError(f"--max-context needs {flag} (e.g. 8xH200) and no --max-model-len")
-        cluster_gpu, n, _ = load_cluster(f.gpus, flag)
+        if f.fixed_gpus and not f.max_model_len:
+            raise UsageError("give --max-model-len (the context the engine is launched with)")
+        cluster_gpu, n, _ = load_cluster(f.gpus or "H100", flag)
         gpu_specs: tuple[GpuSpec, ...] = (cluster_gpu,)
         fixed: int | None = n or 1
     else:

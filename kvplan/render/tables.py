@@ -527,3 +527,43 @@ def _render_gemm(prof, label: str, console: Console) -> None:
     for (dtype, k, n), by_batch in rows.items():
         t.add_row(dtype, f"{k}x{n}", *(_gbps(by_batch[b]) if b in by_batch else "-" for b in batches))
     console.print(t)
+
+
+def render_solve_load(ans: Any, console: Console) -> None:
+    """`solve --request-rate` / `--max-rate`: the answer, its simulated percentiles and goodput."""
+    a, t, r = ans.layout, ans.targets, ans.result
+    p = t.percentile
+    if ans.mode == "max-rate":
+        head = f"the highest request rate on {a.num_gpus}x {a.gpu}: {ans.request_rate:,.3g} requests/s"
+    else:
+        what = "the cheapest GPUs" if a.cost_per_hour is not None else "the fewest GPUs"
+        head = f"{what} for {ans.request_rate:g} requests/s: {a.num_gpus}x {a.gpu}"
+    console.print(
+        f"[bold]{escape(r.deployment['model'])}[/]: {escape(head)} (TTFT p{p} <= {t.ttft_ms:g} ms, "
+        f"TPOT p{p} <= {t.tpot_ms:g} ms)",
+        highlight=False,
+    )
+    console.print(
+        f"layout: TP {a.tensor_parallel_size} x PP {a.pipeline_parallel_size} x DP {a.data_parallel_size} "
+        f"({a.nodes} node{'s' if a.nodes > 1 else ''}), KV {a.kv_cache_dtype}, context {a.max_model_len:,}"
+        + (f", {a.cost_per_hour:,.2f}/hour" if a.cost_per_hour is not None else ""),
+        highlight=False,
+    )
+    table = plain_table(f"one replica at {ans.per_replica_rate:.3g} req/s")
+    for col in ("", "mean", "p50", "p90", "p99"):
+        table.add_column(col, justify="right" if col else "left")
+    for name, s in (("TTFT (ms)", r.ttft_ms), ("TPOT (ms)", r.tpot_ms)):
+        table.add_row(name, f"{s.mean:,.1f}", f"{s.median:,.1f}", f"{s.p90:,.1f}", f"{s.p99:,.1f}")
+    console.print(table)
+    console.print(
+        f"goodput {ans.goodput:,.3g} requests/s of {ans.request_rate:,.3g} (all replicas); output "
+        f"{r.output_token_throughput * a.data_parallel_size:,.0f} tokens/s; bounded by {escape(ans.limited_by)}",
+        highlight=False,
+    )
+    console.print(
+        f"{ans.simulations} simulations in {ans.wall_s:.1f} s; workload: {escape(r.workload['description'])}",
+        highlight=False,
+    )
+    console.print(f"vLLM:   {escape(a.vllm_flags)}", highlight=False, soft_wrap=True)
+    for note in r.assumptions:
+        console.print(f"- {escape(note)}", highlight=False)

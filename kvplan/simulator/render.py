@@ -139,3 +139,42 @@ def plot(result: SimResult, path: str) -> str:
     finally:
         plt.close(fig)
     return str(out)
+
+
+def plot_load(
+    points: list[tuple[float, float, float]],
+    percentile: int,
+    targets: tuple[float, float],
+    title: str,
+    path: str,
+) -> str:
+    """TTFT and TPOT at a percentile against the request rate (each point one simulated load), with the
+    targets as dashed lines: `solve --max-rate --plot`."""
+    out = Path(path)
+    if out.suffix.lower() not in (".png", ".svg"):
+        raise UsageError(f"--plot {path}: give a .png or .svg file name")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'kvplan[plot]'") from None
+    pts = sorted(points)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, k, name, target in ((axes[0], 1, "TTFT", targets[0]), (axes[1], 2, "TPOT", targets[1])):
+        ax.plot([p[0] for p in pts], [p[k] for p in pts], marker="o")
+        ax.axhline(target, linestyle="--", color="gray", label=f"target {target:g} ms")
+        ax.set_xlabel("request rate (requests/s)")
+        ax.set_ylabel(f"{name} p{percentile} (ms)")
+        ax.set_yscale("log")
+        ax.legend()
+    fig.suptitle(title[:120], fontsize=9)
+    fig.tight_layout()
+    try:
+        fig.savefig(out)
+    except OSError as exc:
+        raise UsageError(f"--plot {path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        plt.close(fig)
+    return str(out)

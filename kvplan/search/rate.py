@@ -1,0 +1,389 @@
+"""`kvplan solve --request-rate R` and `--max-rate`: the load questions, answered by simulation.
+
+--request-rate R --ttft-ms T --tpot-ms P: the fewest (or cheapest) GPUs, as data-parallel replicas of
+the layouts `solve` searches (TP inside a node, PP only when the weights need it, whole nodes unless
+--partial-nodes), whose TTFT and TPOT at the --percentile meet the targets when R requests/s are
+spread evenly over the replicas: one replica is simulated at R / replicas (kvplan.simulator, Poisson
+arrivals or a trace stretched to that rate) and the replica count is bisected (feasibility is taken
+as monotone in the replicas: fewer requests/s per replica never slows one down).
+--max-rate on -g NxGPU: the highest request rate whose percentiles meet the targets, bisected on the
+rate (geometrically, to RATE_TOLERANCE), over the layouts those GPUs take.
+
+Each replica's deployment (its plan, from_plan) is built once per layout, the workload's lengths once
+(a rate only rescales the send times: vLLM's bench draws the same gaps, scaled by 1 / rate), and each
+simulated (layout, rate) is kept, so a search runs few simulations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvplan.errors import InfeasibleError, NoAnswer, UsageError
+from kvplan.search.solve import _PLANS as PLANS
+from kvplan.search.solve import (
+    ENGINE_DTYPES,
+    Answer,
+    Query,
+    _answer,
+    _cost,
+    _replica,
+    _request,
+    layouts,
+    rented,
+)
+from kvplan.search.solve import _max_dp as max_replicas
+from kvplan.simulator import Deployment, SimResult, Workload, from_plan, simulate
+from kvplan.simulator.metrics import Stats
+
+SCHEMA = "kvplan.solve-rate/1"
+PERCENTILES = {50: "median", 90: "p90", 99: "p99"}
+RATE_TOLERANCE = 0.02  # --max-rate: the bisection stops when the bracket is within 2%
+SOLO_PROMPTS = 10  # the "tiny load" check: this many requests, one at a time
+
+
+@dataclass(frozen=True)
+class LoadTargets:
+    ttft_ms: float
+    tpot_ms: float
+    percentile: int = 90
+
+    def __post_init__(self) -> None:
+        for name, v in (("--ttft-ms", self.ttft_ms), ("--tpot-ms", self.tpot_ms)):
+            if not 0 < v < 1e9:
+                raise UsageError(f"{name} must be a positive number of milliseconds, got {v}")
+        if self.percentile not in PERCENTILES:
+            raise UsageError(f"--percentile must be 50, 90 or 99, got {self.percentile}")
+
+    def of(self, s: Stats) -> float:
+        return float(getattr(s, PERCENTILES[self.percentile]))
+
+
+class ScaledWorkload:
+    """A workload's requests, sent at any mean rate: the base send times rescaled (cached per rate)."""
+
+    def __init__(self, base: Workload) -> None:
+        self.base = base
+        last = base.requests[-1].arrival_s
+        self.base_rate = len(base.requests) / last if last > 0 else math.inf
+
+    def at(self, rate: float) -> Workload:
+        if math.isinf(self.base_rate):
+            raise UsageError("the workload sends everything at t = 0: it has no rate to scale")
+        k = self.base_rate / rate
+        reqs = tuple(dataclasses.replace(r, arrival_s=r.arrival_s * k) for r in self.base.requests)
+        what = self.base.description.split(", sent ")[0]  # the synthetic workload's send rule is replaced
+        return Workload(reqs, None, f"{what}, sent at {rate:.4g} requests/s (the workload's gaps rescaled)")
+
+    def solo(self) -> Workload:
+        """The first requests, one at a time: what a target costs at no load."""
+        reqs = tuple(dataclasses.replace(r, arrival_s=0.0) for r in self.base.requests[:SOLO_PROMPTS])
+        return Workload(reqs, 1, f"{len(reqs)} of the workload's requests, one at a time")
+
+
+@dataclass
+class Point:
+    """One simulated load on one replica."""
+
+    rate: float  # requests/s, all replicas together
+    per_replica: float
+    ttft_ms: float  # at the percentile
+    tpot_ms: float
+    meets: bool
+    failed: int
+
+
+@dataclass
+class Candidate:
+    gpu: Any  # GpuSpec
+    tp: int
+    pp: int
+    dtype: str
+    deployment: Deployment
+    plan: Any  # Plan
+    results: dict[float, SimResult] = field(default_factory=dict)  # per-replica rate -> result
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu.name} TP {self.tp} x PP {self.pp}, KV {self.dtype}"
+
+
+@dataclass
+class RateAnswer:
+    mode: str  # min-gpus-at-rate | max-rate
+    layout: Answer  # GPUs, layout, KV dtype, launch lines
+    request_rate: float  # all replicas together
+    per_replica_rate: float
+    targets: LoadTargets
+    result: SimResult  # one replica at per_replica_rate
+    points: list[Point]  # every load simulated for this layout, by rate
+    simulations: int  # runs in the whole search
+    wall_s: float
+    limited_by: str  # what bounds the answer
+
+    @property
+    def goodput(self) -> float:
+        """Requests/s meeting both targets, all replicas together."""
+        return (self.result.goodput or 0.0) * self.layout.data_parallel_size
+
+    def to_dict(self) -> dict[str, Any]:
+        a = self.layout.to_dict()
+        for k in (
+            "margins",
+            "decode_step",
+            "tpot_ms",
+            "tpot_source",
+            "tpot_context_tokens",
+            "tpot_context_source",
+        ):
+            a.pop(k, None)
+        r = self.result
+        return {
+            "schema": SCHEMA,
+            "mode": self.mode,
+            "targets": {
+                "ttft_ms": self.targets.ttft_ms,
+                "tpot_ms": self.targets.tpot_ms,
+                "percentile": self.targets.percentile,
+            },
+            "request_rate": self.request_rate,
+            "per_replica_rate": self.per_replica_rate,
+            "answer": a,
+            "ttft_ms": r.ttft_ms.to_dict(),
+            "tpot_ms": r.tpot_ms.to_dict(),
+            "goodput": self.goodput,
+            "output_token_throughput": r.output_token_throughput * self.layout.data_parallel_size,
+            "limited_by": self.limited_by,
+            "workload": r.workload,
+            "points": [dataclasses.asdict(p) for p in self.points],
+            "simulations": self.simulations,
+            "wall_s": self.wall_s,
+            "assumptions": r.assumptions,
+        }
+
+
+class Search:
+    """The layouts to try, their deployments, and every simulation run (kept)."""
+
+    def __init__(self, q: Query, workload: Workload, targets: LoadTargets) -> None:
+        self.q = q
+        self.work = ScaledWorkload(workload)
+        self.targets = targets
+        self.simulations = 0
+        self.reasons: list[str] = []
+
+    def candidates(self) -> list[Candidate]:
+        """Every (GPU, KV dtype, TP, PP) solve would consider, cheapest replica first."""
+        out = []
+        for gpu in self.q.gpus:
+            for dtype in self.q.kv_dtypes:
+                for tp, pp in layouts(self.q, gpu, dtype):
+                    replica = tp * pp
+                    fixed = self.q.fixed_num_gpus
+                    if fixed is not None and (replica > fixed or fixed % replica):
+                        continue
+                    if fixed is None and max_replicas(self.q, gpu, replica) < 1:
+                        continue
+                    ctx = self.q.max_model_len or self.q.model.max_context
+                    try:
+                        plan = _replica(self.q, gpu, tp, pp, dtype, ctx)
+                        dep = from_plan(plan, _request(self.q, gpu, tp, pp, dtype, ctx))
+                    except InfeasibleError as exc:
+                        self.reasons.append(f"{gpu.name} TP {tp} x PP {pp} ({dtype}): {exc}")
+                        continue
+                    out.append(Candidate(gpu, tp, pp, dtype, dep, plan))
+        quality = {d: i for i, d in enumerate(ENGINE_DTYPES)}
+        out.sort(key=lambda c: (_cost(self.q, c.gpu, rented(self.q, c.gpu, c.tp * c.pp, 1)[1]),
+                                quality.get(c.dtype, 9), c.pp, c.tp))  # fmt: skip
+        return out
+
+    def run(self, c: Candidate, per_replica: float) -> SimResult:
+        if per_replica not in c.results:
+            self.simulations += 1
+            w = self.work.solo() if per_replica == 0 else self.work.at(per_replica)
+            c.results[per_replica] = simulate(c.deployment, w, self.targets.ttft_ms, self.targets.tpot_ms)
+        return c.results[per_replica]
+
+    def meets(self, r: SimResult) -> bool:
+        t = self.targets
+        return (
+            not r.failed and r.completed > 0 and t.of(r.ttft_ms) <= t.ttft_ms and t.of(r.tpot_ms) <= t.tpot_ms
+        )
+
+    def points(self, c: Candidate, dp: int) -> list[Point]:
+        t = self.targets
+        return [
+            Point(rate * dp, rate, t.of(r.ttft_ms), t.of(r.tpot_ms), self.meets(r), sum(r.failed.values()))
+            for rate, r in sorted(c.results.items())
+            if rate > 0
+        ]
+
+    def solo_verdict(self, cands: list[Candidate]) -> str | None:
+        """When even a lone request misses a target on every layout: which, and by how much."""
+        t, p = self.targets, self.targets.percentile
+        best: tuple[float, float, Candidate, SimResult] | None = None
+        for c in cands:
+            r = self.run(c, 0)
+            if r.failed:
+                self.reasons.append(f"{c.label}: {', '.join(r.failed)}")
+                continue
+            if self.meets(r):
+                return None
+            key = (max(t.of(r.ttft_ms) / t.ttft_ms, t.of(r.tpot_ms) / t.tpot_ms), 0.0)
+            if best is None or key[0] < best[0]:
+                best = (key[0], 0.0, c, r)
+        if best is None:
+            return "no layout can serve these requests: " + "; ".join(self.reasons[:3])
+        _, _, c, r = best
+        if t.of(r.ttft_ms) > t.ttft_ms:
+            return (
+                f"--ttft-ms {t.ttft_ms:g}: even one prompt alone takes {t.of(r.ttft_ms):,.1f} ms to its first "
+                f"token (p{p}, {c.label}, the fastest layout); relax the target or shorten the prompts"
+            )
+        return (
+            f"--tpot-ms {t.tpot_ms:g}: even one request alone decodes at {t.of(r.tpot_ms):,.2f} ms per token "
+            f"(p{p}, {c.label}, the fastest layout); relax the target or use faster GPUs"
+        )
+
+
+def _answer_for(s: Search, c: Candidate, dp: int, n: int, nodes: int, rate: float, mode: str, start: float,
+                limited_by: str) -> RateAnswer:  # fmt: skip
+    per = rate / dp
+    r = s.run(c, per)
+    layout = _answer(
+        dataclasses.replace(s.q, users=dp * c.deployment.max_num_seqs),
+        c.gpu, c.plan, c.tp, c.pp, dp, c.dtype, s.targets.of(r.tpot_ms), n, nodes,
+    )  # fmt: skip
+    return RateAnswer(mode, layout, rate, per, s.targets, r, s.points(c, dp), s.simulations,
+                      time.perf_counter() - start, limited_by)  # fmt: skip
+
+
+def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: float) -> RateAnswer:
+    """The cheapest replicas of a layout meeting the targets at `rate` requests/s."""
+    if not (0 < rate < math.inf):
+        raise UsageError(f"--request-rate must be a positive number of requests/s, got {rate}")
+    start = time.perf_counter()
+    PLANS.clear()
+    try:
+        s = Search(q, workload, targets)
+        cands = s.candidates()
+        best: tuple[tuple, Candidate, int, int, int] | None = None
+        last_fail: tuple[tuple[int, float], Candidate, int, int, SimResult] | None = None  # the closest miss
+        for c in cands:
+            replica = c.tp * c.pp
+            options = sorted(
+                {rented(q, c.gpu, replica, k) for k in range(1, max_replicas(q, c.gpu, replica) + 1)}
+            )
+            rank = lambda o, c=c: (_cost(q, c.gpu, o[1]), o[1])  # noqa: E731
+            if best is not None:  # only what could beat the best so far
+                options = [o for o in options if rank(o) < best[0]]
+            if not options:
+                continue
+            top = options[-1]
+            r = s.run(c, rate / top[0])
+            if not s.meets(r):
+                score = (
+                    -top[1],
+                    max(targets.of(r.ttft_ms) / targets.ttft_ms, targets.of(r.tpot_ms) / targets.tpot_ms),
+                )
+                if last_fail is None or score < last_fail[0]:
+                    last_fail = (score, c, top[0], top[1], r)
+                continue
+            lo, hi = -1, len(options) - 1  # options[hi] meets; options[lo] (lo >= 0) does not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if s.meets(s.run(c, rate / options[mid][0])):
+                    hi = mid
+                else:
+                    lo = mid
+            dp, n, nodes = options[hi]
+            best = (rank(options[hi]), c, dp, n, nodes)
+        if best is None:
+            verdict = s.solo_verdict(cands) if cands else None
+            if verdict is None and last_fail is not None:
+                _, c, dp, n, r = last_fail
+                p = targets.percentile
+                verdict = (
+                    f"at {rate:g} requests/s the most replicas within --max-gpus {q.max_gpus} ({n}x {c.gpu.name}, "
+                    f"{c.label}, DP {dp}: {rate / dp:,.4g} requests/s each) reach TTFT p{p} "
+                    f"{targets.of(r.ttft_ms):,.0f} ms, TPOT p{p} {targets.of(r.tpot_ms):,.1f} ms"
+                    + (f", {sum(r.failed.values())} requests refused" if r.failed else "")
+                    + f" (targets {targets.ttft_ms:g} / {targets.tpot_ms:g} ms); allow more GPUs or relax the targets"
+                )
+            raise NoAnswer(verdict or "no layout meets the targets: " + "; ".join(s.reasons[:3]))
+        _, c, dp, n, nodes = best
+        return _answer_for(s, c, dp, n, nodes, rate, "min-gpus-at-rate", start, "the targets")
+    finally:
+        PLANS.clear()
+
+
+def max_rate(q: Query, workload: Workload, targets: LoadTargets) -> RateAnswer:
+    """On q.fixed_num_gpus GPUs: the highest request rate (all replicas) meeting the targets."""
+    assert q.fixed_num_gpus is not None
+    start = time.perf_counter()
+    PLANS.clear()
+    try:
+        s = Search(q, workload, targets)
+        cands = s.candidates()
+        if not cands:
+            raise NoAnswer(
+                f"no layout fits {q.fixed_num_gpus}x {q.gpus[0].name}: " + "; ".join(s.reasons[:3])
+            )
+        verdict = s.solo_verdict(cands)
+        if verdict is not None:
+            raise NoAnswer(verdict)
+        best: tuple[float, Candidate, str] | None = None
+        for c in cands:
+            if s.meets(s.run(c, 0)) is False:
+                continue
+            dp = q.fixed_num_gpus // (c.tp * c.pp)
+            got = _max_rate_of(s, c, dp, None if best is None else best[0])
+            if got is not None and (best is None or got[0] > best[0]):
+                best = (got[0], c, got[1])
+        if best is None:
+            raise NoAnswer("no layout meets the targets at any rate")  # solo_verdict passed: not reached
+        rate, c, why = best
+        dp = q.fixed_num_gpus // (c.tp * c.pp)
+        n = q.fixed_num_gpus
+        nodes = -(-n // c.gpu.gpus_per_node)
+        return _answer_for(s, c, dp, n, nodes, rate, "max-rate", start, why)
+    finally:
+        PLANS.clear()
+
+
+def _max_rate_of(s: Search, c: Candidate, dp: int, beat: float | None) -> tuple[float, str] | None:
+    """The highest rate (all replicas) at which `c` meets the targets, or None when it cannot beat `beat`.
+    The bracket's top is the replica's throughput with every request sent at once (a higher rate only
+    queues); the bisection is geometric, to RATE_TOLERANCE."""
+    n = len(s.work.base.requests)
+    flood = Workload(
+        tuple(dataclasses.replace(r, arrival_s=0.0) for r in s.work.base.requests), None, "all at t = 0"
+    )
+    s.simulations += 1
+    saturated = simulate(c.deployment, flood).request_throughput
+    cap = saturated * dp
+    if cap <= 0:
+        return None
+    if beat is not None:  # to replace the best so far (a better KV dtype, fewer stages), beat it clearly
+        lo = beat * (1 + RATE_TOLERANCE)
+        if lo >= cap or not s.meets(s.run(c, lo / dp)):
+            return None
+    else:
+        lo = cap / 2 ** max(4, math.ceil(math.log2(max(n, 2))))
+        while not s.meets(s.run(c, lo / dp)):  # the solo check passed: a low enough rate meets them
+            lo /= 4
+            if lo < cap * 1e-9:
+                return None
+    hi = cap
+    if s.meets(s.run(c, hi / dp)):
+        return hi, f"the replicas' throughput ({saturated:.3g} requests/s each): a higher rate only queues"
+    while hi / lo > 1 + RATE_TOLERANCE:
+        mid = math.sqrt(lo * hi)
+        if s.meets(s.run(c, mid / dp)):
+            lo = mid
+        else:
+            hi = mid
+    return lo, f"the targets (within {RATE_TOLERANCE:.0%} of the rate)"

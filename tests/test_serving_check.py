@@ -1,0 +1,71 @@
+"""`kvplan simulate` against published serving runs (benchmarks/serving_check.py, serving_runs.tsv).
+
+benchmarks/results/serving_check.yaml holds each replayed row's flags, its published and simulated
+figures, and each excluded row's reason; README.md quotes its per-bucket figures. These tests check
+that the file's figures follow from its rows, that the README block is the file's, that the
+exclusions are the script's rules applied now, and replay a fixed handful of rows (a few seconds)
+against the file. A change to the simulator or the step model fails them until
+`python benchmarks/serving_check.py` is re-run and its figures committed."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REPLAYED = (13, 36, 87, 93, 245)  # a dense vLLM row on A100, SGLang at a Poisson rate on H200, a MoE
+
+
+@pytest.fixture(scope="module")
+def check():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("serving_check", ROOT / "benchmarks" / "serving_check.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["serving_check"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def data(check):
+    return check.load()
+
+
+def test_the_summary_follows_from_the_rows(check, data):
+    assert check.summarize(data["records"]) == data["summary"]
+    assert data["replayed"] == len(data["records"])
+    assert data["rows"] == data["replayed"] + data["excluded"] + data["refused"]
+
+
+def test_the_readme_quotes_the_file(check, data):
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert check.readme_block(data) in text
+
+
+def test_the_exclusions_are_the_rules_applied_now(check, data):
+    cases, excluded = check.read_rows()
+    assert [e["line"] for e in data["excluded_rows"]] == [line for line, _, _ in excluded]
+    assert [e["reason"] for e in data["excluded_rows"]] == [why for _, _, why in excluded]
+    kept = {r["line"] for r in data["records"]} | {r["line"] for r in data["refused_rows"]}
+    assert kept == {c.line for c in cases}
+    assert all(c.source in check.frozen_sources() for c in cases if c.frozen)
+    reasons = " ".join(e["reason"] for e in data["excluded_rows"])
+    for rule in ("ShareGPT", "speculative decoding", "--ignore-eos", "layout not stated"):
+        assert rule in reasons
+
+
+@pytest.mark.parametrize("line", REPLAYED)
+def test_a_replayed_row_gives_the_files_figures(check, data, line):
+    case = next(c for c in check.read_rows()[0] if c.line == line)
+    rec = check.run_case(case)
+    saved = next(r for r in data["records"] if r["line"] == line)
+    assert rec["flags"] == saved["flags"] and rec["completed"] == saved["completed"]
+    for metric, m in saved["metrics"].items():
+        got = rec["metrics"][metric]
+        assert got["published"] == m["published"]
+        assert math.isclose(got["simulated"], m["simulated"], rel_tol=1e-9), (line, metric)
