@@ -12,7 +12,6 @@ from kvplan.simulator.sglang_engine import SglangEngine
 from kvplan.simulator.step import EngineSim, Recorder
 from kvplan.simulator.steptime import PlanSteps, StepModel
 from kvplan.simulator.vllm_engine import VllmEngine
-from kvplan.speed.plan_speed import attention_width
 
 if TYPE_CHECKING:
     from kvplan.plan.plan import Plan
@@ -127,12 +126,8 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
     steps = PlanSteps(
         decode_step=d.step,
         kv_bytes_per_token=per_token,
-        active_params=plan.params_active,
-        num_layers=plan.model.num_layers,
-        attention_width=attention_width(req.model),
-        gpus=plan.cluster.tensor_parallel_size,
-        flops_per_gpu=plan.prefill.peak_flops_per_gpu,
-        mfu=plan.prefill.mfu,
+        inputs=d.inputs,
+        work=plan.prefill.work,
     )
     c = plan.cluster
     if c.data_parallel_size > 1:
@@ -141,8 +136,9 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
             "(divide --request-rate by the replicas for an even split)"
         )
     notes.append(
-        f"step time: decode step model ({d.bandwidth_source}) + prefill chunks at {plan.prefill.mfu:.0%} of "
-        f"{plan.prefill.peak_dtype} peak (assumed); decode timed at the batch's mean context, in ~1/32 buckets"
+        f"step time: decode step model ({d.bandwidth_source}) + each prefill chunk's GEMM FLOPs at "
+        f"{plan.prefill.mfu:.0%} of {plan.prefill.peak_dtype} peak, attention and all-reduce bytes "
+        f"({plan.prefill.source}); decode timed at the batch's mean context, in ~1/32 buckets"
     )
     return Deployment(
         engine=s.engine,

@@ -1,10 +1,10 @@
-"""How long one engine step takes: kvplan's step model (speed.py) for a step that holds decodes and
+"""How long one engine step takes: kvplan's step model (kvplan/speed/) for a step that holds decodes and
 prefill chunks together.
 
-A step = the decode step of its decoding requests (speed.decode_step: weights, KV reads, MoE,
-all-reduces, launch, overhead) + each prefill chunk's GEMM FLOPs (2 x active params per token) and
-its causal attention FLOPs (2 x ((p + c)^2 - p^2) x layers x width for c tokens after p cached
-ones), at the prefill efficiency: speed.prefill_seconds(p + c) - speed.prefill_seconds(p).
+A step = the decode step of its decoding requests (step_model.decode_step: weights, KV reads, MoE,
+all-reduces, launch, overhead) + what each prefill chunk adds to it (prefill.chunk_seconds: its GEMM
+FLOPs, its causal attention over the cached and new tokens, its bytes in the step's all-reduces; the
+step already streams the weights and pays the launches and latencies).
 Decode steps are timed at the batch's mean context in buckets of about 1/32 (the same figure for
 every step inside a bucket, so runs of identical decode steps can be timed at once).
 """
@@ -17,6 +17,7 @@ from typing import Protocol
 
 from kvplan.simulator.step import Step
 from kvplan.speed import step_model as speed
+from kvplan.speed.prefill import PrefillWork, chunk_seconds
 
 
 def context_bucket(mean_context_tokens: int) -> tuple[int, int]:
@@ -44,16 +45,12 @@ def step_seconds(model: StepModel, step: Step) -> float:
 
 @dataclass
 class PlanSteps:
-    """The plan's step model: decode_step for the decodes, prefill FLOPs for the chunks."""
+    """The plan's step model: decode_step for the decodes, prefill.chunk_seconds for the chunks."""
 
     decode_step: Callable[[int, float, int], speed.StepTime]  # Decode.step(batch, kv bytes/request, ctx)
     kv_bytes_per_token: float  # per GPU, on the stage with the most KV
-    active_params: int
-    num_layers: int
-    attention_width: int
-    gpus: int  # the GPUs prefill FLOPs are spread over (as the plan's prefill figure)
-    flops_per_gpu: float
-    mfu: float
+    inputs: speed.DecodeInputs  # the plan's decode inputs (links, stages)
+    work: PrefillWork  # a prompt token's FLOPs on the plan's GPUs
     _decode_cache: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
 
     def decode_seconds(self, batch: int, mean_context_tokens: int) -> float:
@@ -67,14 +64,8 @@ class PlanSteps:
             seconds = self._decode_cache[key] = step.tpot_ms / 1e3
         return seconds
 
-    def _prefill(self, tokens: int) -> float:
-        return speed.prefill_seconds(
-            self.active_params, tokens, self.num_layers, self.attention_width, self.gpus,
-            self.flops_per_gpu, self.mfu,
-        )  # fmt: skip
-
     def prefill_seconds(self, cached_tokens: int, chunk_tokens: int) -> float:
-        return self._prefill(cached_tokens + chunk_tokens) - self._prefill(cached_tokens)
+        return chunk_seconds(self.inputs, self.work, chunk_tokens, cached_tokens)
 
 
 @dataclass(frozen=True)

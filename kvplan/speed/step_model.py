@@ -29,7 +29,6 @@ from typing import Any, Protocol
 
 import yaml
 
-PREFILL_MFU = 0.5  # share of dense bf16/fp8 peak a long prefill reaches (estimated)
 FIT_FILE = "decode_fit.yaml"
 FITTED = "fitted to published runs"
 MEASURED = "measured on this machine"
@@ -430,18 +429,3 @@ def decode_step(
         tokens_per_s=batch / tpot_s,
         sources=sources,
     )
-
-
-def prefill_seconds(
-    active_params: int,
-    tokens: int,
-    num_layers: int,
-    attention_width: int,
-    gpus: int,
-    flops_per_gpu: float,
-    mfu: float = PREFILL_MFU,
-) -> float:
-    """One prompt of `tokens` on one replica: 2 x active params per token plus causal attention
-    (2 x 2 x T^2 / 2 x layers x heads x head_dim), at `mfu` of the replica's dense peak."""
-    flops = 2 * active_params * tokens + 2 * tokens * tokens * num_layers * attention_width
-    return flops / (gpus * flops_per_gpu * mfu)
