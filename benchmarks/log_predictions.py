@@ -775,7 +775,8 @@ def readme_block(ev: Evaluation) -> str:
         excl = [r for r in ev.rows if r.split == split and r.heldout_bytes is None]
         lines.append(
             f"- {label}: {len(rows)} logs from {len({r.source for r in rows})} sources: median |error| {med:.1%}, "
-            f"worst {worst:.1%}; {len(excl)} more not an independent check (a constant was fitted to their source)"
+            f"worst {worst:.1%}; {len(excl)} more listed, not counted (a constant they rest on was fitted to their "
+            "source, or only to frozen sources)"
         )
     insample = [r for r in ev.rows if r.half == "fit"]
     med, worst = stats([r.shipped_error for r in insample])
