@@ -245,7 +245,9 @@ def test_log_naming_a_local_checkpoint_reads_its_config_json(tmp_path):
     # a model served from a local folder: the log's model path holds the config.json
     ckpt = tmp_path / "Meta-Llama-3-70B"
     ckpt.mkdir()
-    (ckpt / "config.json").write_text((REPO / "tests" / "fixtures" / "hf" / "llama3-70b.json").read_text())
+    (ckpt / "config.json").write_text(
+        (REPO / "tests" / "fixtures" / "hf" / "synthetic" / "llama3-70b.json").read_text()
+    )
     log = tmp_path / "local.log"
     log.write_text(
         read("vllm_v033_llama3_70b_tp2_h200.log").replace("meta-llama/Meta-Llama-3-70B", str(ckpt))

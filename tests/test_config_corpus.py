@@ -1,6 +1,7 @@
-"""Every real config.json in the corpus plans or is refused in one line: never a traceback.
+"""Every config.json fixture plans or is refused in one line: never a traceback.
 
-tests/fixtures/hf/corpus/SOURCES.tsv names where each file was copied from.
+The real ones are in tests/fixtures/hf/corpus/ (SOURCES.tsv names where each file was copied from);
+the trimmed test inputs in tests/fixtures/hf/synthetic/ (README.md there says what each is).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def test_config_plans_or_is_refused_in_one_line(path):
 
 
 def test_unknown_memory_field_is_named_on_stderr(tmp_path):
-    cfg = json.loads((CORPUS / "llama3-70b.json").read_text())
+    cfg = json.loads((CORPUS / "synthetic" / "llama3-70b.json").read_text())
     cfg["kv_compression_ratio"] = 4  # not a field kvplan knows, shaped like one that changes memory
     cfg["mtp_num_hidden_layers"] = 1  # known: loaded only for speculative decoding
     cfg["mlp_only_layers"] = []  # written-out "none"

@@ -22,7 +22,7 @@ from kvplan.specs.registry import load_gpu
 from kvplan.units import GiB, MiB
 
 LOGS = REPO / "tests" / "fixtures" / "logs" / "real"
-HF = REPO / "tests" / "fixtures" / "hf"
+HF = REPO / "tests" / "fixtures" / "hf" / "synthetic"  # trimmed configs (README there)
 
 # --- check-log: the authoritative max_num_batched_tokens ------------------------------------------
 

@@ -18,7 +18,7 @@ from kvplan.plan.plan import PlanRequest, estimate
 from kvplan.specs.registry import load_gpu, load_model
 from kvplan.units import GiB
 
-HF = REPO / "tests" / "fixtures" / "hf"
+HF = REPO / "tests" / "fixtures" / "hf" / "synthetic"  # trimmed configs (README there)
 
 
 def lines(p) -> list[str]:

@@ -125,7 +125,7 @@ HF_FIELDS = [
 )
 def test_fuzz_config_json(tmp_path_factory, field, value):
     cfg = json.loads(
-        (REPO / "tests" / "fixtures" / "hf" / "mistral-7b-v0.1.json").read_text()
+        (REPO / "tests" / "fixtures" / "hf" / "synthetic" / "mistral-7b-v0.1.json").read_text()
     )  # a real config
     cfg[field] = value
     path = tmp_path_factory.mktemp("hf") / "config.json"

@@ -189,9 +189,10 @@ def test_gpu_spec_inf_refused(tmp_path):
 
 
 def _config(tmp_path: Path, **changes) -> str:
-    """A real config.json (Mistral-7B-v0.1's, or gpt-oss-20b's with _real) with fields changed."""
+    """A trimmed config.json (tests/fixtures/hf/synthetic/: Mistral-7B-v0.1's fields, or gpt-oss-20b's with
+    _real) with fields changed."""
     name = "gpt-oss-20b.json" if changes.pop("_real", False) else "mistral-7b-v0.1.json"
-    cfg = json.loads((REPO / "tests" / "fixtures" / "hf" / name).read_text())
+    cfg = json.loads((REPO / "tests" / "fixtures" / "hf" / "synthetic" / name).read_text())
     cfg.update(changes)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
@@ -491,7 +492,7 @@ def test_concurrent_saves_keep_every_entry(tmp_path):
 # --- issue 24: config.json layer lists, strict integers, heads that do not divide -----------------
 
 QWEN35 = REPO / "tests" / "fixtures" / "hf" / "corpus" / "qwen3.5-9b.json"
-MISTRAL = REPO / "tests" / "fixtures" / "hf" / "mistral-7b-v0.1.json"
+MISTRAL = REPO / "tests" / "fixtures" / "hf" / "synthetic" / "mistral-7b-v0.1.json"
 
 
 def _hf_config(tmp_path: Path, src: Path, text_config: bool, **fields) -> str:
@@ -619,7 +620,7 @@ def test_quantized_name_without_quant_config_warns(tmp_path, folder, warned):
     in bf16 silently."""
     d = tmp_path / folder
     d.mkdir()
-    (d / "config.json").write_text((REPO / "tests/fixtures/hf/llama3-70b.json").read_text())
+    (d / "config.json").write_text((REPO / "tests/fixtures/hf/synthetic/llama3-70b.json").read_text())
     result = invoke("estimate", "-m", str(d), "-g", "8xH100")
     assert result.exit_code == 0, result.stderr
     assert ("no quantization_config" in result.stderr) == warned, result.stderr

@@ -13,7 +13,7 @@ from kvplan.model import kv
 from kvplan.model.params import param_breakdown
 from kvplan.specs.registry import load_model
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+FIXTURES = Path(__file__).parent / "fixtures" / "hf" / "synthetic"  # trimmed configs (README there)
 BF16 = KV_DTYPES["bf16"]
 
 

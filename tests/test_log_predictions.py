@@ -32,10 +32,22 @@ History of the held-out figures (what the bounds below hold now is the last line
   The new misses: Qwen3-VL-30B-A3B on 4x RTX 3090 (-8.6%: 0.2 GiB on a 2.31 GiB KV budget) and
   DeepSeek-R1-Distill-Qwen-32B FP8 (compressed-tensors) on one L40S (+9.5%: 0.57 GiB; the L40S's
   runtime memory total is itself an approximation, model_specs/gpus/l40s.yaml).
+- Issue 26: the A100-80GB/A800-80GB Llama-3-8B TP 4 log, skipped because the two cards were not told
+  apart, is run (they predict the same): +5.8%, a miss. The 0.10.2 Qwen3-30B-A3B log joins the fitting
+  set by a rule (it prints the sampler peak SORT_BYTES was fitted to: REPEATS_RULE). 8 fitted, 21 held
+  out: held-out median 2.0%, 16 of 21 within 5% (the issue's 80% is not met).
+
+Splits by source (as benchmarks/fit_decode.py): SOURCES.tsv's source column gives each log a source key;
+FROZEN_RULE (fit_decode's, by a hash of the key) makes the frozen test set. The constants fitted to two
+or more sources (SORT_BYTES, NCCL_NVLS_BYTES_PER_RANK) are refitted leave-one-source-out (dev) and on dev
+only (frozen); a log whose prediction rests on a constant fitted to its own source (the one-source,
+hand-derived ones) is listed with that reason and not counted. README.md's figures are the block
+`python benchmarks/log_predictions.py --readme` writes; the test below recomputes it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 
@@ -49,8 +61,8 @@ lp = importlib.util.module_from_spec(_spec)
 sys.modules["log_predictions"] = lp
 _spec.loader.exec_module(lp)
 
-# (median |error|, worst |error|) each part must stay within: what kvplan reaches now (28 logs)
-BOUNDS = {"fit": (0.02, 0.04), "held-out": (0.02, 0.18)}
+# (median |error|, worst |error|) each part must stay within: what kvplan reaches now (29 logs)
+BOUNDS = {"fit": (0.02, 0.04), "held-out": (0.025, 0.18)}
 
 
 def test_every_real_log_is_evaluated_or_skipped_with_a_reason():
@@ -111,13 +123,14 @@ def test_only_typed_flags_reach_the_prediction(results):
         assert ("max_num_batched_tokens" in r.flags) == ("max_num_batched_tokens" in typed), r.log
 
 
-def test_held_out_logs_against_the_issue_targets(results):
-    # issue 12: median |error| <= 3% (met: 1.9%) and >= 80% of logs within 5% (met: 17 of 21, the
-    # misses named in the docstring); this holds what is reached so that a regression fails
+def test_held_out_logs_hold_what_is_reached(results):
+    # issue 12's targets: median |error| <= 3% (met: 2.0%) and >= 80% of logs within 5%, not met since
+    # issue 26 counts the A100/A800 log (+5.8%): 16 of 21. This holds what is reached so that a
+    # regression fails; the misses are named in the docstring
     held = [r for r in results if r.half == "held-out"]
     median, _, within = lp.summary(held)
     assert len(held) == 21
-    assert median <= 0.03 and within >= 17 / 21 - 1e-9
+    assert median <= 0.03 and within >= 16 / 21 - 1e-9
 
 
 def test_the_defaults_applied_are_stated(results):
@@ -170,3 +183,90 @@ def test_estimate_json_says_which_defaults_it_applied(cli):
 def test_usage_is_checked(cli):
     r = cli("estimate", "-m", "llama3-8b", "--usage", "batch")
     assert r.exit_code != 0 and "--usage must be serve or offline" in r.stdout + r.stderr
+
+
+# --- issue 26: splits by source, the frozen rule, leave-one-source-out, the README block -----------------
+
+
+@pytest.fixture(scope="module")
+def fit_decode():
+    spec = importlib.util.spec_from_file_location("fit_decode", REPO / "benchmarks" / "fit_decode.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fit_decode"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def evaluation():
+    return lp.evaluate()
+
+
+def test_every_log_has_a_source_key():
+    keys = lp.sources()
+    logs = {p.name for p in lp.LOGS.glob("*.log")}
+    assert logs <= set(keys)
+    assert all(k.split(":")[0] in ("github", "author", "code-index") for k in keys.values())
+    # one repository is one source, whatever the commit or the file
+    dennis = {k for n, k in keys.items() if "qwen2-7b-instruct_a100" in n}
+    assert dennis == {"github:dennislee22/vLLM-benchmarking"}
+
+
+def test_the_frozen_rule_is_fit_decodes(fit_decode):
+    assert lp.FROZEN_RULE == fit_decode.FROZEN_RULE
+    for key in set(lp.sources().values()):
+        assert lp.is_frozen(key) == fit_decode.is_frozen(key), key
+
+
+def test_splits_are_by_source(evaluation):
+    dev = {r.source for r in evaluation.rows if r.split == "dev"}
+    frozen = {r.source for r in evaluation.rows if r.split == "frozen"}
+    assert dev and frozen and not dev & frozen
+    assert all(lp.is_frozen(s) for s in frozen) and not any(lp.is_frozen(s) for s in dev)
+    assert {r.log for r in evaluation.rows} == set(lp.CASES)
+
+
+def test_every_row_is_counted_or_says_why_not(evaluation):
+    for r in evaluation.rows:
+        assert (r.heldout_bytes is None) == bool(r.excluded), r.log
+    # the constants refitted leave-one-source-out are those fitted to two or more sources
+    assert set(evaluation.refittable) == {"SORT_BYTES", "NCCL_NVLS_BYTES_PER_RANK"}
+    # a held-out prediction's refitted values come from dev sources other than the log's own
+    dev = {r.source for r in evaluation.rows if r.split == "dev"}
+    for r in evaluation.rows:
+        for key, value in r.constants.items():
+            assert value == lp.refit(key, evaluation.refits[key], dev - {r.source}), (r.log, key)
+
+
+def test_the_held_out_sampler_peak_is_not_a_fitted_one():
+    # REPEATS_RULE: the 0.10.2 Qwen3-30B-A3B log prints the 5.58 GiB peak the Qwen3-Next log does (the
+    # same 1,024 x 151,936 logits): it is in the fitting set, not held out
+    assert lp.repeats() == {
+        "vllm_0.10.2_qwen3-30b-a3b-instruct-2507_h100_tp1.log": "vllm_0.10.2_qwen3-next-80b-a3b_h200_tp2.log"
+    }
+    fit, held = lp.halves()
+    fitted_peaks = {lp._peak(n) for n in fit} - {None}
+    assert not any(lp._peak(n) in fitted_peaks for n in held)
+
+
+def test_a_gpu_not_told_apart_that_predicts_the_same_is_run():
+    # 'A100-80GB or A800-80GB': the same memory, batch defaults and NCCL buffers; A100-80GB and its PCIe
+    # card (the shipped specs) give the same figure, so the log is run and counted (+5.8%)
+    name = "vllm_0.13.0_llama-3-8b-instruct_unknowngpu_tp4.log"
+    assert name in lp.CASES and name not in lp.SKIPPED
+    saved = lp.CASES[name]
+    try:
+        got = set()
+        for gpu in ("A100-80GB", "A100-80GB-PCIe"):
+            lp.CASES[name] = dataclasses.replace(saved, gpu=gpu)
+            got.add(lp.predict(name).predicted_bytes)
+    finally:
+        lp.CASES[name] = saved
+    assert len(got) == 1
+    assert lp.predict(name).error == pytest.approx(0.058, abs=0.002)
+
+
+def test_the_readme_quotes_the_generated_block(evaluation):
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert lp.readme_block(evaluation) in text, "run: python benchmarks/log_predictions.py --readme"

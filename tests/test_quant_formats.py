@@ -1,6 +1,7 @@
 """AWQ, GPTQ and bitsandbytes weights, and a checkpoint's model.safetensors.index.json total.
 
-The model is a real config (tests/fixtures/hf/qwen3-32b.json, Qwen/Qwen3-32B); the quantization
+The model is a real config (tests/fixtures/hf/corpus/qwen3-32b.json, Qwen/Qwen3-32B's config.json, copied
+whole; corpus/SOURCES.tsv); the quantization
 blocks are written in each tool's documented field names (AutoAWQ `bits`/`group_size`/`zero_point`,
 GPTQ `bits`/`group_size`/`sym`, transformers BitsAndBytesConfig `load_in_4bit`/`bnb_4bit_quant_type`/
 `bnb_4bit_use_double_quant`), with the values their defaults use. No real AWQ/GPTQ/bitsandbytes
@@ -18,7 +19,7 @@ from helpers import REPO, run_cli
 from kvplan.formats import weight_format
 from kvplan.specs.registry import load_model
 
-BASE = REPO / "tests" / "fixtures" / "hf" / "qwen3-32b.json"
+BASE = REPO / "tests" / "fixtures" / "hf" / "corpus" / "qwen3-32b.json"
 
 
 def _with_quant(tmp_path: Path, quant: dict) -> Path:

@@ -24,9 +24,10 @@ from kvplan.units import GiB, MiB
 # (vllm/v1/sample/sampler.py, vllm/v1/sample/ops/topk_topp_sampler.py; the dummy run sets temperature
 # 0.5, top_p 0.9 and top_k vocab-1, so the full top-k/top-p path runs):
 # - PyTorch sort: bf16 logits 2 + fp32 copy 4 + sorted values 4 + int64 indices 8 + the sort's own
-#   index array 8 and CUB scratch (~12). Fitted to three real logs whose profiler printed its peak
-#   (vLLM 0.10.2 Qwen3-Next-80B on 2x H200: 5.58 GiB; 0.10.2 Qwen3-4B: 5.59 GiB; 0.11.2 Llama-3-8B on
-#   H200: 4.9 GiB less non-torch; all 1024 sequences): 38.5 B. Replaying that path on an H200 measured
+#   index array 8 and CUB scratch (~12). Fitted by hand to three real logs, all 1024 sequences: two
+#   print the profiler's peak (vLLM 0.10.2 Qwen3-Next-80B on 2x H200: 5.58 GiB; 0.10.2 Qwen3-4B: 5.59
+#   GiB), one gives it as its non-KV remainder (0.11.2 Llama-3-8B on H200: 4.89 GiB less non-torch):
+#   38.5 B. benchmarks/log_predictions.py refits it leave one source out (FITTED, REPEATS_RULE). Replaying that path on an H200 measured
 #   38.0 B at four (rows, vocab) shapes (benchmarks/sampler_peak.py; benchmarks/results/h200/).
 # - Triton top-k/top-p (topk_topp_triton.py, from 0.17) and FlashInfer's sampler: 2 + 4 + softmax 4 +
 #   exponential noise 4 = 14 B (derived from the source, not measured).

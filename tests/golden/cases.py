@@ -87,8 +87,8 @@ def cases() -> list[list[str]]:
     out += [["estimate", *f, "--json"] for f in fam]
     out += [["estimate", *f] for f in fam[:6]]  # the rendered plan, at 120 columns
     out += [["estimate", "-m", "llama3-70b", "-g", "8xH100", "--max-model-len", "8K", "--explain"]]
-    # HF config.json fixtures
-    for cfg in sorted((FIXTURES / "hf").glob("*.json")):
+    # the trimmed HF config.json test inputs (tests/fixtures/hf/synthetic/README.md)
+    for cfg in sorted((FIXTURES / "hf" / "synthetic").glob("*.json")):
         rel = str(cfg.relative_to(FIXTURES.parent.parent))
         out += [["estimate", "-m", rel, "-g", "8xH100", "--max-model-len", "8K", "--json"]]
     # check-log on every fixture log, with and without a GPU named
