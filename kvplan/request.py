@@ -86,6 +86,14 @@ class PlanRequest:
     chunked_prefill_size: int | None = None  # SGLang; None: its default for the card, -1: no chunking
     env: tuple[tuple[str, str], ...] = ()  # the engine's environment variables (--env NAME=VALUE)
     network: Network | None = None  # the inter-node fabric per GPU (--network); None: the default 400G
+    # expert parallelism and DP attention (issue 23); each engine's rules in engines/vllm.py, sglang.py
+    data_parallel_size: int | None = None  # vLLM --data-parallel-size, SGLang --dp-size
+    enable_expert_parallel: bool = False  # vLLM: EP size = TP x DP
+    enable_dp_attention: bool = False  # SGLang: attention TP size = TP / --dp-size
+    ep_size: int | None = None  # SGLang --ep-size
+    moe_a2a_backend: str | None = None  # SGLang --moe-a2a-backend
+    num_redundant_experts: int = 0  # vLLM --num-redundant-experts, SGLang --ep-num-redundant-experts
+    expert_imbalance: float = 1.0  # the fullest expert's tokens / the mean (decode step, an assumption)
 
     @property
     def batched_tokens(self) -> int:
@@ -132,6 +140,7 @@ class PlanRequest:
         if self.reserve_bytes is not None and self.reserve_bytes < 0:
             raise UsageError("--reserve-memory must be >= 0")
         self._check_engine_settings()
+        self._check_expert_parallel()
         fmt = kv_format(
             self.kv_cache_dtype,
             spec.activation_dtype,
@@ -151,6 +160,9 @@ class PlanRequest:
             ("--max-num-seqs", self.max_num_seqs, MAX_USERS),
             ("--max-num-batched-tokens", self.max_num_batched_tokens, MAX_TOKENS),
             ("--num-gpu-blocks-override", self.num_gpu_blocks_override, MAX_TOKENS),
+            ("--data-parallel-size", self.data_parallel_size, MAX_GPUS),
+            ("--ep-size", self.ep_size, MAX_GPUS),
+            ("--num-redundant-experts", self.num_redundant_experts, 65536),
         ):
             if value is not None and value > high:
                 raise UsageError(f"{what} must be at most {high:,}, got {value:,}")
@@ -159,6 +171,7 @@ class PlanRequest:
             ("--mem-fraction-static", self.mem_fraction_static),
             ("--swa-full-tokens-ratio", self.swa_full_tokens_ratio),
             ("--prefix-hit-rate", self.prefix_hit_rate),
+            ("--expert-imbalance", self.expert_imbalance),
         ):
             if fraction is not None and not math.isfinite(fraction):
                 raise UsageError(f"{what}: {fraction} is not a finite number")
@@ -183,6 +196,18 @@ class PlanRequest:
         if chunk is not None and chunk != -1 and not 1 <= chunk <= MAX_TOKENS:
             raise UsageError(
                 f"--chunked-prefill-size must be -1 (no chunking) or between 1 and {MAX_TOKENS:,}, got {chunk:,}"
+            )
+
+    def _check_expert_parallel(self) -> None:
+        """Expert parallelism and DP attention: counts in range; each engine checks its own rules."""
+        for what, count in (("--data-parallel-size", self.data_parallel_size), ("--ep-size", self.ep_size)):
+            if count is not None and count < 1:
+                raise UsageError(f"{what} must be >= 1, got {count}")
+        if self.num_redundant_experts < 0:
+            raise UsageError(f"--num-redundant-experts must be >= 0, got {self.num_redundant_experts}")
+        if not 1 <= self.expert_imbalance <= 64:
+            raise UsageError(
+                f"--expert-imbalance must be between 1 (even load) and 64, got {self.expert_imbalance}"
             )
 
     def _check_workload(self, max_len: int) -> None:
