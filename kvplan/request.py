@@ -93,7 +93,6 @@ class PlanRequest:
     ep_size: int | None = None  # SGLang --ep-size
     moe_a2a_backend: str | None = None  # SGLang --moe-a2a-backend
     num_redundant_experts: int = 0  # vLLM --num-redundant-experts, SGLang --ep-num-redundant-experts
-    expert_imbalance: float = 1.0  # the fullest expert's tokens / the mean (decode step, an assumption)
 
     @property
     def batched_tokens(self) -> int:
@@ -171,7 +170,6 @@ class PlanRequest:
             ("--mem-fraction-static", self.mem_fraction_static),
             ("--swa-full-tokens-ratio", self.swa_full_tokens_ratio),
             ("--prefix-hit-rate", self.prefix_hit_rate),
-            ("--expert-imbalance", self.expert_imbalance),
         ):
             if fraction is not None and not math.isfinite(fraction):
                 raise UsageError(f"{what}: {fraction} is not a finite number")
@@ -205,10 +203,6 @@ class PlanRequest:
                 raise UsageError(f"{what} must be >= 1, got {count}")
         if self.num_redundant_experts < 0:
             raise UsageError(f"--num-redundant-experts must be >= 0, got {self.num_redundant_experts}")
-        if not 1 <= self.expert_imbalance <= 64:
-            raise UsageError(
-                f"--expert-imbalance must be between 1 (even load) and 64, got {self.expert_imbalance}"
-            )
 
     def _check_workload(self, max_len: int) -> None:
         avg = self.avg_context_tokens

@@ -196,13 +196,6 @@ NumRedundantExperts = Annotated[
         help="Redundant experts (EPLB) added to the routed ones, whole experts per GPU; needs expert parallelism.",
     ),
 ]
-ExpertImbalance = Annotated[
-    float,
-    typer.Option(
-        "--expert-imbalance",
-        help="Decode step: tokens of the busiest expert-parallel GPU / the mean (an assumption; 1 = even).",
-    ),
-]
 Explain = Annotated[bool, typer.Option("--explain", help="Trace each number to its formula and spec field.")]
 
 
@@ -260,7 +253,6 @@ def estimate(
     ep_size: EpSize = None,
     moe_a2a_backend: MoeA2aBackend = None,
     num_redundant_experts: NumRedundantExperts = 0,
-    expert_imbalance: ExpertImbalance = 1.0,
     json_out: o.Json = False,
     explain: Explain = False,
 ) -> None:

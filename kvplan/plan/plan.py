@@ -781,6 +781,13 @@ def estimate(req: PlanRequest) -> Plan:
         f"{prefill.peak_dtype} peak, attention, all-reduces, launch, {prefill.source}; both estimates"
     )
     notes += link_notes(req, decode.inputs)
+    if not sh.plain:
+        notes.append(
+            "decode and prefill speed still model the MoE layer as TP-sliced experts behind a TP all-reduce, "
+            "batches of the whole replica: the expert-parallel all-to-all (dispatch and combine), tokens per "
+            "expert under EP, expert load imbalance and per-rank DP-attention batches are not modelled yet "
+            "(issue 23); the memory figures above do follow EP and DP attention"
+        )
     reserve = budget.reserve
     used = source == "computed"
     num_blocks = pool.num_blocks
