@@ -121,7 +121,7 @@ CASES: dict[str, Case] = {
         "resolves Qwen3MoeForCausalLM, fp8, 16/128 local experts, 27.72 GiB weights per GPU (27.67 in the 0.10.0 "
         "Qwen3-235B-A22B-FP8 log): corpus qwen3-235b-a22b-fp8.json (only max positions 40960 vs 262144 and rope "
         "theta differ; the user set --max-model-len 32K); L40S x8 from nvidia-smi in the document (46068 MiB, "
-        "VLLM::Worker_TP0_EP0..TP7_EP7); the user enabled --enable-expert-parallel, which kvplan has no flag for",
+        "VLLM::Worker_TP0_EP0..TP7_EP7); the user enabled --enable-expert-parallel (passed on: 16 whole experts a GPU)",
     ),
     "vllm_0.10.2_qwen3-30b-a3b-instruct-2507_h100_tp1.log": Case(
         str(HF / "corpus" / "qwen3-coder-30b-a3b-instruct.json"),
@@ -528,6 +528,8 @@ def flags_for(name: str) -> tuple[dict[str, Any], str]:
         flags["max_num_batched_tokens"] = args["max_num_batched_tokens"]
     if args.get("enforce_eager") == "True":
         flags["enforce_eager"] = True
+    if args.get("enable_expert_parallel") == "True":
+        flags["enable_expert_parallel"] = True
     if args.get("kv_cache_dtype", "auto") != "auto":
         flags["kv_cache_dtype"] = args["kv_cache_dtype"]
     quant = _QUANT.get(args.get("quantization") or str(facts.get("quantization")))

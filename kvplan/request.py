@@ -86,6 +86,13 @@ class PlanRequest:
     chunked_prefill_size: int | None = None  # SGLang; None: its default for the card, -1: no chunking
     env: tuple[tuple[str, str], ...] = ()  # the engine's environment variables (--env NAME=VALUE)
     network: Network | None = None  # the inter-node fabric per GPU (--network); None: the default 400G
+    # expert parallelism and DP attention (issue 23); each engine's rules in engines/vllm.py, sglang.py
+    data_parallel_size: int | None = None  # vLLM --data-parallel-size, SGLang --dp-size
+    enable_expert_parallel: bool = False  # vLLM: EP size = TP x DP
+    enable_dp_attention: bool = False  # SGLang: attention TP size = TP / --dp-size
+    ep_size: int | None = None  # SGLang --ep-size
+    moe_a2a_backend: str | None = None  # SGLang --moe-a2a-backend
+    num_redundant_experts: int = 0  # vLLM --num-redundant-experts, SGLang --ep-num-redundant-experts
 
     @property
     def batched_tokens(self) -> int:
@@ -132,6 +139,7 @@ class PlanRequest:
         if self.reserve_bytes is not None and self.reserve_bytes < 0:
             raise UsageError("--reserve-memory must be >= 0")
         self._check_engine_settings()
+        self._check_expert_parallel()
         fmt = kv_format(
             self.kv_cache_dtype,
             spec.activation_dtype,
@@ -151,6 +159,9 @@ class PlanRequest:
             ("--max-num-seqs", self.max_num_seqs, MAX_USERS),
             ("--max-num-batched-tokens", self.max_num_batched_tokens, MAX_TOKENS),
             ("--num-gpu-blocks-override", self.num_gpu_blocks_override, MAX_TOKENS),
+            ("--data-parallel-size", self.data_parallel_size, MAX_GPUS),
+            ("--ep-size", self.ep_size, MAX_GPUS),
+            ("--num-redundant-experts", self.num_redundant_experts, 65536),
         ):
             if value is not None and value > high:
                 raise UsageError(f"{what} must be at most {high:,}, got {value:,}")
@@ -184,6 +195,14 @@ class PlanRequest:
             raise UsageError(
                 f"--chunked-prefill-size must be -1 (no chunking) or between 1 and {MAX_TOKENS:,}, got {chunk:,}"
             )
+
+    def _check_expert_parallel(self) -> None:
+        """Expert parallelism and DP attention: counts in range; each engine checks its own rules."""
+        for what, count in (("--data-parallel-size", self.data_parallel_size), ("--ep-size", self.ep_size)):
+            if count is not None and count < 1:
+                raise UsageError(f"{what} must be >= 1, got {count}")
+        if self.num_redundant_experts < 0:
+            raise UsageError(f"--num-redundant-experts must be >= 0, got {self.num_redundant_experts}")
 
     def _check_workload(self, max_len: int) -> None:
         avg = self.avg_context_tokens

@@ -82,6 +82,12 @@ def test_estimate_json_has_the_documented_keys():
         "tensor_parallel_size": 8,
         "pipeline_parallel_size": 1,
         "data_parallel_size": 1,
+        # issue 23: plain TP reads as EP 1, one attention group of TP GPUs (a dense model: no experts)
+        "expert_parallel_size": 1,
+        "attention_tp_size": 8,
+        "attention_dp_size": 1,
+        "routed_experts_per_gpu": None,
+        "expert_tp_size": None,
     }
     assert out["settings"]["max_model_len"] == 8192  # the model's maximum by default
 

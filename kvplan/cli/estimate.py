@@ -152,6 +152,50 @@ Env = Annotated[
         "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 (default: the release's).",
     ),
 ]
+DataParallelSize = Annotated[
+    int | None,
+    typer.Option(
+        "--data-parallel-size",
+        "--dp-size",
+        "-dp",
+        help="vLLM: DP engine cores of TP GPUs each, whose MoE layers share the experts; SGLang: --dp-size "
+        "(replicas, or attention-DP ranks inside TP with --enable-dp-attention).",
+    ),
+]
+EnableExpertParallel = Annotated[
+    bool,
+    typer.Option(
+        "--enable-expert-parallel",
+        help="vLLM: whole routed experts over EP = TP x DP GPUs, not sliced by TP.",
+    ),
+]
+EnableDpAttention = Annotated[
+    bool,
+    typer.Option(
+        "--enable-dp-attention",
+        help="SGLang: attention over TP / --dp-size GPUs, each rank with its own requests and KV pool.",
+    ),
+]
+EpSize = Annotated[
+    int | None,
+    typer.Option(
+        "--ep-size", "--expert-parallel-size", help="SGLang: GPUs the routed experts are spread over."
+    ),
+]
+MoeA2aBackend = Annotated[
+    str | None,
+    typer.Option(
+        "--moe-a2a-backend", help="SGLang: none, deepep, mooncake, flashinfer (all but none set EP = TP)."
+    ),
+]
+NumRedundantExperts = Annotated[
+    int,
+    typer.Option(
+        "--num-redundant-experts",
+        "--ep-num-redundant-experts",
+        help="Redundant experts (EPLB) added to the routed ones, whole experts per GPU; needs expert parallelism.",
+    ),
+]
 Explain = Annotated[bool, typer.Option("--explain", help="Trace each number to its formula and spec field.")]
 
 
@@ -203,6 +247,12 @@ def estimate(
     network: o.Network = None,
     network_gbps: o.NetworkGbps = None,
     network_latency_us: o.NetworkLatencyUs = None,
+    data_parallel_size: DataParallelSize = None,
+    enable_expert_parallel: EnableExpertParallel = False,
+    enable_dp_attention: EnableDpAttention = False,
+    ep_size: EpSize = None,
+    moe_a2a_backend: MoeA2aBackend = None,
+    num_redundant_experts: NumRedundantExperts = 0,
     json_out: o.Json = False,
     explain: Explain = False,
 ) -> None:

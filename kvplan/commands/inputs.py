@@ -120,6 +120,12 @@ class EstimateFlags:
     network: str | None = None  # --network 400G; None: the default
     network_gbps: float | None = None
     network_latency_us: float | None = None
+    data_parallel_size: int | None = None
+    enable_expert_parallel: bool = False
+    enable_dp_attention: bool = False
+    ep_size: int | None = None
+    moe_a2a_backend: str | None = None
+    num_redundant_experts: int = 0
 
 
 _NETWORK_RE = re.compile(r"^\s*(\d{1,6})\s*G(?:b/s|bps|b)?\s*$", re.IGNORECASE)
@@ -251,6 +257,12 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
         chunked_prefill_size=f.chunked_prefill_size,
         env=parse_env(f.env),
         network=parse_network(f.network, f.network_gbps, f.network_latency_us),
+        data_parallel_size=f.data_parallel_size,
+        enable_expert_parallel=f.enable_expert_parallel,
+        enable_dp_attention=f.enable_dp_attention,
+        ep_size=f.ep_size,
+        moe_a2a_backend=f.moe_a2a_backend.lower() if f.moe_a2a_backend else None,
+        num_redundant_experts=f.num_redundant_experts,
     )
 
 

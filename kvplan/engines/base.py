@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kvplan.errors import UsageError
 from kvplan.formats import Format
 from kvplan.limits import MAX_VERSION_CHARS
+from kvplan.model.parallel import Sharding, plain_sharding
 from kvplan.specs.models import GpuSpec, Layer, ModelSpec, RecurrentState
 
 if TYPE_CHECKING:
@@ -270,6 +271,11 @@ class Engine(ABC):
         """How much larger the routed experts are in GPU memory than in the checkpoint (kernel
         padding or repacking), and why; (1.0, None) when they load as stored."""
         return 1.0, None
+
+    def sharding(self, spec: ModelSpec, tp: int) -> Sharding:
+        """How one replica's GPUs hold the experts, the attention and the KV under this engine's expert-
+        parallel and DP-attention flags (plain TP without them)."""
+        return plain_sharding(spec, tp)
 
     def load_buffer_bytes(self, spec: ModelSpec) -> tuple[int, str | None]:
         """Buffers the engine allocates with the model on each GPU beside its parameters, counted with the

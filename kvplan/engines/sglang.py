@@ -28,7 +28,7 @@ from kvplan.engines.sglang_memory import Release
 from kvplan.errors import UsageError
 from kvplan.formats import Format
 from kvplan.model import kv
-from kvplan.model.parallel import has_nvls
+from kvplan.model.parallel import Sharding, has_nvls, plain_sharding
 from kvplan.specs.models import (
     CompressedAttention,
     CompressedLatent,
@@ -109,6 +109,7 @@ def memory_settings(
     mem_fraction_static: float | None = None,
     chunked_prefill_size: int | None = None,
     release: Release | None = None,
+    dp_attention: int = 1,
 ) -> SglangMemory:
     """SGLang's default --mem-fraction-static for this card and release (None: the newest rule).
     From 0.5.3 (server_args.py _handle_gpu_memory_settings): chunked_prefill_size and cuda_graph_max_bs
@@ -129,6 +130,8 @@ def memory_settings(
     # + CUDA graphs 2 x max bs + parallelism
     prefill = chunk if chunk > 0 else MAX_PREFILL_TOKENS
     reserved = 512 + max(prefill, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
+    if dp_attention > 1:  # server_args.py 0.5.3+: DP attention's padding, more for large graph batches
+        reserved += graph_bs * dp_attention * 3 + (graph_bs * dp_attention * 1.5 if graph_bs > 300 else 0)
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     source = "server_args.py 0.5.3+: (card - reserve from chunked_prefill_size, cuda_graph_max_bs) / card"
@@ -363,6 +366,9 @@ class Sglang(Engine):
         "--max-total-tokens": "max_total_tokens",
         "--max-running-requests": "max_running_requests",
         "--chunked-prefill-size": "chunked_prefill_size",
+        "--enable-dp-attention": "enable_dp_attention",
+        "--ep-size": "ep_size",
+        "--moe-a2a-backend": "moe_a2a_backend",
     }
     own_flag_defaults = {"swa_full_tokens_ratio": SWA_FULL_TOKENS_RATIO}
     launch_command = "python -m sglang.launch_server --model-path {model}"
@@ -429,6 +435,18 @@ class Sglang(Engine):
             out["mem_fraction_static"] = mem.mem_fraction_static
             out["mem_fraction_static_source"] = mem.source
         return out
+
+    @property
+    def dp_attention_size(self) -> int:
+        """Attention-DP ranks: --dp-size under --enable-dp-attention (server_args.py turns DP attention
+        off at --dp-size 1), else 1."""
+        dp = self.req.data_parallel_size or 1
+        return dp if self.req.enable_dp_attention and dp > 1 else 1
+
+    def sharding(self, spec: ModelSpec, tp: int) -> Sharding:
+        req = self.req
+        return sglang_sharding(spec, tp, self.dp_attention_size, req.ep_size, req.moe_a2a_backend,
+                               req.num_redundant_experts)  # fmt: skip
 
     @property
     def swa_ratio(self) -> float:
@@ -509,6 +527,7 @@ class Sglang(Engine):
             self.req.mem_fraction_static,
             self.req.chunked_prefill_size,
             self.release,
+            self.dp_attention_size,
         )
         given = self.req.reserve_bytes
         reserve = (
@@ -593,6 +612,18 @@ class Sglang(Engine):
             self.memory,
             self.req.max_total_tokens,
         )
+        dp = self.dp_attention_size
+        if dp > 1 and isinstance(report.details, SglangDetails):
+            # server_args.py 0.5.x _handle_data_parallelism: chunked_prefill_size //= dp_size, with this warning;
+            # each attention-DP rank then logs its own max_total_num_tokens (the pool above is one rank's)
+            chunk = report.details.chunked_prefill_size
+            chunk = chunk // dp if chunk > 0 else chunk
+            line = f"DP attention is enabled. The chunked prefill size is adjusted to {chunk} to avoid MoE kernel issues. "
+            report = dataclasses.replace(
+                report,
+                details=dataclasses.replace(report.details, chunked_prefill_size=chunk),
+                log_lines=[line, *report.log_lines],
+            )
         cap, profiled = self.req.max_total_tokens, self.profiled_tokens
         if cap is None or profiled is None or cap <= profiled:
             return report
@@ -616,3 +647,74 @@ class Sglang(Engine):
             )
         notes.append("SGLang prints no concurrency; kvplan's figure is its pool tokens / max-model-len")
         return notes
+
+
+# --moe-a2a-backend values (python/sglang/srt/server_args.py, 0.5.x) and those that set ep_size = tp_size
+A2A_BACKENDS = ("none", "deepep", "mooncake", "flashinfer")
+A2A_FORCES_EP = ("deepep", "mooncake", "flashinfer")
+
+
+def sglang_sharding(
+    spec: ModelSpec, tp: int, dp_attn: int, ep_size: int | None, backend: str | None, redundant: int
+) -> Sharding:
+    """SGLang's placement: attention over tp / dp GPUs under --enable-dp-attention, routed experts over
+    --ep-size GPUs (each sliced over tp / ep), the input embedding replicated under DP attention."""
+    experts = spec.moe.num_experts if spec.moe is not None else 0
+    rules: list[str] = []
+    if backend is not None and backend not in A2A_BACKENDS:
+        raise UsageError(f"--moe-a2a-backend must be {', '.join(A2A_BACKENDS)}, got {backend!r}")
+    ep = ep_size or 1
+    if backend in A2A_FORCES_EP:
+        # server_args.py 0.5.x: `if self.moe_a2a_backend == "deepep": self.ep_size = self.tp_size` (mooncake too)
+        rules.append(
+            f"--moe-a2a-backend {backend}: SGLang sets --ep-size to --tp-size {tp} (server_args.py 0.5.x)"
+        )
+        ep = tp
+    elif backend is not None:
+        rules.append(f"--moe-a2a-backend {backend}: the MoE layer keeps its all-reduce (no all-to-all)")
+    if dp_attn > 1 and tp % dp_attn:
+        # server_args.py 0.5.x _handle_data_parallelism: assert self.tp_size % self.dp_size == 0
+        raise UsageError(
+            f"--dp-size {dp_attn} must divide --tp-size {tp} under --enable-dp-attention (SGLang server_args.py)"
+        )
+    if ep > 1 and not experts:
+        raise UsageError(f"--ep-size {ep}: {spec.name} has no routed experts")
+    if redundant and (ep == 1 or not experts):
+        raise UsageError(
+            "--ep-num-redundant-experts needs --ep-size > 1 (SGLang's EPLB places whole experts)"
+        )
+    if tp % ep:
+        # distributed/parallel_state.py 0.5.x: moe_tp_size = tp_size // moe_ep_size
+        raise UsageError(f"--ep-size {ep} must divide --tp-size {tp} (SGLang: MoE TP size = tp / ep)")
+    physical = experts + redundant
+    if ep > 1 and physical % ep:
+        # layers/moe/ep_moe/layer.py 0.5.x: num_local_experts = num_experts // ep_size, asserted whole
+        raise UsageError(
+            f"--ep-size {ep} must divide the {physical} routed experts of {spec.name}"
+            + (f" ({experts} + {redundant} redundant)" if redundant else "")
+            + " (SGLang layers/moe/ep_moe)"
+        )
+    attn_tp = tp // dp_attn
+    if dp_attn > 1:
+        rules.append(
+            f"SGLang --enable-dp-attention --dp-size {dp_attn}: attention TP size = tp / dp = {attn_tp} "
+            f"(layers/dp_attention.py compute_dp_attention_world_info, 0.5.x): each of the {dp_attn} attention-DP "
+            "ranks runs its own requests with its own KV pool and prints its own max_total_num_tokens; attention "
+            f"weights replicated {dp_attn}x, the input embedding whole on every GPU (VocabParallelEmbedding "
+            "enable_tp=not is_dp_attention_enabled() in models/deepseek_v2.py, qwen2_moe.py), the LM head and "
+            "dense MLPs still over the full TP group (no --enable-dp-lm-head, --moe-dense-tp-size)"
+        )
+    if not experts:
+        if dp_attn == 1:
+            return plain_sharding(spec, tp)
+        return Sharding(tp, attn_tp, dp_attn, 1, tp, 0, 0, embedding_replicated=True, a2a_backend=backend,
+                        rules=tuple(rules))  # fmt: skip
+    local = physical // ep
+    if ep > 1:
+        extra = f" + {redundant} redundant (EPLB)" if redundant else ""
+        rules.append(
+            f"SGLang --ep-size {ep}: each GPU holds {local} of the {experts}{extra} routed experts per MoE layer, "
+            f"each sliced over tp / ep = {tp // ep} GPU(s) (layers/moe/ep_moe/layer.py, 0.5.x)"
+        )
+    return Sharding(tp, attn_tp, dp_attn, ep, tp // ep, experts, local, redundant,
+                    embedding_replicated=dp_attn > 1, a2a_backend=backend, rules=tuple(rules))  # fmt: skip

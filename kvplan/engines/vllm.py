@@ -28,6 +28,7 @@ from kvplan.engines.budget import CUDA_GRAPH_BYTES, estimate_reserve, given_rese
 from kvplan.errors import UsageError
 from kvplan.formats import Format
 from kvplan.model import kv
+from kvplan.model.parallel import Sharding, plain_sharding
 from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,
@@ -423,6 +424,7 @@ class Vllm(Engine):
         "--gpu-memory-utilization": "gpu_memory_utilization",
         "--num-gpu-blocks-override": "num_gpu_blocks_override",
         "--disable-hybrid-kv-cache-manager": "disable_hybrid_kv_cache_manager",
+        "--enable-expert-parallel": "enable_expert_parallel",
     }
     own_env = (
         CHUNKED_HYBRID_ENV,
@@ -623,6 +625,10 @@ class Vllm(Engine):
             f"its {backend} kernel on {gpu.name}, which pads hidden and intermediate sizes (mxfp4.py)"
         )
 
+    def sharding(self, spec: ModelSpec, tp: int) -> Sharding:
+        return vllm_sharding(spec, tp, self.req.data_parallel_size or 1, self.req.enable_expert_parallel,
+                             self.req.num_redundant_experts)  # fmt: skip
+
     def load_buffer_bytes(self, spec: ModelSpec) -> tuple[int, str | None]:
         tower = spec.vision_tower
         rotary = next((t.head_dim for t in spec.layer_types.values() if isinstance(t, FullAttention)), None)
@@ -806,3 +812,47 @@ class Vllm(Engine):
         if same_charge and math.floor(report.max_concurrency) != kvplan_concurrency and self.null_blocks:
             notes.append("vLLM's printed concurrency does not subtract the null block; kvplan's does")
         return notes
+
+
+def vllm_sharding(spec: ModelSpec, tp: int, dp: int, ep_on: bool, redundant: int) -> Sharding:
+    """vLLM's placement of an MoE model's experts over its TP x DP GPUs (one DP rank = one engine core of
+    TP GPUs, with its own attention, dense layers and KV cache)."""
+    experts = spec.moe.num_experts if spec.moe is not None else 0
+    if redundant and not ep_on:
+        # vllm/config/parallel.py at v0.11.0: redundant experts are EPLB's, which needs expert parallelism
+        raise UsageError(
+            "--num-redundant-experts needs --enable-expert-parallel (vLLM's EPLB, vllm/config/parallel.py)"
+        )
+    if not experts:
+        if redundant:
+            raise UsageError(f"--num-redundant-experts: {spec.name} has no routed experts")
+        return plain_sharding(spec, tp)
+    group = tp * dp
+    dp_line = (
+        f"vLLM --data-parallel-size {dp}: {dp} engine cores of TP {tp} GPUs, each with its own attention, dense "
+        "layers and KV cache and its own 'GPU KV cache size' line (EngineCore_DP0..); their MoE layers form one "
+        f"group of TP x DP = {group} GPUs (vllm/model_executor/layers/fused_moe/config.py "
+        "FusedMoEParallelConfig.make at v0.11.0)"
+    )
+    rules: tuple[str, ...] = (dp_line,) if dp > 1 else ()
+    if ep_on and group > 1:
+        physical = experts + redundant
+        if physical < group:
+            raise UsageError(
+                f"--enable-expert-parallel: EP size TP x DP = {group} exceeds the {physical} routed experts of "
+                f"{spec.name}; use fewer GPUs per replica"
+            )
+        # layer.py determine_expert_map at v0.11.0: physical // ep experts a rank, one more on the first
+        # physical % ep ranks (older releases gave the remainder to the last rank)
+        local = -(-physical // group)
+        extra = f" + {redundant} redundant (EPLB)" if redundant else ""
+        rules += (
+            f"vLLM --enable-expert-parallel: EP size = TP x DP = {group}; the fullest GPU holds {local} of the "
+            f"{experts}{extra} routed experts per MoE layer whole instead of a 1/{group} slice of each "
+            "(fused_moe/config.py FusedMoEParallelConfig.make, fused_moe/layer.py determine_expert_map at v0.11.0)",
+        )
+        return Sharding(tp, tp, 1, group, 1, experts, local, redundant, engine_dp=dp, rules=rules)
+    if dp == 1:
+        return plain_sharding(spec, tp)
+    rules += (f"without --enable-expert-parallel each routed expert is sliced over TP x DP = {group} GPUs",)
+    return Sharding(tp, tp, 1, 1, group, experts, experts, engine_dp=dp, rules=rules)

@@ -142,3 +142,53 @@ NETWORKS = {
     "800G": _rdma(800, "InfiniBand XDR / RoCE"),
 }
 DEFAULT_NETWORK = NETWORKS["400G"]
+
+
+# --- expert parallelism and DP attention (issue 23) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How the GPUs of one replica (TP x PP) hold the routed experts, the attention and the KV.
+
+    The default (`plain_sharding`) is plain tensor parallelism: every matrix, each routed expert
+    included, sliced over TP; one attention group of TP GPUs holding the replica's requests.
+    An engine's expert-parallel and DP-attention flags change it (engines/vllm.py, engines/sglang.py).
+    """
+
+    tp: int
+    attn_tp: int  # GPUs of one attention group: KV heads split over them, an MLA latent replicated
+    attn_dp: int  # attention-DP ranks per replica: each holds its own requests and its own KV pool
+    ep: int  # GPUs the routed experts are spread over whole (1: none)
+    expert_tp: int  # GPUs each routed expert is sliced over
+    num_experts: int  # routed experts per MoE layer in the checkpoint (0: a dense model)
+    local_experts: int  # routed experts (redundant ones included) on the fullest GPU, per MoE layer
+    redundant: int = 0  # redundant experts (EPLB) added to the physical expert count
+    embedding_replicated: bool = False  # every GPU holds the whole input embedding
+    engine_dp: int = 1  # vLLM: data-parallel engine cores whose MoE layers form one group
+    a2a_backend: str | None = None  # SGLang --moe-a2a-backend as given
+    rules: tuple[str, ...] = ()  # what the figures rest on, each with its source
+
+    @property
+    def plain(self) -> bool:
+        return (
+            self.ep == 1
+            and self.attn_tp == self.tp
+            and self.attn_dp == 1
+            and self.expert_tp == self.tp
+            and not self.redundant
+            and not self.embedding_replicated
+            and self.engine_dp == 1
+        )
+
+    @property
+    def expert_share(self) -> float:
+        """Fraction of all routed-expert bytes on the fullest GPU."""
+        if not self.num_experts:
+            return 1 / self.tp
+        return self.local_experts / (self.num_experts * self.expert_tp)
+
+
+def plain_sharding(spec: ModelSpec, tp: int) -> Sharding:
+    experts = spec.moe.num_experts if spec.moe is not None else 0
+    return Sharding(tp, tp, 1, 1, tp, experts, experts)

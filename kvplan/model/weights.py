@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kvplan.formats import Format, weight_format
-from kvplan.model.parallel import stage_ranges
+from kvplan.model.parallel import Sharding, stage_ranges
 from kvplan.model.params import ParamBreakdown, is_moe_layer
 from kvplan.specs.matrices import COMPONENTS, Matrix, weight_matrices
 from kvplan.specs.models import ModelSpec
@@ -162,3 +162,48 @@ def checkpoint_stage_weights(
         )  # fmt: skip
         for s in stages
     ]
+
+
+# --- expert parallelism and DP attention --------------------------------------------------------
+
+
+def sharded_stage_weights(
+    spec: ModelSpec, stages: list[StageWeights], sh: Sharding, override: Format | None
+) -> list[StageWeights]:
+    """The stages' weights per GPU as `sh` places them instead of plain TP (`stages` as TP slices them).
+
+    Routed experts: the fullest GPU's share, sh.local_experts of sh.num_experts experts each sliced over
+    sh.expert_tp GPUs (redundant experts add whole ones). Attention: sliced over sh.attn_tp GPUs, so
+    replicated across the attention-DP ranks. The input embedding: whole on every GPU where the engine
+    replicates it. Everything else keeps its TP slice. `override` is --weight-dtype (None: each matrix
+    in the checkpoint's own format).
+    """
+    if sh.plain:
+        return stages
+    tp = sh.tp
+    attn_bits = [0] * len(stages)
+    if sh.attn_tp != tp:
+        stage_of = {i: s.stage for s in stages for i in s.layers}
+        for m in weight_matrices(spec):
+            if m.component != "attention" or m.layer is None or m.replicated:
+                continue
+            fmt = override or weight_format(matrix_format_name(spec, m))
+            attn_bits[stage_of[m.layer]] += fmt.matrix_bits(m.rows, m.cols) * m.count
+    out = []
+    for s, w in zip(stages, attn_bits, strict=True):
+        experts = s.expert_bytes_per_gpu
+        if sh.num_experts:
+            experts = ceil_div(s.expert_bytes_per_gpu * tp * sh.local_experts, sh.num_experts * sh.expert_tp)
+        attn = ceil_div(w, 8)
+        extra_attn = ceil_div(attn, sh.attn_tp) - ceil_div(attn, tp) if attn else 0
+        embedding = s.embedding_bytes_per_gpu * tp if sh.embedding_replicated else s.embedding_bytes_per_gpu
+        total = (
+            s.bytes_per_gpu
+            + (experts - s.expert_bytes_per_gpu)
+            + extra_attn
+            + (embedding - s.embedding_bytes_per_gpu)
+        )
+        out.append(
+            replace(s, bytes_per_gpu=total, expert_bytes_per_gpu=experts, embedding_bytes_per_gpu=embedding)
+        )
+    return out

@@ -26,13 +26,14 @@ from kvplan.model.capacity import (
     fragmentation,
     prefix_caching,
 )
-from kvplan.model.parallel import Layout, check_tp, make_layout, stage_layers, stage_ranges
+from kvplan.model.parallel import Layout, Sharding, check_tp, make_layout, stage_layers, stage_ranges
 from kvplan.model.params import ParamBreakdown, param_breakdown
 from kvplan.model.weights import (
     StageWeights,
     checkpoint_stage_weights,
     component_formats,
     matrix_stage_weights,
+    sharded_stage_weights,
     stage_weights,
 )
 from kvplan.plan.offload import offload_limit_bytes, offload_stage
@@ -80,6 +81,12 @@ class Cluster:
     tensor_parallel_size: int
     pipeline_parallel_size: int
     data_parallel_size: int
+    # expert parallelism and DP attention (issue 23); plain TP: EP 1, attention TP = TP, one attention rank
+    expert_parallel_size: int = 1
+    attention_tp_size: int | None = None
+    attention_dp_size: int = 1  # attention-DP ranks per replica, each with its own requests and KV pool
+    routed_experts_per_gpu: int | None = None  # whole or sliced, on the fullest GPU, per MoE layer
+    expert_tp_size: int | None = None  # GPUs each routed expert is sliced over
 
 
 @dataclass(frozen=True)
@@ -297,8 +304,15 @@ class Weights:
 
 
 def _weights(
-    req: PlanRequest, engine: Engine, spec: ModelSpec, tp: int, pp: int, notes: list[str], ex: list[Explain]
+    req: PlanRequest,
+    engine: Engine,
+    spec: ModelSpec,
+    sh: Sharding,
+    pp: int,
+    notes: list[str],
+    ex: list[Explain],
 ) -> Weights:
+    tp = sh.tp
     params = param_breakdown(spec)
     w_name = normalize_dtype_name(req.weight_dtype) if req.weight_dtype else spec.weight_dtype
     w_fmt = weight_format(w_name)
@@ -308,7 +322,8 @@ def _weights(
         stages = stage_weights(spec, params, w_fmt, e_fmt, tp, pp)
     else:  # per-matrix formats of a quantized checkpoint; the checkpoint's own total when known
         stages = checkpoint_stage_weights(spec, matrix_stage_weights(spec, tp, pp), tp, notes)
-    stages = _as_loaded(engine, spec, stages, e_fmt, tp, notes)
+    stages = sharded_stage_weights(spec, stages, sh, w_fmt if req.weight_dtype else None)
+    stages = _as_loaded(engine, spec, stages, e_fmt, sh.expert_tp, notes)
     if req.cpu_offload_gb:
         stages = _offload(req, spec, stages, pp, notes)
     if not params.total_stated:
@@ -319,7 +334,8 @@ def _weights(
         Explain(
             "weights per GPU",
             fmt_gib(max(w.bytes_per_gpu for w in stages)),
-            "params x bits/weight / 8, split by TP; PP stages hold their own layers",
+            "params x bits/weight / 8, split by TP; PP stages hold their own layers"
+            + ("" if sh.plain else "; routed experts by EP, attention by attention TP (assumptions)"),
             f"total_params {params.total:,}; weight dtype {w_fmt.describe()}"
             + (f", experts {e_fmt.describe()}" if params.routed_experts and e_fmt != w_fmt else ""),
         )
@@ -441,15 +457,19 @@ def _pool(
     bs: int,
     tp: int,
     pp: int,
+    kv_tp: int,
 ) -> tuple[Pool, list[StageCache]]:
-    """Each pipeline stage's KV budget, bytes per token and blocks on one GPU."""
+    """Each pipeline stage's KV budget, bytes per token and blocks on one GPU (KV heads split over kv_tp,
+    the attention TP size)."""
     stages: list[StagePlan] = []
     caches: list[StageCache] = []
     for w, rng in zip(weights.stages, stage_ranges(spec.num_layers, pp), strict=False):
         layers = stage_layers(spec, rng)
-        engine_block = engine.block_bytes(rng, list(spec.layers), fmt, tp)
-        kv_bytes = engine.kv_budget_cap(_stage_budget(req, budget, w, engine_block, tp, pp), layers, fmt, tp)
-        block_bytes = sum(n * kv.page_bytes(layer, fmt, bs, tp) for layer, n in kv.grouped(layers))
+        engine_block = engine.block_bytes(rng, list(spec.layers), fmt, kv_tp)
+        kv_bytes = engine.kv_budget_cap(
+            _stage_budget(req, budget, w, engine_block, tp, pp), layers, fmt, kv_tp
+        )
+        block_bytes = sum(n * kv.page_bytes(layer, fmt, bs, kv_tp) for layer, n in kv.grouped(layers))
         stages.append(
             StagePlan(
                 w.stage,
@@ -457,13 +477,13 @@ def _pool(
                 len(rng),
                 w.bytes_per_gpu,
                 kv_bytes,
-                kv.model_bits_per_token(layers, fmt, tp),
+                kv.model_bits_per_token(layers, fmt, kv_tp),
                 block_bytes,
                 kv_bytes // block_bytes if block_bytes else None,
             )
         )
         caches.append(StageCache(layers, rng, kv_bytes))
-    return Pool(stages, [c.layers for c in caches], fmt, bs, tp), caches
+    return Pool(stages, [c.layers for c in caches], fmt, bs, kv_tp), caches
 
 
 def _budget_source(
@@ -540,12 +560,15 @@ def _does_not_fit(pool: Pool, bind: int, null_blocks: int, max_len: int, fit: in
     )
 
 
-def _avg_context(req: PlanRequest, pool: Pool, null_blocks: int, bind: int, dp: int) -> AvgContext | None:
+def _avg_context(
+    req: PlanRequest, pool: Pool, null_blocks: int, bind: int, dp: int, attn_dp: int = 1
+) -> AvgContext | None:
     if req.avg_context_tokens is None:
         return None
     a = req.avg_context_tokens
     f_avg, _ = pool.requests_fitting(a, null_blocks)
-    return AvgContext(a, pool.request_bytes(bind, a), math.floor(f_avg), math.floor(f_avg) * dp)
+    per_replica = math.floor(f_avg) * attn_dp
+    return AvgContext(a, pool.request_bytes(bind, a), per_replica, per_replica * dp)
 
 
 def _engine_report(
@@ -686,31 +709,55 @@ def check_dtype(spec: ModelSpec, dtype: str) -> None:
         )
 
 
+def _layout(req: PlanRequest) -> Layout:
+    """TP x PP x DP. --data-parallel-size (vLLM, or SGLang without DP attention) counts replicas of
+    TP x PP GPUs (PP 1 unless given): it must divide the replicas --gpus gives, and sets the GPU count of
+    a bare GPU name.
+    Under SGLang's --enable-dp-attention its --dp-size splits the TP group instead (engines/sglang.py)."""
+    gpu, d = req.gpu, req.data_parallel_size or 1
+    if d == 1 or req.enable_dp_attention:
+        return make_layout(req.num_gpus, gpu.gpus_per_node, req.nodes, req.tp, req.pp)
+    if req.num_gpus is None:
+        t, p = req.tp or 1, req.pp or 1
+        return make_layout(t * p * d, gpu.gpus_per_node, 1, t, p)
+    tp = req.tp or max(1, min(gpu.gpus_per_node, req.num_gpus) // d)
+    layout = make_layout(req.num_gpus, gpu.gpus_per_node, req.nodes, tp, req.pp or 1)
+    if layout.dp % d:
+        raise UsageError(
+            f"--data-parallel-size {d}: --gpus gives {layout.num_gpus} GPUs, {layout.dp} replica(s) of TP "
+            f"{layout.tp} x PP {layout.pp}; give --gpus with {d} x TP x PP GPUs or a smaller --data-parallel-size"
+        )
+    return layout
+
+
 def estimate(req: PlanRequest) -> Plan:
     req.checked()
     req, applied, default_notes = engine_defaults(req)
     engine = engines.for_request(req)
     max_len, fmt = req.checked()
     gpu = req.gpu
-    layout: Layout = make_layout(req.num_gpus, gpu.gpus_per_node, req.nodes, req.tp, req.pp)
-    check_tp(req.model, layout.tp, layout.pp)
+    layout: Layout = _layout(req)
     tp, pp, dp = layout.tp, layout.pp, layout.dp
+    sh = engine.sharding(req.model, tp)
+    check_tp(req.model, sh.attn_tp, layout.pp)
+    kv_tp, attn_dp = sh.attn_tp, sh.attn_dp
     ex: list[Explain] = []
     notes: list[str] = list(default_notes)
-    spec, bs = _engine_view(req, engine, fmt, tp, notes)
+    spec, bs = _engine_view(req, engine, fmt, kv_tp, notes)
     totals = _kv_totals(spec, fmt, max_len, ex)
-    weights = _weights(req, engine, spec, tp, pp, notes, ex)
+    notes += sh.rules
+    weights = _weights(req, engine, spec, sh, pp, notes, ex)
     budget = engine.budget(spec, gpu, tp, pp)
-    problem = _prepare_engine(engine, spec, fmt, bs, tp, max_len)
+    problem = _prepare_engine(engine, spec, fmt, bs, kv_tp, max_len)
     if req.num_gpu_blocks_override is not None and problem is not None:
         raise UsageError(f"--num-gpu-blocks-override needs vLLM's block accounting: {problem}")
-    pool, caches = _pool(req, spec, engine, budget, weights, fmt, bs, tp, pp)
+    pool, caches = _pool(req, spec, engine, budget, weights, fmt, bs, tp, pp, kv_tp)
     source = _budget_source(req, engine, budget, tp, pp, notes)
     conc = _concurrency(req, engine, pool, max_len, notes)
     req_len = conc.request_tokens  # max_len, or the engine's cap when one request overflows the pool
     binding = pool.stages[conc.binding_stage]
     _explain_pool(ex, engine, budget, gpu, source, pool, conc, dp, max_len)
-    avg = _avg_context(req, pool, engine.null_blocks, conc.binding_stage, dp)
+    avg = _avg_context(req, pool, engine.null_blocks, conc.binding_stage, dp, attn_dp)
     prefix = None
     if req.shared_prefix_tokens:
         prefix = prefix_caching(
@@ -725,7 +772,7 @@ def estimate(req: PlanRequest) -> Plan:
         pool, conc.binding_stage, min(req.avg_context_tokens or req_len, req_len), req_len,
         pool.usable_bytes(conc.binding_stage, engine.null_blocks),
     )  # fmt: skip
-    report = _engine_report(engine, problem, caches, fmt, bs, tp, max_len, math.floor(conc.usable_factor))
+    report = _engine_report(engine, problem, caches, fmt, bs, kv_tp, max_len, math.floor(conc.usable_factor))
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
                                  conc.binding_stage, tp, req_len, conc.max_concurrency, conc.request_bytes_per_gpu,
                                  avg, weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value))  # fmt: skip
@@ -734,6 +781,13 @@ def estimate(req: PlanRequest) -> Plan:
         f"{prefill.peak_dtype} peak, attention, all-reduces, launch, {prefill.source}; both estimates"
     )
     notes += link_notes(req, decode.inputs)
+    if not sh.plain:
+        notes.append(
+            "decode and prefill speed still model the MoE layer as TP-sliced experts behind a TP all-reduce, "
+            "batches of the whole replica: the expert-parallel all-to-all (dispatch and combine), tokens per "
+            "expert under EP, expert load imbalance and per-rank DP-attention batches are not modelled yet "
+            "(issue 23); the memory figures above do follow EP and DP attention"
+        )
     reserve = budget.reserve
     used = source == "computed"
     num_blocks = pool.num_blocks
@@ -749,7 +803,17 @@ def estimate(req: PlanRequest) -> Plan:
             list(spec.warnings),
         ),
         gpu=GpuSummary(gpu.name, gpu.memory_bytes, gpu.hbm_bytes_per_s),
-        cluster=Cluster(layout.num_gpus, tp, pp, dp),
+        cluster=Cluster(
+            layout.num_gpus,
+            tp,
+            pp,
+            dp,
+            sh.ep,
+            sh.attn_tp,
+            attn_dp,
+            sh.local_experts if sh.num_experts else None,
+            sh.expert_tp if sh.num_experts else None,
+        ),  # fmt: skip
         settings=Settings(
             max_model_len=max_len,
             kv_cache_dtype=fmt.name,
@@ -811,12 +875,12 @@ def estimate(req: PlanRequest) -> Plan:
         kv_budget_source=source,
         block_bytes_per_gpu=binding.block_bytes_per_gpu,
         num_blocks_per_gpu=num_blocks,
-        kv_pool_tokens=pool_tokens,
-        kv_pool_tokens_cluster=pool_tokens * dp,
+        kv_pool_tokens=pool_tokens * attn_dp,
+        kv_pool_tokens_cluster=pool_tokens * attn_dp * dp,
         blocks_per_request=max(kv.layer_blocks(layer, max_len, bs) for layer, _ in kv.grouped(spec.layers)),
         concurrency_factor=conc.factor,
-        max_concurrency_per_replica=conc.max_concurrency,
-        max_concurrency=conc.max_concurrency * dp,
+        max_concurrency_per_replica=conc.max_concurrency * attn_dp,
+        max_concurrency=conc.max_concurrency * attn_dp * dp,
         limited_by=conc.limited_by,
         avg_context=avg,
         prefix_caching=prefix,
@@ -831,13 +895,21 @@ def estimate(req: PlanRequest) -> Plan:
     )
 
 
+def _ep_dp_text(c: Cluster) -> str:
+    """ ", EP 8, attention DP 8 x TP 1" where expert parallelism or DP attention is on; "" otherwise."""
+    out = f", EP {c.expert_parallel_size}" if c.expert_parallel_size > 1 else ""
+    if c.attention_dp_size > 1:
+        out += f", attention DP {c.attention_dp_size} x TP {c.attention_tp_size}"
+    return out
+
+
 def plan_header(plan: Plan) -> tuple[str, str]:
     """The two lines `estimate` opens with: the setup, and the attention layers."""
     c = plan.cluster
     s = plan.settings
     return (
         f"{plan.model.name} on {c.num_gpus}x {plan.gpu.name} "
-        f"(TP {c.tensor_parallel_size}, PP {c.pipeline_parallel_size}, DP {c.data_parallel_size}); "
+        f"(TP {c.tensor_parallel_size}, PP {c.pipeline_parallel_size}, DP {c.data_parallel_size}{_ep_dp_text(c)}); "
         f"max-model-len {plural(s.max_model_len, 'token')}; KV {s.kv_cache_format}; "
         f"block size {plural(s.block_size, 'token')}",
         f"attention: {plan.model.attention}",

@@ -1,0 +1,246 @@
+"""Issue 23: expert parallelism and DP attention, memory side.
+
+Hand-computed from the engines' rules (cited in kvplan/engines/vllm.py vllm_sharding and
+kvplan/engines/sglang.py sglang_sharding); the one real log with expert parallelism is
+tests/fixtures/logs/real/vllm_0.10.2_qwen3-235b-a22b-instruct-2507-fp8_l40s_tp8.log (16/128 local experts).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import kvplan
+from kvplan.errors import UsageError
+from kvplan.model.parallel import Sharding
+from kvplan.model.weights import sharded_stage_weights
+from kvplan.specs.matrices import weight_matrices
+from kvplan.specs.registry import load_model
+from kvplan.units import MiB
+
+BASE = {"gpus": "8xH200", "max_model_len": "32K", "calibration": False}
+
+
+def plan(model: str = "deepseek-v3", **flags):
+    return kvplan.estimate(model, **{**BASE, **flags})
+
+
+# --- vLLM ------------------------------------------------------------------------------------------
+
+
+def test_vllm_ep_at_tp_size_moves_no_bytes():
+    # 256 experts over EP 8: 32 whole experts a GPU hold as many bytes as 1/8 of each of 256
+    tp, ep = plan(), plan(enable_expert_parallel=True)
+    assert ep.weight_bytes_per_gpu == tp.weight_bytes_per_gpu
+    assert ep.cluster.expert_parallel_size == 8 and ep.cluster.routed_experts_per_gpu == 32
+    assert ep.cluster.expert_tp_size == 1
+    assert tp.cluster.expert_parallel_size == 1 and tp.cluster.routed_experts_per_gpu == 256
+    assert any("EP size = TP x DP = 8" in a for a in ep.assumptions)
+    # the speed figures say they do not follow EP yet; a plain plan says nothing of it
+    assert any("expert-parallel all-to-all" in a and "not modelled yet" in a for a in ep.assumptions)
+    assert not any("expert-parallel all-to-all" in a for a in tp.assumptions)
+
+
+def test_vllm_redundant_experts_add_whole_experts_per_gpu():
+    # 256 + 32 redundant over EP 8: 36 a GPU (4 more); + 64: 40 (8 more): twice the extra bytes
+    base = plan(enable_expert_parallel=True)
+    r32 = plan(enable_expert_parallel=True, num_redundant_experts=32)
+    r64 = plan(enable_expert_parallel=True, num_redundant_experts=64)
+    assert r32.cluster.routed_experts_per_gpu == 36 and r64.cluster.routed_experts_per_gpu == 40
+    d32 = r32.weight_bytes_per_gpu - base.weight_bytes_per_gpu
+    d64 = r64.weight_bytes_per_gpu - base.weight_bytes_per_gpu
+    assert d32 > 0 and abs(d64 - 2 * d32) <= 2
+    assert r32.kv_budget_bytes_per_gpu < base.kv_budget_bytes_per_gpu
+
+
+def test_vllm_uneven_ep_takes_the_fullest_gpu():
+    # 256 + 8 = 264 experts over EP 16 (TP 8 x DP 2): 16 or 17 a rank; the fullest holds 17
+    p = plan(gpus="16xH200", tensor_parallel_size=8, data_parallel_size=2, enable_expert_parallel=True,
+             num_redundant_experts=8)  # fmt: skip
+    assert p.cluster.expert_parallel_size == 16 and p.cluster.routed_experts_per_gpu == 17
+
+
+def test_vllm_data_parallel_spreads_the_experts_over_tp_x_dp():
+    tp8 = plan()
+    dp2 = plan(gpus="16xH200", tensor_parallel_size=8, data_parallel_size=2)
+    ep16 = plan(gpus="16xH200", tensor_parallel_size=8, data_parallel_size=2, enable_expert_parallel=True)
+    assert (dp2.cluster.num_gpus, dp2.cluster.data_parallel_size) == (16, 2)
+    assert dp2.cluster.expert_tp_size == 16 and ep16.cluster.routed_experts_per_gpu == 16
+    # sliced over 16 or 16 whole experts of 256: the same bytes, half the routed experts' TP-8 share
+    assert abs(dp2.weight_bytes_per_gpu - ep16.weight_bytes_per_gpu) <= 1
+    assert dp2.weight_bytes_per_gpu < tp8.weight_bytes_per_gpu
+    # each DP engine core keeps its own KV at TP 8: per-GPU KV per token unchanged, more of it left
+    assert dp2.kv_bytes_per_token_per_gpu == tp8.kv_bytes_per_token_per_gpu
+    assert dp2.kv_pool_tokens > tp8.kv_pool_tokens
+    assert dp2.max_concurrency == 2 * dp2.max_concurrency_per_replica
+
+
+def test_vllm_data_parallel_on_a_bare_gpu_name_and_its_default_tp():
+    assert plan(gpus="H200", tensor_parallel_size=8, data_parallel_size=2).cluster.num_gpus == 16
+    p = plan(gpus="8xH200", data_parallel_size=2, max_model_len="4K")
+    assert (p.cluster.tensor_parallel_size, p.cluster.data_parallel_size) == (4, 2)
+
+
+@pytest.mark.parametrize(
+    ("flags", "names"),
+    [
+        ({"num_redundant_experts": 8}, "--num-redundant-experts needs --enable-expert-parallel"),
+        ({"data_parallel_size": 3}, "--data-parallel-size 3"),
+        ({"data_parallel_size": 0}, "--data-parallel-size must be >= 1"),
+        ({"enable_dp_attention": True}, "--enable-dp-attention is a sglang flag"),
+        ({"ep_size": 8}, "--ep-size is a sglang flag"),
+    ],
+)
+def test_vllm_refuses_bad_combinations_naming_the_flag(flags, names):
+    with pytest.raises(UsageError, match=names):
+        plan(tensor_parallel_size=8, **flags)
+
+
+def test_dense_model_ep_changes_nothing_and_redundant_is_refused():
+    plain = plan("llama-3.1-8b", gpus="H100")
+    ep = plan("llama-3.1-8b", gpus="H100", enable_expert_parallel=True)
+    assert ep.weight_bytes_per_gpu == plain.weight_bytes_per_gpu and ep.cluster.expert_parallel_size == 1
+    with pytest.raises(UsageError, match="no routed experts"):
+        plan("llama-3.1-8b", gpus="H100", enable_expert_parallel=True, num_redundant_experts=1)
+
+
+# --- SGLang ----------------------------------------------------------------------------------------
+
+
+def _attention_and_embedding_bytes(name: str) -> tuple[int, int]:
+    spec = load_model(name)
+    from kvplan.formats import weight_format
+    from kvplan.model.weights import matrix_format_name
+
+    attn = 0
+    for m in weight_matrices(spec):
+        if m.component == "attention" and m.layer is not None and not m.replicated:
+            attn += weight_format(matrix_format_name(spec, m)).matrix_bits(m.rows, m.cols) * m.count
+    # an fp8 checkpoint keeps its embedding in the model dtype, bf16 (kvplan/model/weights.py stage_weights)
+    return attn // 8, spec.vocab_size * spec.hidden_size * 2
+
+
+def test_sglang_dp_attention_on_mla_multiplies_the_pool_by_dp():
+    plain = plan(engine="sglang", ep_size=8)
+    dpa = plan(engine="sglang", ep_size=8, enable_dp_attention=True, data_parallel_size=8)
+    c = dpa.cluster
+    assert (c.attention_dp_size, c.attention_tp_size, c.expert_parallel_size) == (8, 1, 8)
+    # an MLA latent is whole on every GPU either way: the same bytes per token per GPU
+    assert dpa.kv_bytes_per_token_per_gpu == plain.kv_bytes_per_token_per_gpu
+    # each rank logs its own pool; the replica holds 8 of them, each with its own requests
+    per_rank = dpa.engine.kv_cache_tokens
+    assert dpa.kv_pool_tokens == 8 * per_rank
+    assert dpa.max_concurrency_per_replica == 8 * math.floor(per_rank / 32768)
+    assert dpa.max_concurrency_per_replica > plain.max_concurrency_per_replica
+
+
+def test_sglang_dp_attention_replicates_attention_and_embedding():
+    # attention over tp / dp = 1 GPU instead of 8, the embedding whole: + 7/8 of each, by hand
+    attn, emb = _attention_and_embedding_bytes("deepseek-v3")
+    plain = plan(engine="sglang", ep_size=8)
+    dpa = plan(engine="sglang", ep_size=8, enable_dp_attention=True, data_parallel_size=8)
+    extra = dpa.weight_bytes_per_gpu - plain.weight_bytes_per_gpu
+    expected = (attn - math.ceil(attn / 8)) + (emb - math.ceil(emb / 8))
+    assert abs(extra - expected) <= 16
+    assert any("attention TP size = tp / dp = 1" in a for a in dpa.assumptions)
+
+
+def test_sglang_dp_attention_reserve_in_the_default_fraction():
+    # server_args.py 0.5.3+ on H200 (143,155 MiB, chunk 8192, graph bs 512 at TP 8): 512 + 8192 x 1.5
+    # + 512 x 2 + 8 / 8 x 1024 = 14,848; DP 8: + 512 x 8 x 3 + 512 x 8 x 1.5 (bs > 300) = 33,280 MiB
+    dpa = plan(engine="sglang", enable_dp_attention=True, data_parallel_size=8)
+    gpu_mib = dpa.memory_bytes_per_gpu / MiB
+    assert dpa.settings.mem_fraction_static == round((gpu_mib - 33280) / gpu_mib, 3)
+    assert plan(engine="sglang").settings.mem_fraction_static == round((gpu_mib - 14848) / gpu_mib, 3)
+    # and the chunk it then divides by dp, with the warning SGLang prints
+    assert dpa.settings.chunked_prefill_size == 8192 // 8
+    assert dpa.engine.log_lines[0].startswith(
+        "DP attention is enabled. The chunked prefill size is adjusted to 1024"
+    )
+
+
+def test_sglang_dp_attention_on_gqa_splits_kv_heads_over_attention_tp():
+    # Qwen3-235B-A22B: 4 KV heads. TP 8: max(1, 4 // 8) = 1 a GPU; DP 4 -> attention TP 2: 2 a GPU
+    plain = plan("qwen3-235b-a22b", engine="sglang")
+    dp4 = plan("qwen3-235b-a22b", engine="sglang", enable_dp_attention=True, data_parallel_size=4)
+    assert dp4.cluster.attention_tp_size == 2
+    assert dp4.kv_bytes_per_token_per_gpu == 2 * plain.kv_bytes_per_token_per_gpu
+
+
+def test_sglang_ep_size_and_a2a_backend():
+    ep4 = plan(engine="sglang", ep_size=4)
+    assert (ep4.cluster.routed_experts_per_gpu, ep4.cluster.expert_tp_size) == (64, 2)
+    deepep = plan(engine="sglang", moe_a2a_backend="deepep")
+    assert deepep.cluster.expert_parallel_size == 8
+    assert any(
+        "--moe-a2a-backend deepep: SGLang sets --ep-size to --tp-size 8" in a for a in deepep.assumptions
+    )
+    red = plan(engine="sglang", ep_size=8, num_redundant_experts=32)
+    assert red.cluster.routed_experts_per_gpu == 36
+
+
+def test_dp_attention_off_at_dp_size_1():
+    p = plan(engine="sglang", enable_dp_attention=True)
+    assert (
+        p.cluster.attention_dp_size == 1
+        and p.weight_bytes_per_gpu == plan(engine="sglang").weight_bytes_per_gpu
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "names"),
+    [
+        ({"enable_dp_attention": True, "data_parallel_size": 3}, "--dp-size 3 must divide --tp-size 8"),
+        ({"ep_size": 3}, "--ep-size 3 must divide --tp-size 8"),
+        ({"ep_size": 8, "num_redundant_experts": 4}, r"--ep-size 8 must divide the 260 routed experts"),
+        ({"num_redundant_experts": 8}, "--ep-num-redundant-experts needs --ep-size > 1"),
+        ({"moe_a2a_backend": "nccl"}, "--moe-a2a-backend must be"),
+        ({"enable_expert_parallel": True}, "--enable-expert-parallel is a vllm flag"),
+    ],
+)
+def test_sglang_refuses_bad_combinations_naming_the_flag(flags, names):
+    with pytest.raises(UsageError, match=names):
+        plan(engine="sglang", **flags)
+
+
+def test_sglang_ep_on_a_dense_model_is_refused():
+    with pytest.raises(UsageError, match="--ep-size 8: llama3.1-8b has no routed experts"):
+        plan("llama-3.1-8b", engine="sglang", ep_size=8)
+
+
+# --- the pieces ------------------------------------------------------------------------------------
+
+
+def test_plain_sharding_leaves_the_stages_alone():
+    spec = load_model("deepseek-v3")
+    p = plan()
+    from kvplan.model.weights import StageWeights
+
+    stages = [StageWeights(0, range(61), p.weight_bytes_per_gpu, 10, 5)]
+    plain = Sharding(8, 8, 1, 1, 8, 256, 256)
+    assert sharded_stage_weights(spec, stages, plain, None) is stages
+
+
+def test_header_names_ep_and_attention_dp_only_when_on():
+    from kvplan.plan.plan import plan_header
+
+    assert "EP" not in plan_header(plan())[0]
+    dpa = plan(engine="sglang", ep_size=8, enable_dp_attention=True, data_parallel_size=8)
+    assert "(TP 8, PP 1, DP 1, EP 8, attention DP 8 x TP 1)" in plan_header(dpa)[0]
+
+
+def test_real_vllm_ep_log_local_experts():
+    # vllm_0.10.2_qwen3-235b-a22b-instruct-2507-fp8_l40s_tp8.log: "Local/global number of experts: 16/128"
+    # and 27.7183 GiB of weights per GPU at TP 8 with --enable-expert-parallel
+    from helpers import REPO
+
+    text = (
+        REPO / "tests/fixtures/logs/real/vllm_0.10.2_qwen3-235b-a22b-instruct-2507-fp8_l40s_tp8.log"
+    ).read_text()
+    assert "Local/global number of experts: 16/128" in text
+    p = plan(
+        "qwen3-235b-a22b", gpus="8xL40S", weight_dtype="fp8", enable_expert_parallel=True, max_model_len="32K"
+    )
+    assert p.cluster.routed_experts_per_gpu == 16
+    assert abs(p.weight_bytes_per_gpu / 2**30 - 27.7183) / 27.7183 < 0.03
