@@ -63,7 +63,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from fit_decode import CORPUS, is_frozen  # noqa: E402
+from fit_decode import is_frozen  # noqa: E402
 
 from kvplan import api  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
@@ -97,8 +97,8 @@ GPUS = {
 
 # model id prefix -> (kvplan model, note); twins share the architecture (layers, widths, heads, experts)
 MODELS = {
-    "Qwen/Qwen2-7B-Instruct": (str(CORPUS / "qwen2.5-7b.json"), "Qwen2-7B as Qwen2.5-7B (same architecture)"),
-    "Qwen/Qwen2.5-32B": (str(CORPUS / "qwen2.5-32b-instruct.json"), ""),
+    "Qwen/Qwen2-7B-Instruct": ("tests/fixtures/hf/corpus/qwen2.5-7b.json", "Qwen2-7B as Qwen2.5-7B (same architecture)"),
+    "Qwen/Qwen2.5-32B": ("tests/fixtures/hf/corpus/qwen2.5-32b-instruct.json", ""),
     "Qwen/Qwen3-8B": ("qwen3-8b", ""),
     "Qwen/Qwen3-32B": ("qwen3-32b", ""),
     "Qwen/Qwen3-235B-A22B": ("qwen3-235b-a22b", ""),
@@ -111,7 +111,7 @@ MODELS = {
         "Llama-3.3-70B as Llama-3.1-70B (same architecture)",
     ),
     "meta-llama/Llama-3.1-405B": ("llama3.1-405b", ""),
-    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B": (str(CORPUS / "nemotron-3-nano-30b-a3b.json"), ""),
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B": ("tests/fixtures/hf/corpus/nemotron-3-nano-30b-a3b.json", ""),
 }
 
 METRICS = ("ttft", "tpot", "throughput")
@@ -336,6 +336,8 @@ def simulated(case: Case) -> dict[str, float]:
     """The row replayed: the simulated figure of each published metric (same statistic)."""
     flags = dict(case.flags)
     model = flags.pop("model")
+    if model.startswith("tests/"):  # a config in the repository, kept relative so the figures file is portable
+        model = str(REPO / model)
     try:
         res = api.simulate(model, **case.workload, **flags)
     except KvplanError as exc:
