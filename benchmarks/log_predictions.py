@@ -267,6 +267,8 @@ SKIPPED: dict[str, str] = {
     "vllm_0.17.0_qwen3-8b-awq_unknowngpu_tp2.log": "GPU unknown (Ada card, not stated)",
     "vllm_0.17.1_llama-3.1-8b-instruct_unknowngpu_tp1.log": "GPU unknown (80GB class)",
     "vllm_0.19.1rc1.dev329_glm-5.1-fp8_h200_tp8.log": "log tail only: no command line or engine config",
+    "vllm_0.23.0_gemma-3-4b-it_mi300x_tp1.log": "no Gemma-3-4B config in the fixtures (google/gemma-3-4b-it's config.json is not in the code index); its token arithmetic given the logged KV memory is checked in "
+    "tests/test_engines.py (test_vllm_rocm_mi300x_log_follows_cuda_block_rules)",
     "sglang_0.5.2rc2_grok-2-fp8_h100_tp8.log": "no Grok-2 config: xai-org/grok-2's config.json is not in the "
     "code index (only sgl-jax test stubs with 1-2 layers); kvplan not tried on it",
     "sglang_unknownver_deepseek-r1-distill-qwen-7b_rtx3090_tp1.log": "RTX 3090 shared with a Windows desktop: SGLang "

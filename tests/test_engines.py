@@ -550,3 +550,47 @@ def test_sglang_reproduces_the_qwq_l4_log():
     # the load took 15.54 GiB against 15.26 GiB of parameters
     assert p.engine_kv_cache_tokens == pytest.approx(46611, rel=0.04)
     # before this rule (0.5.3's default 0.811 and 2.25 GiB at startup): 0.79 GiB (-72%)
+
+
+def test_vllm_rocm_mi300x_log_follows_cuda_block_rules(tmp_path):
+    # The one public ROCm startup log found (vllm_0.23.0_gemma-3-4b-it_mi300x_tp1.log: vLLM 0.23.0 on an
+    # MI300X, ROCM_ATTN backend): CUDA's block rules reproduce it, so nothing AMD-specific is modelled here.
+    # Gemma-3-4B's text dims (google/gemma-3-4b-it config.json; its file is not in the index, so they are
+    # written over the corpus Gemma-3-27B config): 34 layers, every 6th full, 4 KV heads x 256, window 1024.
+    import json
+
+    cfg = json.loads((REPO / "tests" / "fixtures" / "hf" / "corpus" / "gemma-3-27b-it.json").read_text())
+    cfg["text_config"].update(
+        hidden_size=2560,
+        intermediate_size=10240,
+        num_hidden_layers=34,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=256,
+        query_pre_attn_scalar=256,
+        layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(34)],
+    )
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    # page = 16 x 4 x (256 + 256) x 2 = 65,536 B; 29 sliding + 1 padding layer + 5 full = 7 groups of 5
+    # ("Add 1 padding layers, may waste at most 3.45%" = 1/29); blocks per request at 8,192: full 512,
+    # sliding ceil(min(1023 + 8192, 8192) / 16) + 1 = 513 each -> 512 + 6 x 513 = 3,590
+    # 533,588 blocks x 5 x 65,536 B = 162.84 GiB as logged; 533,588 / 3,590 = 148.63x; int(C x 8,192) = 1,217,591
+    p = plan(
+        str(tmp_path),
+        "MI300X",
+        num_gpus=1,
+        max_model_len=8192,
+        engine_version="0.23",
+        kv_cache_memory_bytes=533588 * 5 * 65536,
+    )
+    assert lines(p) == [
+        "Add 1 padding layers, may waste at most 3.45% KV cache memory",
+        "Available KV cache memory: 162.84 GiB",
+        "GPU KV cache size: 1,217,591 tokens",
+        "Maximum concurrency for 8,192 tokens per request: 148.63x",
+    ]
+    log = (
+        REPO / "tests" / "fixtures" / "logs" / "real" / "vllm_0.23.0_gemma-3-4b-it_mi300x_tp1.log"
+    ).read_text()
+    assert all(line in log for line in lines(p))
+    assert {g.block_size for g in p.engine.details.groups} == {16}
