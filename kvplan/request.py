@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from kvplan.model.parallel import Network
 
 RUNNERS = ("auto", "generate", "pooling")  # vLLM's --runner (vllm/config/model.py RunnerOption)
-USAGES = ("serve", "offline")  # vLLM's UsageContext: OPENAI_API_SERVER (`vllm serve`) or LLM_CLASS
+USAGES = ("serve", "offline")
+MAX_MOE_IMBALANCE = 64.0  # --moe-imbalance: the busiest EP rank's expert work over the mean  # vLLM's UsageContext: OPENAI_API_SERVER (`vllm serve`) or LLM_CLASS
 
 
 def model_dtype_name(text: str) -> str | None:
@@ -93,6 +94,7 @@ class PlanRequest:
     ep_size: int | None = None  # SGLang --ep-size
     moe_a2a_backend: str | None = None  # SGLang --moe-a2a-backend
     num_redundant_experts: int = 0  # vLLM --num-redundant-experts, SGLang --ep-num-redundant-experts
+    moe_imbalance: float = 1.0  # the busiest EP rank's routed-expert work / the mean (an assumption)
 
     @property
     def batched_tokens(self) -> int:
@@ -203,6 +205,10 @@ class PlanRequest:
                 raise UsageError(f"{what} must be >= 1, got {count}")
         if self.num_redundant_experts < 0:
             raise UsageError(f"--num-redundant-experts must be >= 0, got {self.num_redundant_experts}")
+        check_number(
+            self.moe_imbalance, "--moe-imbalance", 1.0, MAX_MOE_IMBALANCE,
+            "the busiest EP rank's expert work over the mean: 1 is perfectly balanced",
+        )  # fmt: skip
 
     def _check_workload(self, max_len: int) -> None:
         avg = self.avg_context_tokens

@@ -196,6 +196,13 @@ NumRedundantExperts = Annotated[
         help="Redundant experts (EPLB) added to the routed ones, whole experts per GPU; needs expert parallelism.",
     ),
 ]
+MoeImbalance = Annotated[
+    float,
+    typer.Option(
+        "--moe-imbalance",
+        help="Under expert parallelism: the busiest EP rank's routed-expert work over the mean (assumed 1.0).",
+    ),
+]
 Explain = Annotated[bool, typer.Option("--explain", help="Trace each number to its formula and spec field.")]
 
 
@@ -253,6 +260,7 @@ def estimate(
     ep_size: EpSize = None,
     moe_a2a_backend: MoeA2aBackend = None,
     num_redundant_experts: NumRedundantExperts = 0,
+    moe_imbalance: MoeImbalance = 1.0,
     json_out: o.Json = False,
     explain: Explain = False,
 ) -> None:

@@ -126,6 +126,7 @@ class EstimateFlags:
     ep_size: int | None = None
     moe_a2a_backend: str | None = None
     num_redundant_experts: int = 0
+    moe_imbalance: float = 1.0
 
 
 _NETWORK_RE = re.compile(r"^\s*(\d{1,6})\s*G(?:b/s|bps|b)?\s*$", re.IGNORECASE)
@@ -263,6 +264,7 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
         ep_size=f.ep_size,
         moe_a2a_backend=f.moe_a2a_backend.lower() if f.moe_a2a_backend else None,
         num_redundant_experts=f.num_redundant_experts,
+        moe_imbalance=f.moe_imbalance,
     )
 
 

@@ -206,6 +206,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
         ("attention", one.attention_ms),
         ("MoE", one.moe_ms),
         ("all-reduce", one.communication_ms),
+        ("all-to-all", one.all_to_all_ms),
         ("PP hops", one.pp_hop_ms),
         ("launch", one.launch_ms),
         ("overhead", one.overhead_ms),

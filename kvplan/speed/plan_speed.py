@@ -8,13 +8,14 @@ launch floor) replace the fitted terms through `ProfileParts`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvplan.formats import Format, weight_format
 from kvplan.model.capacity import AvgContext, Pool
-from kvplan.model.parallel import DEFAULT_NETWORK, Network
+from kvplan.model.parallel import DEFAULT_NETWORK, Network, Sharding
 from kvplan.model.params import ParamBreakdown
 from kvplan.model.weights import matrix_format_name
 from kvplan.specs.matrices import Matrix, weight_matrices
@@ -138,7 +139,7 @@ class Decode:
                 "weight_bytes": sum(g.weight_bytes * g.count for s in inp.stages for g in s.gemms),
                 "expert_bytes": sum(
                     s.moe_layers
-                    * s.experts.num_experts
+                    * s.experts.held
                     * (s.experts.gate_up.weight_bytes + s.experts.down.weight_bytes)
                     for s in inp.stages
                     if s.experts is not None
@@ -220,9 +221,11 @@ _ROW_PARALLEL = ("o_proj", "down_proj", "experts.down_proj", "latent_out")
 
 
 def _layer_gemms(
-    mats: list[Matrix], fmt_of: Any, tp: int
+    mats: list[Matrix], fmt_of: Any, tp: int, sh: Sharding | None = None
 ) -> tuple[list[step_model.Gemm], step_model.Gemm | None, step_model.Gemm | None]:
-    """(dense GEMMs, one routed expert's gate/up, its down) of one layer's matrices."""
+    """(dense GEMMs, one routed expert's gate/up, its down) of one layer's matrices. Under `sh`, attention
+    is sliced over the attention group (one DP-attention rank's tokens) and each routed expert over the
+    GPUs it is sliced over (1: whole experts under EP); everything else over TP."""
     groups: dict[tuple, list[Matrix]] = {}
     for m in mats:
         if m.component in ("norms", "router", "embedding"):
@@ -235,7 +238,14 @@ def _layer_gemms(
     dense: list[step_model.Gemm] = []
     gate_up = down = None
     for (comp, _, row, name), ms in groups.items():
-        g = _gemm(ms, fmt_of(ms[0]), tp, row)
+        split = tp
+        if sh is not None and comp == "attention":
+            split = sh.attn_tp
+        elif sh is not None and comp == "routed_experts":
+            split = sh.expert_tp
+        g = _gemm(ms, fmt_of(ms[0]), split, row)
+        if sh is not None and comp == "attention" and sh.attn_dp > 1:
+            g = dataclasses.replace(g, per_rank=True)
         if comp == "routed_experts" and name == "experts.gate_up":
             gate_up = g
         elif comp == "routed_experts" and name == "experts.down_proj":
@@ -247,23 +257,26 @@ def _layer_gemms(
 
 def _stage(
     spec: ModelSpec, rng: range, by_layer: dict[int | None, list[Matrix]], fmt_of: Any, tp: int,
-    last: bool, kv_share: float,
+    last: bool, kv_share: float, sh: Sharding | None = None,
 ) -> step_model.Stage:  # fmt: skip
     counts: Counter[step_model.Gemm] = Counter()
     experts = None
     moe_layers = 0
     for i in rng:
-        dense, gate_up, down = _layer_gemms(by_layer.get(i, []), fmt_of, tp)
+        dense, gate_up, down = _layer_gemms(by_layer.get(i, []), fmt_of, tp, sh)
         counts.update(dense)
         if gate_up is not None and down is not None and spec.moe is not None:
             moe_layers += 1
-            experts = step_model.Experts(spec.moe.num_experts, spec.moe.experts_per_token, gate_up, down)
+            local = sh.local_experts if sh is not None and sh.ep > 1 else 0
+            experts = step_model.Experts(
+                spec.moe.num_experts, spec.moe.experts_per_token, gate_up, down, local
+            )
     if last:
         head = [m for m in by_layer.get(None, []) if m.component in ("lm_head", "embedding")]
         head = [m for m in head if m.component == "lm_head"] or head  # a tied head reads the embedding
         if head:
             counts[_gemm(head[:1], fmt_of(head[0]), tp, False)] += 1
-    gemms = tuple(step_model.Gemm(g.k, g.n, g.weight_bytes, g.dtype, g.lowbit, n) for g, n in counts.items())
+    gemms = tuple(dataclasses.replace(g, count=n) for g, n in counts.items())
     layers = list(spec.layers)
     attention = sum(1 for i in rng if not isinstance(layers[i], (SharedKV, NoCache)))
     return step_model.Stage(len(rng), attention, gemms, moe_layers, experts, kv_share)
@@ -336,6 +349,8 @@ def decode_inputs(
     tp: int,
     gpus_per_node: int,
     network: Network | None = None,
+    sh: Sharding | None = None,
+    imbalance: float = 1.0,
 ) -> step_model.DecodeInputs:
     by_layer: dict[int | None, list[Matrix]] = {}
     for m in weight_matrices(spec):
@@ -355,14 +370,79 @@ def decode_inputs(
             tp,
             i == pp - 1,
             s.kv_bits_per_token_per_gpu / most,
+            None if sh is None or sh.plain else sh,
         )
         for i, s in enumerate(pool.stages)
     )
     tp_link, pp_links = _links(gpu, tp, pp, gpus_per_node, network)
+    parallel = (
+        step_model.ExpertParallel()
+        if sh is None or sh.plain
+        else expert_parallel(spec, gpu, sh, gpus_per_node, network, imbalance)
+    )
     return step_model.DecodeInputs(
         stages, spec.hidden_size, tp, gpu.hbm_bytes_per_s, gpu.bf16_dense_flops, gpu.fp8_dense_flops,
-        tp_link, pp_links,
+        tp_link, pp_links, parallel=parallel,
     )  # fmt: skip
+
+
+def expert_parallel(
+    spec: ModelSpec, gpu: GpuSpec, sh: Sharding, gpus_per_node: int, network: Network | None, imbalance: float
+) -> step_model.ExpertParallel:
+    """The step's view of `sh`: whole experts per GPU, the all-to-all and its links, DP-attention ranks
+    (whether the engine runs an all-to-all is its own rule, engines/vllm.py and sglang.py)."""
+    sources: list[tuple[str, str]] = []
+    a2a = sh.all_to_all and sh.ep > 1
+    if sh.ep > 1 and sh.num_experts:
+        how = "all-to-all dispatch and combine" if a2a else "an all-reduce after the experts (no all-to-all)"
+        sources.append(("expert_parallel", (
+            f"EP {sh.ep}: each GPU streams the touched ones of its {sh.local_experts} whole experts per MoE layer, "
+            f"{sh.local_experts} x (1 - (1 - k/E)^n) expected, n the tokens the MoE group routes; then {how}"
+        )))  # fmt: skip
+        sources.append(("moe_imbalance", (
+            f"the busiest EP rank carries {imbalance:g} x the mean routed-expert work (its tokens, its touched "
+            "experts up to all it holds" + (", its all-to-all bytes" if a2a else "") + "): "
+            + ("assumed perfectly balanced, the default (--moe-imbalance)" if imbalance == 1.0 else "--moe-imbalance")
+        )))  # fmt: skip
+    link = net = None
+    remote = 0.0
+    if a2a:
+        inter = network_link(network)
+        if sh.ep > gpus_per_node:
+            remote = (sh.ep - gpus_per_node) / (sh.ep - 1)
+            link, net = _intra(gpu, 0, gpus_per_node, gpus_per_node), inter
+        else:
+            link = _intra(gpu, 0, sh.ep, gpus_per_node)
+        over = f"{link.name} ({link.source})" + (
+            f"; the {remote:.0%} of peers on other nodes over {net.name} ({net.source})"
+            if net is not None
+            else ""
+        )
+        sources.insert(0, ("all_to_all", (
+            "per MoE layer a dispatch and a combine: each GPU sends tokens / EP x top-k x hidden x 2 B (bf16) x "
+            f"(EP - 1) / EP out and back, latency + bytes / link each way, over {over}; replaces the MoE layer's "
+            "all-reduce; tokens assumed spread evenly over the EP GPUs"
+        )))  # fmt: skip
+    if sh.attn_dp > 1:
+        sources.append(("dp_attention", (
+            f"DP attention: each of the {sh.attn_dp} attention-DP ranks runs batch / {sh.attn_dp} requests "
+            f"(rounded up) through attention, its weights sliced over attention TP {sh.attn_tp}"
+            + (f" and all-reduced over those {sh.attn_tp} GPUs" if sh.attn_tp > 1 else " (no all-reduce)")
+            + "; the MoE layers and dense MLPs see the whole batch "
+            "(layers/dp_attention.py, 0.5.x)"
+        )))  # fmt: skip
+    return step_model.ExpertParallel(
+        ep=sh.ep if sh.num_experts else 1,
+        attn_tp=sh.attn_tp,
+        attn_dp=sh.attn_dp,
+        group_tokens=sh.engine_dp if sh.num_experts else 1,
+        all_to_all=a2a,
+        link=link,
+        network=net,
+        remote_share=remote,
+        imbalance=imbalance,
+        sources=tuple(sources),
+    )
 
 
 def link_notes(req: PlanRequest, inp: step_model.DecodeInputs) -> list[str]:
@@ -419,10 +499,11 @@ def bandwidth_source(step: step_model.StepTime, profile: str | None) -> str:
         "attention": step.attention_ms,
         "MoE": step.moe_ms,
         "all-reduce": step.communication_ms,
+        "all-to-all": step.all_to_all_ms,
         "launch": step.launch_ms,
         "overhead": step.overhead_ms,
     }
-    key = {"MoE": "moe", "all-reduce": "communication"}
+    key = {"MoE": "moe", "all-reduce": "communication", "all-to-all": "all_to_all"}
     by: dict[str, list[str]] = {}
     for name, ms in used.items():
         if ms or name in ("weights", "overhead"):
@@ -455,13 +536,17 @@ def plan_speed(
     avg: AvgContext | None,
     embedding_bytes: int = 0,
     kv_bits: float = 16,
+    sh: Sharding | None = None,
 ) -> tuple[Decode, Prefill]:
-    """Decode step time at batch 1 and at the planned concurrency; prefill of one max-length prompt."""
+    """Decode step time at batch 1 and at the planned concurrency (the replica's: every attention-DP
+    rank's requests); prefill of one max-length prompt."""
     gpu = req.gpu
     c = step_model.coefficients()
     gpn = req.num_gpus // req.nodes if req.num_gpus and req.nodes > 1 else gpu.gpus_per_node
     per_matrix = bool(spec.weight_formats) and not req.weight_dtype
-    inp = decode_inputs(spec, gpu, pool, w_fmt, e_fmt, per_matrix, tp, gpn, req.network)
+    inp = decode_inputs(
+        spec, gpu, pool, w_fmt, e_fmt, per_matrix, tp, gpn, req.network, sh, req.moe_imbalance
+    )
     parts = parts_of(req, kv_bits)
     ctx, ctx_source = decode_context(req, max_len)
     kv_most = max(range(len(pool.stages)), key=lambda i: pool.stages[i].kv_bits_per_token_per_gpu)
