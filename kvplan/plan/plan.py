@@ -795,6 +795,12 @@ def estimate(req: PlanRequest) -> Plan:
             "all-reduce: its expert-parallel all-to-all and DP-attention split are not modelled yet (issue 23); "
             "the decode step and the memory figures do follow EP and DP attention"
         )
+    if req.speculative is not None:
+        notes.append(
+            f"speculative decoding ({req.speculative.flag} {req.speculative.method}): the speed figures follow it; "
+            "the draft's weights and KV (an EAGLE head's or MTP layer's, inside the engine's pool) are not counted "
+            "in the memory figures yet (issue 23)"
+        )
     reserve = budget.reserve
     used = source == "computed"
     num_blocks = pool.num_blocks

@@ -32,7 +32,7 @@ from kvplan.speed.prefill import (
 from kvplan.units import ceil_div
 
 if TYPE_CHECKING:
-    from kvplan.request import PlanRequest
+    from kvplan.request import PlanRequest, Speculative
 
 
 class ProfileParts:
@@ -106,6 +106,54 @@ class ServedTpot:
 
 
 @dataclass(frozen=True)
+class SpecStep:
+    """A speculative-decoding step of `batch` requests: `draft_steps` draft passes, then the target
+    verifies `verify_tokens` tokens a request; `acceptance_length` of them are kept on average."""
+
+    batch: int
+    method: str
+    draft_steps: int
+    verify_tokens: int
+    acceptance_length: float
+    acceptance_source: str
+    verify_ms: float  # the target's step at batch x verify_tokens tokens (KV read once a request)
+    draft_ms: float  # draft_steps x one draft pass
+    draft_source: str
+    step_ms: float  # verify + draft
+    tpot_ms: float  # per output token: step_ms / acceptance_length
+    tokens_per_s: float  # output tokens per replica
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def spec_step(
+    inp: step_model.DecodeInputs, spec: Speculative, batch: int, kv: float, ctx: int, parts: Any
+) -> SpecStep:
+    """The step under speculative decoding. Draft: EAGLE/EAGLE-3 heads and an MTP module are one decoder
+    layer like the target's (assumed: one layer's share of the target's plain step, LM head included);
+    n-gram drafting is a CPU lookup (assumed free)."""
+    plain = step_model.decode_step(inp, batch, kv, ctx, parts)
+    verify = step_model.decode_step(inp, batch, kv, ctx, parts, queries=spec.verify_tokens)
+    layers = sum(s.layers for s in inp.stages)
+    if spec.method == "ngram":
+        one, why = 0.0, "n-gram drafting: a CPU lookup in the prompt, assumed free"
+    else:
+        one = (plain.tpot_ms - plain.overhead_ms) / max(1, layers)
+        why = (
+            f"{spec.method}: each draft pass assumed one decoder layer like the target's, 1/{layers} of its "
+            "plain step less the per-step overhead"
+        )
+    draft = spec.draft_steps * one
+    step = verify.tpot_ms + draft
+    tpot = step / spec.acceptance_length
+    return SpecStep(
+        batch, spec.method, spec.draft_steps, spec.verify_tokens, spec.acceptance_length, spec.acceptance_source,
+        verify.tpot_ms, draft, why, step, tpot, batch * 1e3 / tpot,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Decode:
     bandwidth_bytes_per_s: float  # datasheet x the fitted GEMM efficiency (weights); for display
     bandwidth_source: str
@@ -121,6 +169,9 @@ class Decode:
     coefficients: step_model.Coefficients
     parts: ProfileParts | None = field(default=None, repr=False, compare=False)
     served: ServedTpot | None = None  # with --input-len/--output-len, at the planned concurrency
+    speculative: list[SpecStep] | None = (
+        None  # batch 1 and the planned concurrency, under speculative decoding
+    )
 
     def step(self, batch: int, kv_bytes_per_request: float, context_tokens: int = 0) -> step_model.StepTime:
         """The same model at another batch or context (solve)."""
@@ -169,6 +220,7 @@ class Decode:
             "at_max_concurrency": self.at_max_concurrency.to_dict() if self.at_max_concurrency else None,
             "at_avg_context": self.at_avg_context.to_dict() if self.at_avg_context else None,
             "served": self.served.to_dict() if self.served else None,
+            "speculative": [x.to_dict() for x in self.speculative] if self.speculative else None,
             "coefficients": self.coefficients.to_dict(),
         }
 
@@ -571,6 +623,11 @@ def plan_speed(
         chunk = chunk_seconds(inp, work, req.input_len, 0, c) * 1e3
         tpot = step.tpot_ms + (full.batch - 1) * chunk / req.output_len
         served = ServedTpot(full.batch, req.input_len, req.output_len, step.tpot_ms, chunk, tpot)
+    spec_rows = None
+    if req.speculative is not None:
+        spec_rows = [spec_step(inp, req.speculative, 1, per_req_ctx, ctx, parts)]
+        if full is not None:
+            spec_rows.append(spec_step(inp, req.speculative, full.batch, per_req_ctx, ctx, parts))
     decode = Decode(
         bandwidth_bytes_per_s=gpu.hbm_bytes_per_s * c.gemm_efficiency,
         bandwidth_source=bandwidth_source(one, req.decode_bandwidth_source),
@@ -586,6 +643,7 @@ def plan_speed(
         coefficients=c,
         parts=parts,
         served=served,
+        speculative=spec_rows,
     )
     pc = prefill_coefficients()
     terms = prefill_time(inp, work, max_len, 0, True, c, pc)

@@ -378,19 +378,21 @@ class _Terms:
 
 def _stage_terms(
     s: Stage, batch: int, kv_bytes_per_request: float, inp: DecodeInputs, c: Coefficients,
-    measured: Measured | None,
+    measured: Measured | None, queries: int = 1,
 ) -> _Terms:  # fmt: skip
     t = _Terms()
     rank = inp.rank_batch(batch)
+    requests = rank  # KV is read per request, once for all its query tokens
+    rank, batch = rank * queries, batch * queries  # tokens through the GEMMs, experts and links
     for g in s.gemms:
         sec, m = gemm_seconds(g, rank if g.per_rank else batch, inp, c, measured)
         t.weights += sec * g.count
         t.weight_bytes += g.weight_bytes * g.count
         if m:
             t.measured.add("weights")
-    kv = rank * kv_bytes_per_request * s.kv_share
+    kv = requests * kv_bytes_per_request * s.kv_share
     t.kv_bytes = round(kv)
-    t.attention, m = attention_seconds(kv, s.attention_layers, inp, c, measured, rank)
+    t.attention, m = attention_seconds(kv, s.attention_layers, inp, c, measured, requests)
     if m:
         t.measured.add("attention")
     moe_layers = s.moe_layers if s.experts is not None else 0
@@ -467,15 +469,18 @@ def decode_step(
     context_tokens: int = 0,
     measured: Measured | None = None,
     c: Coefficients | None = None,
+    queries: int = 1,
 ) -> StepTime:
     """One decode step of `batch` requests on one replica, each holding `kv_bytes_per_request` per GPU
     (on the stage with the most KV). A request's token crosses the stages one after another; with
-    several requests the pipeline carries up to `pp` micro-batches, each stage taking its turn."""
+    several requests the pipeline carries up to `pp` micro-batches, each stage taking its turn.
+    `queries` > 1: each request runs that many tokens (a speculative verify step): GEMMs, experts and
+    links carry batch x queries tokens, attention reads each request's KV once."""
     c = c or coefficients()
     micro = max(1, min(batch, inp.pp))
     mb = math.ceil(batch / micro)
-    per_stage = [_stage_terms(s, mb, kv_bytes_per_request, inp, c, measured) for s in inp.stages]
-    hops = sum(_hop_seconds(link, mb, inp, c) for link in inp.pp_links)
+    per_stage = [_stage_terms(s, mb, kv_bytes_per_request, inp, c, measured, queries) for s in inp.stages]
+    hops = sum(_hop_seconds(link, mb * queries, inp, c) for link in inp.pp_links)
     through = sum(t.total for t in per_stage) + hops  # one micro-batch through every stage
     busiest = micro * max(t.total for t in per_stage)  # the busiest stage serving every micro-batch
     scale = max(through, busiest) / through if through else 1.0  # > 1 only when stages queue
