@@ -163,7 +163,7 @@ def parse_speculative(f: EstimateFlags) -> Any:
             raise UsageError("--speculative-config is a vllm flag; SGLang takes --speculative-algorithm")
         try:
             cfg = json.loads(f.speculative_config)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise UsageError(f"--speculative-config: not JSON ({exc.msg})") from None
         if not isinstance(cfg, dict):
             raise UsageError('--speculative-config: give a JSON object, e.g. \'{"method": "mtp", ...}\'')
