@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from kvplan.model.parallel import Network
 
 RUNNERS = ("auto", "generate", "pooling")  # vLLM's --runner (vllm/config/model.py RunnerOption)
-USAGES = ("serve", "offline")  # vLLM's UsageContext: OPENAI_API_SERVER (`vllm serve`) or LLM_CLASS
+USAGES = ("serve", "offline")
+MAX_MOE_IMBALANCE = 64.0  # --moe-imbalance: the busiest EP rank's expert work over the mean  # vLLM's UsageContext: OPENAI_API_SERVER (`vllm serve`) or LLM_CLASS
 
 
 def model_dtype_name(text: str) -> str | None:
@@ -30,6 +31,61 @@ def model_dtype_name(text: str) -> str | None:
     key = normalize_dtype_name(text)
     key = "fp32" if key == "float" else key
     return key if key in ("auto", "bf16", "fp16", "fp32") else None
+
+
+# Speculative decoding (issue 23). DeepSeek-V3's technical report (arXiv:2412.19437, section 5.4.3):
+# "the acceptance rate of the second token prediction ranges between 85% and 90%"; kvplan takes the low
+# end for every MTP draft token (assumed: the report measures only the second token).
+MTP_ACCEPTANCE = 0.85
+MTP_SOURCE = (
+    "MTP: each draft token accepted at 85%, the low end of DeepSeek-V3's 85-90% for its second-token "
+    "prediction (arXiv:2412.19437, 5.4.3); the same rate assumed for every further draft token"
+)
+SPEC_METHODS = ("eagle", "eagle3", "mtp", "ngram")  # draft-free or one-layer drafts kvplan can time
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """A speculative-decoding setup: `draft_steps` draft forward passes a step, `verify_tokens` tokens a
+    request the target verifies (vLLM: num_speculative_tokens and + 1; SGLang: --speculative-num-steps
+    and --speculative-num-draft-tokens), `acceptance_length` tokens accepted a step on average."""
+
+    method: str  # eagle, eagle3, mtp, ngram (SGLang EAGLE, EAGLE3, NEXTN)
+    draft_steps: int
+    verify_tokens: int
+    acceptance_length: float
+    acceptance_source: str  # --acceptance-length, or the default's source
+    flag: str  # the flag it came from, for messages
+
+    @staticmethod
+    def make(
+        method: str, draft_steps: int, verify_tokens: int | None, acceptance: float | None, flag: str
+    ) -> Speculative:
+        if method not in SPEC_METHODS:
+            raise UsageError(
+                f"{flag}: method {method!r} is not modelled; kvplan times {', '.join(SPEC_METHODS)} "
+                "(a separate draft model's weights, KV and step are not modelled yet)"
+            )
+        if not 1 <= draft_steps <= 64:
+            raise UsageError(f"{flag}: draft tokens per step must be between 1 and 64, got {draft_steps}")
+        verify = draft_steps + 1 if verify_tokens is None else verify_tokens
+        if not 2 <= verify <= 1024:
+            raise UsageError(f"--speculative-num-draft-tokens must be between 2 and 1,024, got {verify}")
+        if acceptance is None:
+            if method != "mtp":
+                raise UsageError(
+                    f"--acceptance-length: give the mean tokens accepted per step for {flag} {method} "
+                    "(kvplan has a sourced default only for mtp)"
+                )
+            acceptance = sum(MTP_ACCEPTANCE**i for i in range(min(draft_steps, verify - 1) + 1))
+            source = f"assumed: {MTP_SOURCE}; 1 + 0.85 + ... + 0.85^{min(draft_steps, verify - 1)}"
+        else:
+            source = "--acceptance-length"
+        check_number(
+            acceptance, "--acceptance-length", 1.0, float(verify),
+            f"tokens accepted per step, at most the {verify} a request verifies",
+        )  # fmt: skip
+        return Speculative(method, draft_steps, verify, acceptance, source, flag)
 
 
 @dataclass(frozen=True)
@@ -93,6 +149,8 @@ class PlanRequest:
     ep_size: int | None = None  # SGLang --ep-size
     moe_a2a_backend: str | None = None  # SGLang --moe-a2a-backend
     num_redundant_experts: int = 0  # vLLM --num-redundant-experts, SGLang --ep-num-redundant-experts
+    moe_imbalance: float = 1.0  # the busiest EP rank's routed-expert work / the mean (an assumption)
+    speculative: Speculative | None = None  # speculative decoding (--speculative-config, SGLang's flags)
 
     @property
     def batched_tokens(self) -> int:
@@ -203,6 +261,10 @@ class PlanRequest:
                 raise UsageError(f"{what} must be >= 1, got {count}")
         if self.num_redundant_experts < 0:
             raise UsageError(f"--num-redundant-experts must be >= 0, got {self.num_redundant_experts}")
+        check_number(
+            self.moe_imbalance, "--moe-imbalance", 1.0, MAX_MOE_IMBALANCE,
+            "the busiest EP rank's expert work over the mean: 1 is perfectly balanced",
+        )  # fmt: skip
 
     def _check_workload(self, max_len: int) -> None:
         avg = self.avg_context_tokens

@@ -17,6 +17,7 @@ from kvplan.model.parallel import Sharding
 from kvplan.model.weights import sharded_stage_weights
 from kvplan.specs.matrices import weight_matrices
 from kvplan.specs.registry import load_model
+from kvplan.speed import step_model
 from kvplan.units import MiB
 
 BASE = {"gpus": "8xH200", "max_model_len": "32K", "calibration": False}
@@ -244,3 +245,136 @@ def test_real_vllm_ep_log_local_experts():
     )
     assert p.cluster.routed_experts_per_gpu == 16
     assert abs(p.weight_bytes_per_gpu / 2**30 - 27.7183) / 27.7183 < 0.03
+
+
+# --- the decode step under EP and DP attention (issue 23, speed) ------------------------------------
+
+
+def _inputs(parallel: step_model.ExpertParallel, hidden: int = 7168) -> step_model.DecodeInputs:
+    stage = step_model.Stage(1, 1, (), 0, None, 1.0)
+    link = step_model.Link(False, 450e9, 10e-6, "NVLink4")
+    return step_model.DecodeInputs((stage,), hidden, 8, 4.8e12, 989e12, 1979e12, link, (), parallel=parallel)
+
+
+def test_all_to_all_by_hand():
+    # 8 requests x 2 DP engine cores over EP 16: 1 token a GPU, top-8, 7168 x 2 B, 15/16 leave the GPU
+    link = step_model.Link(False, 450e9, 10e-6, "NVLink4")
+    inp = _inputs(step_model.ExpertParallel(ep=16, group_tokens=2, all_to_all=True, link=link))
+    c = step_model.coefficients()
+    out = 1 * 8 * 7168 * 2 * 15 / 16
+    assert step_model.all_to_all_seconds(8, 8, inp, c) == pytest.approx(2 * (10e-6 + out / 450e9))
+    # half the peers on another node: that half over a 50 GB/s network with 25 us a message, concurrently
+    net = step_model.Link(True, 50e9, 25e-6, "network 400G")
+    inp = _inputs(step_model.ExpertParallel(16, 0, 1, 2, True, link, net, 0.5))
+    assert step_model.all_to_all_seconds(8, 8, inp, c) == pytest.approx(2 * (25e-6 + out * 0.5 / 50e9))
+    # imbalance 1.5: the busiest rank moves 1.5 x the bytes; no all-to-all: nothing
+    inp = _inputs(step_model.ExpertParallel(16, 0, 1, 2, True, link, imbalance=1.5))
+    assert step_model.all_to_all_seconds(8, 8, inp, c) == pytest.approx(2 * (10e-6 + 1.5 * out / 450e9))
+    assert step_model.all_to_all_seconds(8, 8, _inputs(step_model.ExpertParallel(ep=16)), c) == 0
+
+
+def test_experts_a_gpu_streams_under_ep_by_hand():
+    # 32 whole experts of 256 on this GPU, top-8: one token touches 32 x 8/256 = 1 of them (expected);
+    # 40 tokens: 32 x (1 - (1 - 8/256)^40); imbalance 2 doubles that, capped at the 32 it holds
+    g = step_model.Gemm(7168, 4096, 7168 * 4096, "fp8", True)
+    d = step_model.Gemm(2048, 7168, 2048 * 7168, "fp8", True)
+    e = step_model.Experts(256, 8, g, d, local=32)
+    c = step_model.coefficients()
+    one_expert = g.weight_bytes + d.weight_bytes
+    _, nbytes, _ = step_model._moe_seconds(e, 1, _inputs(step_model.ExpertParallel(ep=8)), c, None)
+    assert nbytes == pytest.approx(one_expert, abs=2)
+    touched = 32 * (1 - (1 - 8 / 256) ** 40)
+    _, nbytes, _ = step_model._moe_seconds(e, 40, _inputs(step_model.ExpertParallel(ep=8)), c, None)
+    assert nbytes == pytest.approx(touched * one_expert, rel=1e-6)
+    _, nbytes, _ = step_model._moe_seconds(
+        e, 40, _inputs(step_model.ExpertParallel(ep=8, imbalance=2)), c, None
+    )
+    assert nbytes == pytest.approx(min(32, 2 * touched) * one_expert, rel=1e-6)
+    # vLLM's DP engine cores share the MoE group: 20 requests x 2 cores route as 40 tokens
+    _, nbytes, _ = step_model._moe_seconds(
+        e, 20, _inputs(step_model.ExpertParallel(ep=8, group_tokens=2)), c, None
+    )
+    assert nbytes == pytest.approx(touched * one_expert, rel=1e-6)
+
+
+def test_vllm_ep_inside_one_engine_core_keeps_the_all_reduce():
+    # vLLM runs all-to-all kernels only at DP > 1 (use_all2all_kernels); at TP 8 x DP 1 whole experts
+    # stream the same bytes as slices of all of them, behind the same all-reduce
+    tp, ep = plan().decode.batch_1, plan(enable_expert_parallel=True).decode.batch_1
+    assert ep.all_to_all_ms == 0 and "all_to_all" not in ep.sources
+    assert ep.communication_ms == pytest.approx(tp.communication_ms)
+    assert ep.tpot_ms == pytest.approx(tp.tpot_ms, rel=1e-3)
+    assert any("use_all2all_kernels" in a for a in plan(enable_expert_parallel=True).assumptions)
+
+
+def test_vllm_ep_across_dp_engine_cores_pays_the_all_to_all():
+    flags = {"gpus": "16xH200", "tensor_parallel_size": 8, "data_parallel_size": 2}
+    ep, no_ep = plan(**flags, enable_expert_parallel=True), plan(**flags)
+    one = ep.decode.batch_1
+    assert one.all_to_all_ms > 0 and no_ep.decode.batch_1.all_to_all_ms == 0
+    # 16 GPUs over two nodes of 8: 8/15 of each GPU's peers are on the other node, over --network
+    assert ep.decode.inputs.parallel.remote_share == pytest.approx(8 / 15)
+    assert (
+        "network 400G" in one.sources["all_to_all"] and "dispatch and a combine" in one.sources["all_to_all"]
+    )
+    # the MoE layers' all-reduce is gone: only the attention all-reduce and the dense layers' MLP remain
+    assert one.communication_ms < no_ep.decode.batch_1.communication_ms
+    assert "all-to-all" in ep.decode.bandwidth_source
+    # a faster network makes it cheaper
+    fast = plan(**flags, enable_expert_parallel=True, network="800G").decode.batch_1
+    assert fast.all_to_all_ms < one.all_to_all_ms
+
+
+def test_moe_imbalance_slows_the_expert_work_and_is_stated():
+    flags = {
+        "gpus": "16xH200",
+        "tensor_parallel_size": 8,
+        "data_parallel_size": 2,
+        "enable_expert_parallel": True,
+    }
+    even, skew = plan(**flags), plan(**flags, moe_imbalance=1.5)
+    assert skew.decode.batch_1.moe_ms > even.decode.batch_1.moe_ms
+    assert skew.decode.batch_1.all_to_all_ms > even.decode.batch_1.all_to_all_ms
+    assert any("assumed perfectly balanced, the default (--moe-imbalance)" in a for a in even.assumptions)
+    assert any("carries 1.5 x the mean" in a for a in skew.assumptions)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"moe_imbalance": 1.2}, "--moe-imbalance needs expert parallelism"),
+        ({"moe_imbalance": 0.5, "enable_expert_parallel": True}, "--moe-imbalance must be between 1"),
+        (
+            {"moe_imbalance": float("nan"), "enable_expert_parallel": True},
+            "--moe-imbalance must be between 1",
+        ),
+    ],
+)
+def test_moe_imbalance_refusals(flags, message):
+    with pytest.raises(UsageError, match=message):
+        plan(**flags)
+
+
+def test_sglang_dp_attention_runs_each_rank_on_its_own_requests():
+    base = {"engine": "sglang"}
+    dp = plan(**base, enable_dp_attention=True, data_parallel_size=8)
+    full = dp.decode.at_max_concurrency
+    # the step is the replica's: every rank's requests; attention runs one rank's share
+    assert full.batch == dp.max_concurrency_per_replica
+    assert full.attention_batch == math.ceil(full.batch / 8)
+    assert dp.decode.batch_1.attention_batch == 1
+    # attention weights sliced over attention TP 1: each GPU streams all of them (8x the TP-8 slice)
+    plain = plan(**base).decode.batch_1
+    assert dp.decode.batch_1.weights_ms > plain.weights_ms
+    att = [g for g in dp.decode.inputs.stages[0].gemms if g.per_rank]
+    assert att and all(g.per_rank for g in att)
+    assert any("DP attention: each of the 8 attention-DP ranks runs batch / 8" in a for a in dp.assumptions)
+    # with DeepEP the MoE layers dispatch all-to-all within the node
+    deepep = plan(**base, enable_dp_attention=True, data_parallel_size=8, moe_a2a_backend="deepep")
+    one = deepep.decode.batch_1
+    assert one.all_to_all_ms > 0 and "NVLink" in one.sources["all_to_all"]
+    assert one.communication_ms < dp.decode.batch_1.communication_ms
+    # --ep-size without an all-to-all backend keeps the all-reduce
+    ep_only = plan(**base, ep_size=8)
+    assert ep_only.decode.batch_1.all_to_all_ms == 0
+    assert any("without an all-to-all --moe-a2a-backend" in a for a in ep_only.assumptions)

@@ -126,6 +126,77 @@ class EstimateFlags:
     ep_size: int | None = None
     moe_a2a_backend: str | None = None
     num_redundant_experts: int = 0
+    moe_imbalance: float = 1.0
+    speculative_config: str | None = None  # vLLM, JSON as typed
+    speculative_algorithm: str | None = None  # SGLang
+    speculative_num_steps: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    acceptance_length: float | None = None
+
+
+# SGLang --speculative-algorithm as kvplan names the method (server_args.py 0.5.x: NEXTN is DeepSeek's MTP)
+SGLANG_SPEC = {
+    "EAGLE": "eagle",
+    "EAGLE3": "eagle3",
+    "NEXTN": "mtp",
+    "STANDALONE": "draft_model",
+    "NGRAM": "ngram",
+}
+
+
+def parse_speculative(f: EstimateFlags) -> Any:
+    """--speculative-config (vLLM) or --speculative-algorithm/-num-steps/-num-draft-tokens (SGLang), and
+    --acceptance-length: a request.Speculative, or None."""
+    import json
+
+    from kvplan.request import Speculative
+
+    sglang = f.speculative_algorithm is not None
+    sglang_extra = f.speculative_num_steps is not None or f.speculative_num_draft_tokens is not None
+    engine = f.engine.lower()
+    if f.speculative_config is not None and (sglang or sglang_extra):
+        raise UsageError(
+            "--speculative-config is vLLM's; SGLang takes --speculative-algorithm: give one of them"
+        )
+    if f.speculative_config is not None:
+        if engine != "vllm":
+            raise UsageError("--speculative-config is a vllm flag; SGLang takes --speculative-algorithm")
+        try:
+            cfg = json.loads(f.speculative_config)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--speculative-config: not JSON ({exc.msg})") from None
+        if not isinstance(cfg, dict):
+            raise UsageError('--speculative-config: give a JSON object, e.g. \'{"method": "mtp", ...}\'')
+        method = str(cfg.get("method") or ("draft_model" if cfg.get("model") else "")).lower()
+        if method in ("deepseek_mtp", "qwen3_next_mtp", "ernie_mtp", "glm4_moe_mtp", "mimo_mtp"):
+            method = "mtp"  # vLLM's per-model MTP names (vllm/config/speculative.py)
+        n = cfg.get("num_speculative_tokens")
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise UsageError("--speculative-config: give num_speculative_tokens, a whole number")
+        return Speculative.make(method, n, None, f.acceptance_length, "--speculative-config method")
+    if sglang:
+        if engine != "sglang":
+            raise UsageError("--speculative-algorithm is an sglang flag; vLLM takes --speculative-config")
+        algo = str(f.speculative_algorithm).upper()
+        if algo not in SGLANG_SPEC:
+            raise UsageError(f"--speculative-algorithm must be {', '.join(SGLANG_SPEC)}, got {algo!r}")
+        if f.speculative_num_steps is None:
+            raise UsageError(
+                "--speculative-num-steps: give the draft steps (kvplan does not pick SGLang's default)"
+            )
+        return Speculative.make(
+            SGLANG_SPEC[algo], f.speculative_num_steps, f.speculative_num_draft_tokens, f.acceptance_length,
+            "--speculative-algorithm",
+        )  # fmt: skip
+    if sglang_extra:
+        raise UsageError(
+            "--speculative-num-steps/--speculative-num-draft-tokens need --speculative-algorithm"
+        )
+    if f.acceptance_length is not None:
+        raise UsageError(
+            "--acceptance-length needs speculative decoding (--speculative-config or --speculative-algorithm)"
+        )
+    return None
 
 
 _NETWORK_RE = re.compile(r"^\s*(\d{1,6})\s*G(?:b/s|bps|b)?\s*$", re.IGNORECASE)
@@ -263,6 +334,8 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
         ep_size=f.ep_size,
         moe_a2a_backend=f.moe_a2a_backend.lower() if f.moe_a2a_backend else None,
         num_redundant_experts=f.num_redundant_experts,
+        moe_imbalance=f.moe_imbalance,
+        speculative=parse_speculative(f),
     )
 
 

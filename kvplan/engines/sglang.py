@@ -716,5 +716,12 @@ def sglang_sharding(
             f"SGLang --ep-size {ep}: each GPU holds {local} of the {experts}{extra} routed experts per MoE layer, "
             f"each sliced over tp / ep = {tp // ep} GPU(s) (layers/moe/ep_moe/layer.py, 0.5.x)"
         )
+    a2a = ep > 1 and backend in A2A_FORCES_EP
+    if ep > 1 and not a2a:
+        rules.append(
+            f"SGLang --ep-size {ep} without an all-to-all --moe-a2a-backend: the experts' outputs are all-reduced "
+            "over TP (no dispatch/combine)"
+        )
     return Sharding(tp, attn_tp, dp_attn, ep, tp // ep, experts, local, redundant,
-                    embedding_replicated=dp_attn > 1, a2a_backend=backend, rules=tuple(rules))  # fmt: skip
+                    embedding_replicated=dp_attn > 1, a2a_backend=backend, all_to_all=a2a,
+                    rules=tuple(rules))  # fmt: skip

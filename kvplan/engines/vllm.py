@@ -850,8 +850,16 @@ def vllm_sharding(spec: ModelSpec, tp: int, dp: int, ep_on: bool, redundant: int
             f"vLLM --enable-expert-parallel: EP size = TP x DP = {group}; the fullest GPU holds {local} of the "
             f"{experts}{extra} routed experts per MoE layer whole instead of a 1/{group} slice of each "
             "(fused_moe/config.py FusedMoEParallelConfig.make, fused_moe/layer.py determine_expert_map at v0.11.0)",
+            "vLLM dispatches and combines tokens all-to-all only under expert parallelism with --data-parallel-size > 1 "
+            "(fused_moe/config.py FusedMoEParallelConfig.use_all2all_kernels: dp_size > 1 and use_ep, v0.11.0); "
+            + (
+                "so here it does"
+                if dp > 1
+                else "at DP 1 the experts' outputs are all-reduced over TP as without EP"
+            ),
         )
-        return Sharding(tp, tp, 1, group, 1, experts, local, redundant, engine_dp=dp, rules=rules)
+        return Sharding(tp, tp, 1, group, 1, experts, local, redundant, engine_dp=dp, all_to_all=dp > 1,
+                        rules=rules)  # fmt: skip
     if dp == 1:
         return plain_sharding(spec, tp)
     rules += (f"without --enable-expert-parallel each routed expert is sliced over TP x DP = {group} GPUs",)

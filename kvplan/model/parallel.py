@@ -167,6 +167,7 @@ class Sharding:
     embedding_replicated: bool = False  # every GPU holds the whole input embedding
     engine_dp: int = 1  # vLLM: data-parallel engine cores whose MoE layers form one group
     a2a_backend: str | None = None  # SGLang --moe-a2a-backend as given
+    all_to_all: bool = False  # the MoE layer dispatches and combines tokens all-to-all (no all-reduce)
     rules: tuple[str, ...] = ()  # what the figures rest on, each with its source
 
     @property

@@ -740,6 +740,11 @@ def estimate(req: PlanRequest) -> Plan:
     tp, pp, dp = layout.tp, layout.pp, layout.dp
     sh = engine.sharding(req.model, tp)
     check_tp(req.model, sh.attn_tp, layout.pp)
+    if req.moe_imbalance != 1.0 and not (sh.ep > 1 and sh.num_experts):
+        raise UsageError(
+            "--moe-imbalance needs expert parallelism (vLLM --enable-expert-parallel, SGLang --ep-size > 1): "
+            "under TP every GPU holds a slice of every expert"
+        )
     kv_tp, attn_dp = sh.attn_tp, sh.attn_dp
     ex: list[Explain] = []
     notes: list[str] = list(default_notes)
@@ -774,19 +779,27 @@ def estimate(req: PlanRequest) -> Plan:
     )  # fmt: skip
     report = _engine_report(engine, problem, caches, fmt, bs, kv_tp, max_len, math.floor(conc.usable_factor))
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
-                                 conc.binding_stage, tp, req_len, conc.max_concurrency, conc.request_bytes_per_gpu,
-                                 avg, weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value))  # fmt: skip
+                                 conc.binding_stage, tp, req_len, conc.max_concurrency * attn_dp,
+                                 conc.request_bytes_per_gpu, avg, weights.stages[0].embedding_bytes_per_gpu,
+                                 float(fmt.bits_per_value), sh)  # fmt: skip
     notes.append(
         f"decode step model: {decode.bandwidth_source}; prefill: GEMMs at {prefill.mfu:.0%} of "
         f"{prefill.peak_dtype} peak, attention, all-reduces, launch, {prefill.source}; both estimates"
     )
     notes += link_notes(req, decode.inputs)
     if not sh.plain:
+        # the all-to-all's source is in the decode line above
+        notes += [text for term, text in decode.inputs.parallel.sources if term != "all_to_all"]
         notes.append(
-            "decode and prefill speed still model the MoE layer as TP-sliced experts behind a TP all-reduce, "
-            "batches of the whole replica: the expert-parallel all-to-all (dispatch and combine), tokens per "
-            "expert under EP, expert load imbalance and per-rank DP-attention batches are not modelled yet "
-            "(issue 23); the memory figures above do follow EP and DP attention"
+            "prefill (TTFT) still models one prompt on the whole TP group with TP-sliced experts behind a TP "
+            "all-reduce: its expert-parallel all-to-all and DP-attention split are not modelled yet (issue 23); "
+            "the decode step and the memory figures do follow EP and DP attention"
+        )
+    if req.speculative is not None:
+        notes.append(
+            f"speculative decoding ({req.speculative.flag} {req.speculative.method}): the speed figures follow it; "
+            "the draft's weights and KV (an EAGLE head's or MTP layer's, inside the engine's pool) are not counted "
+            "in the memory figures yet (issue 23)"
         )
     reserve = budget.reserve
     used = source == "computed"

@@ -200,12 +200,22 @@ def _render_speed(plan: Plan, console: Console) -> None:
             highlight=False,
             markup=False,
         )
+    for sp in d.speculative or []:
+        console.print(
+            f"speculative decoding ({sp.method}, {sp.draft_steps} draft / {sp.verify_tokens} verified tokens) at "
+            f"{plural(sp.batch, 'request')}: TPOT {sp.tpot_ms:,.2f} ms per output token = (verify "
+            f"{sp.verify_ms:,.2f} + draft {sp.draft_ms:,.2f} ms) / {sp.acceptance_length:.2f} tokens accepted a step "
+            f"({sp.acceptance_source}; {sp.draft_source})",
+            highlight=False,
+            markup=False,
+        )
     one = d.batch_1
     terms = [
         ("weights", one.weights_ms),
         ("attention", one.attention_ms),
         ("MoE", one.moe_ms),
         ("all-reduce", one.communication_ms),
+        ("all-to-all", one.all_to_all_ms),
         ("PP hops", one.pp_hop_ms),
         ("launch", one.launch_ms),
         ("overhead", one.overhead_ms),

@@ -8,13 +8,14 @@ launch floor) replace the fitted terms through `ProfileParts`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvplan.formats import Format, weight_format
 from kvplan.model.capacity import AvgContext, Pool
-from kvplan.model.parallel import DEFAULT_NETWORK, Network
+from kvplan.model.parallel import DEFAULT_NETWORK, Network, Sharding
 from kvplan.model.params import ParamBreakdown
 from kvplan.model.weights import matrix_format_name
 from kvplan.specs.matrices import Matrix, weight_matrices
@@ -31,7 +32,7 @@ from kvplan.speed.prefill import (
 from kvplan.units import ceil_div
 
 if TYPE_CHECKING:
-    from kvplan.request import PlanRequest
+    from kvplan.request import PlanRequest, Speculative
 
 
 class ProfileParts:
@@ -105,6 +106,54 @@ class ServedTpot:
 
 
 @dataclass(frozen=True)
+class SpecStep:
+    """A speculative-decoding step of `batch` requests: `draft_steps` draft passes, then the target
+    verifies `verify_tokens` tokens a request; `acceptance_length` of them are kept on average."""
+
+    batch: int
+    method: str
+    draft_steps: int
+    verify_tokens: int
+    acceptance_length: float
+    acceptance_source: str
+    verify_ms: float  # the target's step at batch x verify_tokens tokens (KV read once a request)
+    draft_ms: float  # draft_steps x one draft pass
+    draft_source: str
+    step_ms: float  # verify + draft
+    tpot_ms: float  # per output token: step_ms / acceptance_length
+    tokens_per_s: float  # output tokens per replica
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def spec_step(
+    inp: step_model.DecodeInputs, spec: Speculative, batch: int, kv: float, ctx: int, parts: Any
+) -> SpecStep:
+    """The step under speculative decoding. Draft: EAGLE/EAGLE-3 heads and an MTP module are one decoder
+    layer like the target's (assumed: one layer's share of the target's plain step, LM head included);
+    n-gram drafting is a CPU lookup (assumed free)."""
+    plain = step_model.decode_step(inp, batch, kv, ctx, parts)
+    verify = step_model.decode_step(inp, batch, kv, ctx, parts, queries=spec.verify_tokens)
+    layers = sum(s.layers for s in inp.stages)
+    if spec.method == "ngram":
+        one, why = 0.0, "n-gram drafting: a CPU lookup in the prompt, assumed free"
+    else:
+        one = (plain.tpot_ms - plain.overhead_ms) / max(1, layers)
+        why = (
+            f"{spec.method}: each draft pass assumed one decoder layer like the target's, 1/{layers} of its "
+            "plain step less the per-step overhead"
+        )
+    draft = spec.draft_steps * one
+    step = verify.tpot_ms + draft
+    tpot = step / spec.acceptance_length
+    return SpecStep(
+        batch, spec.method, spec.draft_steps, spec.verify_tokens, spec.acceptance_length, spec.acceptance_source,
+        verify.tpot_ms, draft, why, step, tpot, batch * 1e3 / tpot,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Decode:
     bandwidth_bytes_per_s: float  # datasheet x the fitted GEMM efficiency (weights); for display
     bandwidth_source: str
@@ -120,6 +169,9 @@ class Decode:
     coefficients: step_model.Coefficients
     parts: ProfileParts | None = field(default=None, repr=False, compare=False)
     served: ServedTpot | None = None  # with --input-len/--output-len, at the planned concurrency
+    speculative: list[SpecStep] | None = (
+        None  # batch 1 and the planned concurrency, under speculative decoding
+    )
 
     def step(self, batch: int, kv_bytes_per_request: float, context_tokens: int = 0) -> step_model.StepTime:
         """The same model at another batch or context (solve)."""
@@ -138,7 +190,7 @@ class Decode:
                 "weight_bytes": sum(g.weight_bytes * g.count for s in inp.stages for g in s.gemms),
                 "expert_bytes": sum(
                     s.moe_layers
-                    * s.experts.num_experts
+                    * s.experts.held
                     * (s.experts.gate_up.weight_bytes + s.experts.down.weight_bytes)
                     for s in inp.stages
                     if s.experts is not None
@@ -168,6 +220,7 @@ class Decode:
             "at_max_concurrency": self.at_max_concurrency.to_dict() if self.at_max_concurrency else None,
             "at_avg_context": self.at_avg_context.to_dict() if self.at_avg_context else None,
             "served": self.served.to_dict() if self.served else None,
+            "speculative": [x.to_dict() for x in self.speculative] if self.speculative else None,
             "coefficients": self.coefficients.to_dict(),
         }
 
@@ -220,9 +273,11 @@ _ROW_PARALLEL = ("o_proj", "down_proj", "experts.down_proj", "latent_out")
 
 
 def _layer_gemms(
-    mats: list[Matrix], fmt_of: Any, tp: int
+    mats: list[Matrix], fmt_of: Any, tp: int, sh: Sharding | None = None
 ) -> tuple[list[step_model.Gemm], step_model.Gemm | None, step_model.Gemm | None]:
-    """(dense GEMMs, one routed expert's gate/up, its down) of one layer's matrices."""
+    """(dense GEMMs, one routed expert's gate/up, its down) of one layer's matrices. Under `sh`, attention
+    is sliced over the attention group (one DP-attention rank's tokens) and each routed expert over the
+    GPUs it is sliced over (1: whole experts under EP); everything else over TP."""
     groups: dict[tuple, list[Matrix]] = {}
     for m in mats:
         if m.component in ("norms", "router", "embedding"):
@@ -235,7 +290,14 @@ def _layer_gemms(
     dense: list[step_model.Gemm] = []
     gate_up = down = None
     for (comp, _, row, name), ms in groups.items():
-        g = _gemm(ms, fmt_of(ms[0]), tp, row)
+        split = tp
+        if sh is not None and comp == "attention":
+            split = sh.attn_tp
+        elif sh is not None and comp == "routed_experts":
+            split = sh.expert_tp
+        g = _gemm(ms, fmt_of(ms[0]), split, row)
+        if sh is not None and comp == "attention" and sh.attn_dp > 1:
+            g = dataclasses.replace(g, per_rank=True)
         if comp == "routed_experts" and name == "experts.gate_up":
             gate_up = g
         elif comp == "routed_experts" and name == "experts.down_proj":
@@ -247,23 +309,26 @@ def _layer_gemms(
 
 def _stage(
     spec: ModelSpec, rng: range, by_layer: dict[int | None, list[Matrix]], fmt_of: Any, tp: int,
-    last: bool, kv_share: float,
+    last: bool, kv_share: float, sh: Sharding | None = None,
 ) -> step_model.Stage:  # fmt: skip
     counts: Counter[step_model.Gemm] = Counter()
     experts = None
     moe_layers = 0
     for i in rng:
-        dense, gate_up, down = _layer_gemms(by_layer.get(i, []), fmt_of, tp)
+        dense, gate_up, down = _layer_gemms(by_layer.get(i, []), fmt_of, tp, sh)
         counts.update(dense)
         if gate_up is not None and down is not None and spec.moe is not None:
             moe_layers += 1
-            experts = step_model.Experts(spec.moe.num_experts, spec.moe.experts_per_token, gate_up, down)
+            local = sh.local_experts if sh is not None and sh.ep > 1 else 0
+            experts = step_model.Experts(
+                spec.moe.num_experts, spec.moe.experts_per_token, gate_up, down, local
+            )
     if last:
         head = [m for m in by_layer.get(None, []) if m.component in ("lm_head", "embedding")]
         head = [m for m in head if m.component == "lm_head"] or head  # a tied head reads the embedding
         if head:
             counts[_gemm(head[:1], fmt_of(head[0]), tp, False)] += 1
-    gemms = tuple(step_model.Gemm(g.k, g.n, g.weight_bytes, g.dtype, g.lowbit, n) for g, n in counts.items())
+    gemms = tuple(dataclasses.replace(g, count=n) for g, n in counts.items())
     layers = list(spec.layers)
     attention = sum(1 for i in rng if not isinstance(layers[i], (SharedKV, NoCache)))
     return step_model.Stage(len(rng), attention, gemms, moe_layers, experts, kv_share)
@@ -336,6 +401,8 @@ def decode_inputs(
     tp: int,
     gpus_per_node: int,
     network: Network | None = None,
+    sh: Sharding | None = None,
+    imbalance: float = 1.0,
 ) -> step_model.DecodeInputs:
     by_layer: dict[int | None, list[Matrix]] = {}
     for m in weight_matrices(spec):
@@ -355,14 +422,79 @@ def decode_inputs(
             tp,
             i == pp - 1,
             s.kv_bits_per_token_per_gpu / most,
+            None if sh is None or sh.plain else sh,
         )
         for i, s in enumerate(pool.stages)
     )
     tp_link, pp_links = _links(gpu, tp, pp, gpus_per_node, network)
+    parallel = (
+        step_model.ExpertParallel()
+        if sh is None or sh.plain
+        else expert_parallel(spec, gpu, sh, gpus_per_node, network, imbalance)
+    )
     return step_model.DecodeInputs(
         stages, spec.hidden_size, tp, gpu.hbm_bytes_per_s, gpu.bf16_dense_flops, gpu.fp8_dense_flops,
-        tp_link, pp_links,
+        tp_link, pp_links, parallel=parallel,
     )  # fmt: skip
+
+
+def expert_parallel(
+    spec: ModelSpec, gpu: GpuSpec, sh: Sharding, gpus_per_node: int, network: Network | None, imbalance: float
+) -> step_model.ExpertParallel:
+    """The step's view of `sh`: whole experts per GPU, the all-to-all and its links, DP-attention ranks
+    (whether the engine runs an all-to-all is its own rule, engines/vllm.py and sglang.py)."""
+    sources: list[tuple[str, str]] = []
+    a2a = sh.all_to_all and sh.ep > 1
+    if sh.ep > 1 and sh.num_experts:
+        how = "all-to-all dispatch and combine" if a2a else "an all-reduce after the experts (no all-to-all)"
+        sources.append(("expert_parallel", (
+            f"EP {sh.ep}: each GPU streams the touched ones of its {sh.local_experts} whole experts per MoE layer, "
+            f"{sh.local_experts} x (1 - (1 - k/E)^n) expected, n the tokens the MoE group routes; then {how}"
+        )))  # fmt: skip
+        sources.append(("moe_imbalance", (
+            f"the busiest EP rank carries {imbalance:g} x the mean routed-expert work (its tokens, its touched "
+            "experts up to all it holds" + (", its all-to-all bytes" if a2a else "") + "): "
+            + ("assumed perfectly balanced, the default (--moe-imbalance)" if imbalance == 1.0 else "--moe-imbalance")
+        )))  # fmt: skip
+    link = net = None
+    remote = 0.0
+    if a2a:
+        inter = network_link(network)
+        if sh.ep > gpus_per_node:
+            remote = (sh.ep - gpus_per_node) / (sh.ep - 1)
+            link, net = _intra(gpu, 0, gpus_per_node, gpus_per_node), inter
+        else:
+            link = _intra(gpu, 0, sh.ep, gpus_per_node)
+        over = f"{link.name} ({link.source})" + (
+            f"; the {remote:.0%} of peers on other nodes over {net.name} ({net.source})"
+            if net is not None
+            else ""
+        )
+        sources.insert(0, ("all_to_all", (
+            "per MoE layer a dispatch and a combine: each GPU sends tokens / EP x top-k x hidden x 2 B (bf16) x "
+            f"(EP - 1) / EP out and back, latency + bytes / link each way, over {over}; replaces the MoE layer's "
+            "all-reduce; tokens assumed spread evenly over the EP GPUs"
+        )))  # fmt: skip
+    if sh.attn_dp > 1:
+        sources.append(("dp_attention", (
+            f"DP attention: each of the {sh.attn_dp} attention-DP ranks runs batch / {sh.attn_dp} requests "
+            f"(rounded up) through attention, its weights sliced over attention TP {sh.attn_tp}"
+            + (f" and all-reduced over those {sh.attn_tp} GPUs" if sh.attn_tp > 1 else " (no all-reduce)")
+            + "; the MoE layers and dense MLPs see the whole batch "
+            "(layers/dp_attention.py, 0.5.x)"
+        )))  # fmt: skip
+    return step_model.ExpertParallel(
+        ep=sh.ep if sh.num_experts else 1,
+        attn_tp=sh.attn_tp,
+        attn_dp=sh.attn_dp,
+        group_tokens=sh.engine_dp if sh.num_experts else 1,
+        all_to_all=a2a,
+        link=link,
+        network=net,
+        remote_share=remote,
+        imbalance=imbalance,
+        sources=tuple(sources),
+    )
 
 
 def link_notes(req: PlanRequest, inp: step_model.DecodeInputs) -> list[str]:
@@ -419,10 +551,11 @@ def bandwidth_source(step: step_model.StepTime, profile: str | None) -> str:
         "attention": step.attention_ms,
         "MoE": step.moe_ms,
         "all-reduce": step.communication_ms,
+        "all-to-all": step.all_to_all_ms,
         "launch": step.launch_ms,
         "overhead": step.overhead_ms,
     }
-    key = {"MoE": "moe", "all-reduce": "communication"}
+    key = {"MoE": "moe", "all-reduce": "communication", "all-to-all": "all_to_all"}
     by: dict[str, list[str]] = {}
     for name, ms in used.items():
         if ms or name in ("weights", "overhead"):
@@ -455,13 +588,17 @@ def plan_speed(
     avg: AvgContext | None,
     embedding_bytes: int = 0,
     kv_bits: float = 16,
+    sh: Sharding | None = None,
 ) -> tuple[Decode, Prefill]:
-    """Decode step time at batch 1 and at the planned concurrency; prefill of one max-length prompt."""
+    """Decode step time at batch 1 and at the planned concurrency (the replica's: every attention-DP
+    rank's requests); prefill of one max-length prompt."""
     gpu = req.gpu
     c = step_model.coefficients()
     gpn = req.num_gpus // req.nodes if req.num_gpus and req.nodes > 1 else gpu.gpus_per_node
     per_matrix = bool(spec.weight_formats) and not req.weight_dtype
-    inp = decode_inputs(spec, gpu, pool, w_fmt, e_fmt, per_matrix, tp, gpn, req.network)
+    inp = decode_inputs(
+        spec, gpu, pool, w_fmt, e_fmt, per_matrix, tp, gpn, req.network, sh, req.moe_imbalance
+    )
     parts = parts_of(req, kv_bits)
     ctx, ctx_source = decode_context(req, max_len)
     kv_most = max(range(len(pool.stages)), key=lambda i: pool.stages[i].kv_bits_per_token_per_gpu)
@@ -486,6 +623,11 @@ def plan_speed(
         chunk = chunk_seconds(inp, work, req.input_len, 0, c) * 1e3
         tpot = step.tpot_ms + (full.batch - 1) * chunk / req.output_len
         served = ServedTpot(full.batch, req.input_len, req.output_len, step.tpot_ms, chunk, tpot)
+    spec_rows = None
+    if req.speculative is not None:
+        spec_rows = [spec_step(inp, req.speculative, 1, per_req_ctx, ctx, parts)]
+        if full is not None:
+            spec_rows.append(spec_step(inp, req.speculative, full.batch, per_req_ctx, ctx, parts))
     decode = Decode(
         bandwidth_bytes_per_s=gpu.hbm_bytes_per_s * c.gemm_efficiency,
         bandwidth_source=bandwidth_source(one, req.decode_bandwidth_source),
@@ -501,6 +643,7 @@ def plan_speed(
         coefficients=c,
         parts=parts,
         served=served,
+        speculative=spec_rows,
     )
     pc = prefill_coefficients()
     terms = prefill_time(inp, work, max_len, 0, True, c, pc)

@@ -181,5 +181,5 @@ def weight_bytes_per_gpu(inp: DecodeInputs) -> int:
         total += sum(g.weight_bytes * g.count for g in s.gemms)
         if s.experts is not None:
             e = s.experts
-            total += s.moe_layers * e.num_experts * (e.gate_up.weight_bytes + e.down.weight_bytes)
+            total += s.moe_layers * e.held * (e.gate_up.weight_bytes + e.down.weight_bytes)
     return total

@@ -9,6 +9,11 @@ One GPU of a pipeline stage, per decode step of `batch` requests:
   MoE        per MoE layer a fixed routing/permute cost; the experts the batch touches are streamed
              as grouped GEMMs (experts_touched)
   comm       two all-reduces per layer under TP: latency + 2 (tp - 1) / tp x bytes / link
+  EP         under expert parallelism a GPU holds `local` whole experts; with an all-to-all MoE
+             (vLLM EP at DP > 1, SGLang's DeepEP-style backends) each MoE layer's all-reduce is replaced
+             by a dispatch and a combine of each token's hidden state x top-k (`ExpertParallel`)
+  DP attn    under SGLang's DP attention each attention-DP rank runs batch / dp requests through its
+             attention (weights sliced over attention TP only, KV of its own requests)
   launch     a per-layer cost (kernel launches and small ops between the GEMMs)
 Stages run one after another for a token (plus one activation hop between stages); with several
 requests the pipeline holds up to `pp` micro-batches. A fixed per-step overhead (scheduling,
@@ -123,6 +128,7 @@ class Gemm:
     dtype: str  # the weight format's name
     lowbit: bool  # under 16 bits per weight
     count: int = 1
+    per_rank: bool = False  # attention: runs one attention-DP rank's tokens (batch / attn_dp)
 
 
 @dataclass(frozen=True)
@@ -131,8 +137,13 @@ class Experts:
 
     num_experts: int
     experts_per_token: int
-    gate_up: Gemm  # one expert's
+    gate_up: Gemm  # one expert's (its slice on this GPU)
     down: Gemm
+    local: int = 0  # experts this GPU holds (redundant ones included); 0: all of them (plain TP)
+
+    @property
+    def held(self) -> int:
+        return self.local or self.num_experts
 
 
 @dataclass(frozen=True)
@@ -192,6 +203,24 @@ class Link:
 
 
 @dataclass(frozen=True)
+class ExpertParallel:
+    """Expert parallelism and DP attention on one replica (kvplan/model/parallel.py Sharding), as the
+    step sees them. `group_tokens` x the step's batch is what the MoE group routes: vLLM's DP engine
+    cores share one MoE group, each assumed as loaded as the one planned."""
+
+    ep: int = 1  # GPUs the routed experts are spread over, whole
+    attn_tp: int = 0  # GPUs of one attention group; 0: the TP size
+    attn_dp: int = 1  # attention-DP ranks per replica, each with batch / attn_dp requests
+    group_tokens: int = 1  # MoE group tokens per planned token (vLLM: --data-parallel-size)
+    all_to_all: bool = False  # dispatch + combine instead of the MoE layer's all-reduce
+    link: Link | None = None  # what the all-to-all crosses inside a node
+    network: Link | None = None  # and across nodes, when the EP group spans them
+    remote_share: float = 0.0  # share of a rank's EP peers on other nodes
+    imbalance: float = 1.0  # the busiest EP rank's routed-expert work / the mean (assumed)
+    sources: tuple[tuple[str, str], ...] = ()  # (term, what it rests on), added to the step's sources
+
+
+@dataclass(frozen=True)
 class DecodeInputs:
     stages: tuple[Stage, ...]
     hidden_size: int
@@ -202,10 +231,19 @@ class DecodeInputs:
     tp_link: Link  # what TP all-reduces cross
     pp_links: tuple[Link, ...]  # stage s -> s + 1
     activation_bytes: int = 2  # bf16 activations
+    parallel: ExpertParallel = field(default_factory=ExpertParallel)
 
     @property
     def pp(self) -> int:
         return len(self.stages)
+
+    @property
+    def attn_tp(self) -> int:
+        return self.parallel.attn_tp or self.tp
+
+    def rank_batch(self, batch: int) -> int:
+        """Requests the busiest attention-DP rank runs."""
+        return math.ceil(batch / max(1, self.parallel.attn_dp))
 
 
 # --- the result ----------------------------------------------------------------------------------
@@ -227,6 +265,8 @@ class StepTime:
     tpot_ms: float
     tokens_per_s: float  # per replica
     sources: dict[str, str]  # per term: fitted to published runs, or measured on this machine
+    all_to_all_ms: float = 0.0  # expert-parallel dispatch + combine (part of tpot_ms)
+    attention_batch: int = 0  # requests one attention-DP rank runs (the batch without DP attention)
 
     @property
     def memory_ms(self) -> float:
@@ -284,17 +324,39 @@ def attention_seconds(
 
 
 def allreduce_seconds(
-    nbytes: int, inp: DecodeInputs, c: Coefficients, measured: Measured | None = None
+    nbytes: int, inp: DecodeInputs, c: Coefficients, measured: Measured | None = None, world: int = 0
 ) -> tuple[float, bool]:
-    """One ring all-reduce of `nbytes` over the TP group: latency + 2 (tp - 1) / tp x bytes / link."""
-    if inp.tp <= 1:
+    """One ring all-reduce of `nbytes` over `world` GPUs (the TP group unless given):
+    latency + 2 (n - 1) / n x bytes / link."""
+    n = world or inp.tp
+    if n <= 1:
         return 0.0, False
     if measured is not None and not inp.tp_link.inter_node:
-        t = measured.allreduce_seconds(nbytes, inp.tp)
+        t = measured.allreduce_seconds(nbytes, n)
         if t is not None:
             return t, True
     link = inp.tp_link
-    return link.latency_s(c) + 2 * nbytes * (inp.tp - 1) / inp.tp / link.bandwidth(c), False
+    return link.latency_s(c) + 2 * nbytes * (n - 1) / n / link.bandwidth(c), False
+
+
+def all_to_all_seconds(batch: int, top_k: int, inp: DecodeInputs, c: Coefficients) -> float:
+    """One MoE layer's dispatch and combine under expert parallelism, on the busiest GPU. The MoE group
+    routes batch x group_tokens tokens, spread evenly over the ep GPUs; each sends every token's hidden
+    state to its top-k experts, (ep - 1) / ep of them on other GPUs, and takes the results back:
+    2 x (latency + imbalance x tokens / ep x top_k x hidden x bytes x (ep - 1) / ep / link), the part
+    bound for other nodes over the network concurrently with the rest over NVLink/PCIe."""
+    p = inp.parallel
+    if not p.all_to_all or p.ep <= 1 or p.link is None:
+        return 0.0
+    tokens = math.ceil(batch * p.group_tokens / p.ep)
+    out = p.imbalance * tokens * top_k * inp.hidden_size * inp.activation_bytes * (p.ep - 1) / p.ep
+    local = out * (1 - p.remote_share) / p.link.bandwidth(c)
+    latency = p.link.latency_s(c)
+    remote = 0.0
+    if p.network is not None and p.remote_share > 0:
+        remote = out * p.remote_share / p.network.bandwidth(c)
+        latency = max(latency, p.network.latency_s(c))
+    return 2 * (latency + max(local, remote))
 
 
 @dataclass
@@ -303,6 +365,7 @@ class _Terms:
     attention: float = 0.0
     moe: float = 0.0
     comm: float = 0.0
+    a2a: float = 0.0
     launch: float = 0.0
     weight_bytes: int = 0
     kv_bytes: int = 0
@@ -310,34 +373,43 @@ class _Terms:
 
     @property
     def total(self) -> float:
-        return self.weights + self.attention + self.moe + self.comm + self.launch
+        return self.weights + self.attention + self.moe + self.comm + self.a2a + self.launch
 
 
 def _stage_terms(
     s: Stage, batch: int, kv_bytes_per_request: float, inp: DecodeInputs, c: Coefficients,
-    measured: Measured | None,
+    measured: Measured | None, queries: int = 1,
 ) -> _Terms:  # fmt: skip
     t = _Terms()
+    rank = inp.rank_batch(batch)
+    requests = rank  # KV is read per request, once for all its query tokens
+    rank, batch = rank * queries, batch * queries  # tokens through the GEMMs, experts and links
     for g in s.gemms:
-        sec, m = gemm_seconds(g, batch, inp, c, measured)
+        sec, m = gemm_seconds(g, rank if g.per_rank else batch, inp, c, measured)
         t.weights += sec * g.count
         t.weight_bytes += g.weight_bytes * g.count
         if m:
             t.measured.add("weights")
-    kv = batch * kv_bytes_per_request * s.kv_share
+    kv = requests * kv_bytes_per_request * s.kv_share
     t.kv_bytes = round(kv)
-    t.attention, m = attention_seconds(kv, s.attention_layers, inp, c, measured, batch)
+    t.attention, m = attention_seconds(kv, s.attention_layers, inp, c, measured, requests)
     if m:
         t.measured.add("attention")
+    moe_layers = s.moe_layers if s.experts is not None else 0
     if s.experts is not None and s.moe_layers:
         t.moe, expert_bytes, m = _moe_seconds(s.experts, batch, inp, c, measured)
         t.moe = s.moe_layers * (t.moe + c.moe_layer_s)
         t.weight_bytes += s.moe_layers * expert_bytes
         if m:
             t.measured.add("moe")
-    sec, m = allreduce_seconds(batch * inp.hidden_size * inp.activation_bytes, inp, c, measured)
-    t.comm = 2 * s.layers * sec
-    if m:
+        t.a2a = s.moe_layers * all_to_all_seconds(batch, s.experts.experts_per_token, inp, c)
+    # each layer: the attention output's all-reduce over the attention group (one rank's tokens), the
+    # MLP's over the TP group, except in MoE layers whose all-to-all replaces it
+    attn, m1 = allreduce_seconds(rank * inp.hidden_size * inp.activation_bytes, inp, c, measured, inp.attn_tp)
+    mlp, m2 = allreduce_seconds(batch * inp.hidden_size * inp.activation_bytes, inp, c, measured)
+    mlp_layers = s.layers - (moe_layers if t.a2a else 0)
+    t.comm = s.layers * attn + mlp_layers * mlp
+    if m1 or m2:
         t.measured.add("communication")
     launch = measured.launch_seconds if measured is not None else None
     t.launch = s.layers * (launch if launch is not None else c.launch_per_layer_s)
@@ -355,8 +427,14 @@ def _moe_seconds(
     so its fixed cost is paid once per projection, not once per expert. A profile's GEMM points time
     it as one GEMM streaming the touched experts' weights (touched x k x n) at the tokens each expert
     sees; the fitted roofline as one GEMM of the touched experts' bytes."""
-    touched = e.num_experts * experts_touched(batch, e.num_experts, e.experts_per_token)
-    tokens_per_expert = max(1, round(batch * e.experts_per_token / touched)) if touched else 1
+    p = inp.parallel
+    tokens = batch * p.group_tokens  # what the MoE group routes
+    touched = e.held * experts_touched(tokens, e.num_experts, e.experts_per_token)
+    routed = tokens * e.experts_per_token * e.held / e.num_experts  # token-expert pairs on this GPU
+    if e.local:  # whole experts under EP: the busiest rank carries `imbalance` x the mean
+        touched = min(float(e.held), touched * p.imbalance)
+        routed *= p.imbalance
+    tokens_per_expert = max(1, round(routed / touched)) if touched else 1
     secs, is_measured = 0.0, False
     nbytes = 0
     for g in (e.gate_up, e.down):
@@ -370,7 +448,7 @@ def _moe_seconds(
             secs += one
             is_measured = True
         else:
-            sec, _ = gemm_seconds(grouped, batch * e.experts_per_token, inp, c)
+            sec, _ = gemm_seconds(grouped, max(1, round(routed)), inp, c)
             secs += sec
         nbytes += grouped.weight_bytes
     return secs, nbytes, is_measured
@@ -391,15 +469,18 @@ def decode_step(
     context_tokens: int = 0,
     measured: Measured | None = None,
     c: Coefficients | None = None,
+    queries: int = 1,
 ) -> StepTime:
     """One decode step of `batch` requests on one replica, each holding `kv_bytes_per_request` per GPU
     (on the stage with the most KV). A request's token crosses the stages one after another; with
-    several requests the pipeline carries up to `pp` micro-batches, each stage taking its turn."""
+    several requests the pipeline carries up to `pp` micro-batches, each stage taking its turn.
+    `queries` > 1: each request runs that many tokens (a speculative verify step): GEMMs, experts and
+    links carry batch x queries tokens, attention reads each request's KV once."""
     c = c or coefficients()
     micro = max(1, min(batch, inp.pp))
     mb = math.ceil(batch / micro)
-    per_stage = [_stage_terms(s, mb, kv_bytes_per_request, inp, c, measured) for s in inp.stages]
-    hops = sum(_hop_seconds(link, mb, inp, c) for link in inp.pp_links)
+    per_stage = [_stage_terms(s, mb, kv_bytes_per_request, inp, c, measured, queries) for s in inp.stages]
+    hops = sum(_hop_seconds(link, mb * queries, inp, c) for link in inp.pp_links)
     through = sum(t.total for t in per_stage) + hops  # one micro-batch through every stage
     busiest = micro * max(t.total for t in per_stage)  # the busiest stage serving every micro-batch
     scale = max(through, busiest) / through if through else 1.0  # > 1 only when stages queue
@@ -413,11 +494,14 @@ def decode_step(
     sources = {term: label if term in measured_terms else FITTED for term in TERMS}
     if "attention" not in measured_terms:
         sources["attention"] = CURVE
+    p = inp.parallel
+    sources.update(dict(p.sources))  # expert parallelism and DP attention: all_to_all and what they rest on
+    rank = inp.rank_batch(batch)
     return StepTime(
         batch=batch,
         context_tokens=context_tokens,
         weight_bytes_read=sum(t.weight_bytes for t in per_stage),
-        kv_bytes_read=round(batch * kv_bytes_per_request * sum(s.kv_share for s in inp.stages)),
+        kv_bytes_read=round(rank * kv_bytes_per_request * sum(s.kv_share for s in inp.stages)),
         weights_ms=ms(sum(t.weights for t in per_stage)),
         attention_ms=ms(sum(t.attention for t in per_stage)),
         moe_ms=ms(sum(t.moe for t in per_stage)),
@@ -428,4 +512,6 @@ def decode_step(
         tpot_ms=tpot_s * 1e3,
         tokens_per_s=batch / tpot_s,
         sources=sources,
+        all_to_all_ms=ms(sum(t.a2a for t in per_stage)),
+        attention_batch=rank,
     )
