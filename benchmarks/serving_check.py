@@ -97,7 +97,10 @@ GPUS = {
 
 # model id prefix -> (kvplan model, note); twins share the architecture (layers, widths, heads, experts)
 MODELS = {
-    "Qwen/Qwen2-7B-Instruct": ("tests/fixtures/hf/corpus/qwen2.5-7b.json", "Qwen2-7B as Qwen2.5-7B (same architecture)"),
+    "Qwen/Qwen2-7B-Instruct": (
+        "tests/fixtures/hf/corpus/qwen2.5-7b.json",
+        "Qwen2-7B as Qwen2.5-7B (same architecture)",
+    ),
     "Qwen/Qwen2.5-32B": ("tests/fixtures/hf/corpus/qwen2.5-32b-instruct.json", ""),
     "Qwen/Qwen3-8B": ("qwen3-8b", ""),
     "Qwen/Qwen3-32B": ("qwen3-32b", ""),
@@ -336,7 +339,8 @@ def simulated(case: Case) -> dict[str, float]:
     """The row replayed: the simulated figure of each published metric (same statistic)."""
     flags = dict(case.flags)
     model = flags.pop("model")
-    if model.startswith("tests/"):  # a config in the repository, kept relative so the figures file is portable
+    # a config in the repository, kept relative so the figures file is portable
+    if model.startswith("tests/"):
         model = str(REPO / model)
     try:
         res = api.simulate(model, **case.workload, **flags)
