@@ -4,7 +4,7 @@ and as a chart file (matplotlib, imported only here)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvplan.errors import UsageError
 
@@ -103,8 +103,8 @@ def render(result: SimResult, console: Console) -> None:
         console.print(f"- {a}", highlight=False)
 
 
-def plot(result: SimResult, path: str) -> str:
-    """KV usage over time and the latency percentiles, as PNG or SVG by the suffix."""
+def _pyplot(path: str) -> tuple[Path, Any]:
+    """The chart file (a .png or .svg) and matplotlib's pyplot, imported only here, headless."""
     out = Path(path)
     if out.suffix.lower() not in (".png", ".svg"):
         raise UsageError(f"--plot {path}: give a .png or .svg file name")
@@ -115,6 +115,12 @@ def plot(result: SimResult, path: str) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UsageError("--plot needs matplotlib: pip install 'kvplan[plot]'") from None
+    return out, plt
+
+
+def plot(result: SimResult, path: str) -> str:
+    """KV usage over time and the latency percentiles, as PNG or SVG by the suffix."""
+    out, plt = _pyplot(path)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     ax1.plot([t for t, _ in result.kv_usage], [f * 100 for _, f in result.kv_usage])
     ax1.set_xlabel("simulated time (s)")
@@ -150,16 +156,7 @@ def plot_load(
 ) -> str:
     """TTFT and TPOT at a percentile against the request rate (each point one simulated load), with the
     targets as dashed lines: `solve --max-rate --plot`."""
-    out = Path(path)
-    if out.suffix.lower() not in (".png", ".svg"):
-        raise UsageError(f"--plot {path}: give a .png or .svg file name")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'kvplan[plot]'") from None
+    out, plt = _pyplot(path)
     pts = sorted(points)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, k, name, target in ((axes[0], 1, "TTFT", targets[0]), (axes[1], 2, "TPOT", targets[1])):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kvplan.simulator.radix import Node, RadixCache, Run
 from kvplan.simulator.request import SimRequest
-from kvplan.simulator.step import Recorder, Step
+from kvplan.simulator.step import Recorder, Step, emit_token
 from kvplan.units import ceil_div
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)
@@ -310,7 +310,7 @@ class SglangEngine:
         done: list[SimRequest] = []
         for req in step.decodes:
             req.num_computed += 1
-            self._emit(req, t_s, done)
+            emit_token(self.rec, req, t_s, done)
         for req, _, n in step.prefills:
             req.num_computed += n
             req.prefill_tokens += n
@@ -319,15 +319,9 @@ class SglangEngine:
                 continue
             self._cache(req, req.num_computed)  # the prompt joins the tree while it decodes
             self.running.append(req)
-            self._emit(req, t_s, done)
+            emit_token(self.rec, req, t_s, done)
         for req in done:
             self._finish(req, t_s)
-
-    def _emit(self, req: SimRequest, t_s: float, done: list[SimRequest]) -> None:
-        req.num_output += 1
-        self.rec.token(req, t_s)
-        if req.num_output >= req.spec.output_tokens:
-            done.append(req)
 
     def _finish(self, req: SimRequest, t_s: float) -> None:
         self.running.remove(req)

@@ -49,3 +49,11 @@ class EngineSim(Protocol):
     def advance(self, n: int, t_s: float) -> None: ...
 
     def kv_used_fraction(self) -> float: ...
+
+
+def emit_token(rec: Recorder, req: SimRequest, t_s: float, done: list[SimRequest]) -> None:
+    """A request samples a token at `t_s` (both engines' rule); `done` collects the finished."""
+    req.num_output += 1
+    rec.token(req, t_s)
+    if req.num_output >= req.spec.output_tokens:
+        done.append(req)

@@ -10,7 +10,7 @@ from collections import deque
 
 from kvplan.simulator.blocks import BlockPool, block_keys
 from kvplan.simulator.request import SimRequest
-from kvplan.simulator.step import Recorder, Step
+from kvplan.simulator.step import Recorder, Step, emit_token
 from kvplan.units import ceil_div
 
 
@@ -165,20 +165,14 @@ class VllmEngine:
         done: list[SimRequest] = []
         for req in step.decodes:
             req.num_computed += 1
-            self._emit(req, t_s, done)
+            emit_token(self.rec, req, t_s, done)
         for req, _, n in step.prefills:
             req.num_computed += n
             req.prefill_tokens += n
             if req.num_computed >= req.num_tokens:  # the last chunk samples a token
-                self._emit(req, t_s, done)
+                emit_token(self.rec, req, t_s, done)
         for req in done:
             self._finish(req, t_s)
-
-    def _emit(self, req: SimRequest, t_s: float, done: list[SimRequest]) -> None:
-        req.num_output += 1
-        self.rec.token(req, t_s)
-        if req.num_output >= req.spec.output_tokens:
-            done.append(req)
 
     def _finish(self, req: SimRequest, t_s: float) -> None:
         self.running.remove(req)
