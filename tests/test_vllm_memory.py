@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import REPO, plan
+from helpers import REPO, plan, run_cli
 from kvplan.engines import vllm_memory as vm
 from kvplan.logs.logparse import parse
 from kvplan.specs.registry import load_gpu
@@ -233,3 +233,25 @@ def test_vision_model_load_buffers_against_the_logged_weights():
     # the TP 1 log: "Available KV cache memory: 8.77 GiB" (kvplan 9.56 GiB, +9.0%, without the load
     # buffers and the encoder's unpadded output and pixels)
     assert tp1.engine.available_kv_bytes / (8.77 * GiB) - 1 == pytest.approx(-0.003, abs=0.01)
+
+
+def test_a_refusal_resting_on_the_assumed_sampler_path_says_so():
+    # gpt-oss-120b (201,088-token vocabulary) on one H100 at 32K, vLLM 0.10.2: served in published runs
+    # (GPUStack performance lab, the vllm-openai image), refused by kvplan on the PyTorch-sort sampler
+    # it assumes for a pip install; the refusal names that assumption and the flag that changes it
+    args = (
+        "estimate",
+        "-m",
+        "gpt-oss-120b",
+        "-g",
+        "H100",
+        "--max-model-len",
+        "32768",
+        "--engine-version",
+        "0.10.2",
+    )
+    refused = run_cli(*args)
+    assert refused.exit_code != 0 and len(refused.stderr.strip().splitlines()) == 1
+    assert "PyTorch sort" in refused.stderr and "VLLM_USE_FLASHINFER_SAMPLER=1" in refused.stderr
+    planned = run_cli(*args, "--env", "VLLM_USE_FLASHINFER_SAMPLER=1", "--json")
+    assert planned.exit_code == 0 and planned.json()["kv_budget_bytes_per_gpu"] > 0

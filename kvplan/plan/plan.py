@@ -435,10 +435,18 @@ def _stage_budget(
         )
     kv_bytes = budget.kv_bytes(weights.bytes_per_gpu)
     if kv_bytes <= 0:
+        r = budget.reserve
+        # a refusal that rests on the sampler's assumed path says so: it is an assumption, not a fact
+        sampler = (
+            f" (the reserve is the sampler's profiling run, {budget.sampler_path} assumed: "
+            "--env VLLM_USE_FLASHINFER_SAMPLER=1 if your vLLM has FlashInfer, or a smaller --max-num-seqs)"
+            if budget.sampler_path and not r.given and r.sampler_bytes + r.hidden_bytes > r.activation_bytes
+            else ""
+        )
         raise NoKvMemoryLeft(
             f"no memory left for the KV cache: {fmt_gib(budget.requested_bytes)} usable - "
             f"{fmt_gib(weights.bytes_per_gpu)} weights - {fmt_gib(budget.reserve.total)} reserve = "
-            f"{fmt_gib(kv_bytes)} per GPU; use more GPUs, a smaller --weight-dtype, "
+            f"{fmt_gib(kv_bytes)} per GPU{sampler}; use more GPUs, a smaller --weight-dtype, "
             "a higher --gpu-memory-utilization or a smaller --max-num-batched-tokens",
             requested_bytes_per_gpu=budget.requested_bytes,
             reserve_bytes_per_gpu=budget.reserve.total,
