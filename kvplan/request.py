@@ -56,10 +56,16 @@ class Speculative:
     acceptance_length: float
     acceptance_source: str  # --acceptance-length, or the default's source
     flag: str  # the flag it came from, for messages
+    draft: ModelSpec | None = None  # the draft checkpoint's config (--speculative-draft-config), EAGLE heads
 
     @staticmethod
     def make(
-        method: str, draft_steps: int, verify_tokens: int | None, acceptance: float | None, flag: str
+        method: str,
+        draft_steps: int,
+        verify_tokens: int | None,
+        acceptance: float | None,
+        flag: str,
+        draft: ModelSpec | None = None,
     ) -> Speculative:
         if method not in SPEC_METHODS:
             raise UsageError(
@@ -85,7 +91,7 @@ class Speculative:
             acceptance, "--acceptance-length", 1.0, float(verify),
             f"tokens accepted per step, at most the {verify} a request verifies",
         )  # fmt: skip
-        return Speculative(method, draft_steps, verify, acceptance, source, flag)
+        return Speculative(method, draft_steps, verify, acceptance, source, flag, draft)
 
 
 @dataclass(frozen=True)

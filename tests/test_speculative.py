@@ -1,6 +1,8 @@
-"""Issue 23: speculative decoding in the decode step (speed only; the draft's memory is not counted yet)."""
+"""Issue 23: speculative decoding in the decode step, and the draft's weights and KV in memory."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -38,7 +40,7 @@ def test_mtp_default_acceptance_and_tpot_by_hand():
     assert one.draft_ms == pytest.approx(draft)
     assert one.tpot_ms == pytest.approx((one.verify_ms + one.draft_ms) / 1.85)
     assert one.tpot_ms < d.batch_1.tpot_ms  # memory-bound at batch 1: speculation pays
-    assert any("draft's weights and KV" in a and "not counted" in a for a in p.assumptions)
+    assert any(a.startswith("speculative draft (mtp)") for a in p.assumptions)
     three = plan(speculative_config='{"method": "mtp", "num_speculative_tokens": 3}').decode.speculative[0]
     assert three.acceptance_length == pytest.approx(1 + 0.85 + 0.85**2 + 0.85**3)
     assert three.verify_tokens == 4 and three.draft_ms == pytest.approx(3 * draft)
@@ -46,9 +48,12 @@ def test_mtp_default_acceptance_and_tpot_by_hand():
     assert plan().to_dict()["decode"]["speculative"] is None
 
 
+DRAFT = str(Path(__file__).parent / "fixtures" / "draft" / "eagle-llama3-8b.json")
+
+
 def test_given_acceptance_and_sglang_flags():
     p = plan("llama3-8b", gpus="H100", max_model_len="8K", engine="sglang", speculative_algorithm="EAGLE3",
-             speculative_num_steps=3, acceptance_length=2.5)  # fmt: skip
+             speculative_num_steps=3, acceptance_length=2.5, speculative_draft_config=DRAFT)  # fmt: skip
     one = p.decode.speculative[0]
     assert (one.method, one.draft_steps, one.verify_tokens) == ("eagle3", 3, 4)
     assert one.acceptance_source == "--acceptance-length"
@@ -83,8 +88,75 @@ def test_given_acceptance_and_sglang_flags():
         ({"speculative_algorithm": "NEXTN", "engine": "sglang"}, "--speculative-num-steps: give"),
         ({"speculative_algorithm": "MEDUSA", "engine": "sglang"}, "--speculative-algorithm must be"),
         ({"acceptance_length": 2.0}, "--acceptance-length needs speculative decoding"),
+        (
+            {
+                "speculative_config": '{"method": "eagle", "num_speculative_tokens": 3}',
+                "acceptance_length": 2.0,
+            },
+            "eagle: give --speculative-draft-config PATH",
+        ),
+        (
+            {"speculative_config": MTP1, "speculative_draft_config": "x.json"},
+            "--speculative-draft-config: mtp has no draft checkpoint",
+        ),
+        ({"speculative_draft_config": "x.json"}, "--speculative-draft-config needs speculative decoding"),
+        (
+            {"model": "llama3-8b", "gpus": "H100", "max_model_len": "8K", "speculative_config": MTP1},
+            "llama3-8b has no MTP layers",
+        ),
     ],
 )
 def test_refusals_name_the_flag(flags, message):
     with pytest.raises(UsageError, match=message):
         plan(**flags)
+
+
+GIB = 2**30
+
+
+def test_vllm_mtp_draft_weights_and_kv_by_hand():
+    """vLLM: the MTP layer's weights join the target's; its one MLA layer of KV takes its share of the budget."""
+    base = plan()
+    p = plan(speculative_config=MTP1)
+    d = p.speculative_memory
+    assert d is not None and d.in_budget and d.layers == 1
+    # one MLA layer per token: (kv_lora_rank 512 + rope 64) x 2 bytes (bf16), whole on every GPU
+    assert d.kv_bytes_per_token_per_gpu == (512 + 64) * 2
+    # weights: one MoE decoder layer per GPU + eh_proj 2 x 7168 x 7168 x 2 bytes
+    st = base.stages[0]
+    assert p.weight_bytes_per_gpu == base.weight_bytes_per_gpu + d.weight_bytes_per_gpu
+    assert (
+        d.weight_bytes_per_gpu > 2 * 7168 * 7168 * 2 + 1.2 * GIB
+    )  # ~1.34 GiB: 1/58 of the experts + the rest
+    # the KV budget: (the plain budget - the draft's weights) x 61 / (61 + 1) layers' bytes
+    target = 61 * (512 + 64) * 2
+    expect = (st.kv_budget_bytes_per_gpu - d.weight_bytes_per_gpu) * target / (target + 1152)
+    assert p.kv_budget_bytes_per_gpu == pytest.approx(expect, abs=2)
+    assert d.kv_bytes_per_gpu == pytest.approx(d.pool_tokens * 1152, abs=1)
+    assert p.kv_pool_tokens < base.kv_pool_tokens
+    assert p.to_dict()["speculative_memory"]["weight_bytes_per_gpu"] == d.weight_bytes_per_gpu
+    assert base.to_dict()["speculative_memory"] is None
+
+
+def test_sglang_draft_has_its_own_pool_beside_the_target():
+    """SGLang: the target's pool is untouched; the draft's pool holds its tokens + max_num_reqs x (steps + draft tokens) + 100."""
+    base = plan(engine="sglang")
+    p = plan(engine="sglang", speculative_algorithm="NEXTN", speculative_num_steps=2)
+    d = p.speculative_memory
+    assert d is not None and not d.in_budget
+    assert p.kv_pool_tokens == base.kv_pool_tokens
+    reqs = min(max(int(base.kv_pool_tokens / 32768 * 512), 2048), 4096)
+    assert d.pool_tokens == base.kv_pool_tokens + reqs * (2 * 1 + 3) + 100
+    assert d.kv_bytes_per_gpu == pytest.approx(d.pool_tokens * 1152, abs=1)
+
+
+def test_eagle_draft_config_sizes_the_head():
+    """EAGLE: one Llama layer of its own + fc 2h x h, embedding and LM head shared; KV: one GQA layer."""
+    p = plan("llama3-8b", gpus="H100", max_model_len="8K", acceptance_length=2.0, speculative_draft_config=DRAFT,
+             speculative_config='{"method": "eagle", "num_speculative_tokens": 3}')  # fmt: skip
+    d = p.speculative_memory
+    h, inter = 4096, 14336
+    layer = h * h * 2 + 2 * (h * 1024) + 3 * h * inter + 2 * h  # q, o; k, v (8 x 128); MLP; 2 norms
+    own = layer + h + 2 * h * h  # + final norm + fc
+    assert d.weight_bytes_per_gpu == pytest.approx(own * 2, rel=0.001)
+    assert d.kv_bytes_per_token_per_gpu == 2 * 8 * 128 * 2

@@ -230,6 +230,13 @@ AcceptanceLength = Annotated[
         help="Speculative decoding: mean tokens accepted per step (default: MTP 1 + 0.85 + ..., others must give it).",
     ),
 ]
+SpeculativeDraftConfig = Annotated[
+    str | None,
+    typer.Option(
+        "--speculative-draft-config",
+        help="Speculative decoding: the draft checkpoint's config.json (EAGLE/EAGLE-3 heads), to count its weights and KV.",
+    ),
+]
 Explain = Annotated[bool, typer.Option("--explain", help="Trace each number to its formula and spec field.")]
 
 
@@ -293,6 +300,7 @@ def estimate(
     speculative_num_steps: SpeculativeNumSteps = None,
     speculative_num_draft_tokens: SpeculativeNumDraftTokens = None,
     acceptance_length: AcceptanceLength = None,
+    speculative_draft_config: SpeculativeDraftConfig = None,
     json_out: o.Json = False,
     explain: Explain = False,
 ) -> None:

@@ -132,6 +132,7 @@ class EstimateFlags:
     speculative_num_steps: int | None = None
     speculative_num_draft_tokens: int | None = None
     acceptance_length: float | None = None
+    speculative_draft_config: str | None = None  # the draft checkpoint's config.json (EAGLE heads)
 
 
 # SGLang --speculative-algorithm as kvplan names the method (server_args.py 0.5.x: NEXTN is DeepSeek's MTP)
@@ -173,7 +174,9 @@ def parse_speculative(f: EstimateFlags) -> Any:
         n = cfg.get("num_speculative_tokens")
         if not isinstance(n, int) or isinstance(n, bool):
             raise UsageError("--speculative-config: give num_speculative_tokens, a whole number")
-        return Speculative.make(method, n, None, f.acceptance_length, "--speculative-config method")
+        return Speculative.make(
+            method, n, None, f.acceptance_length, "--speculative-config method", _draft_config(f, method)
+        )
     if sglang:
         if engine != "sglang":
             raise UsageError("--speculative-algorithm is an sglang flag; vLLM takes --speculative-config")
@@ -186,17 +189,36 @@ def parse_speculative(f: EstimateFlags) -> Any:
             )
         return Speculative.make(
             SGLANG_SPEC[algo], f.speculative_num_steps, f.speculative_num_draft_tokens, f.acceptance_length,
-            "--speculative-algorithm",
+            "--speculative-algorithm", _draft_config(f, SGLANG_SPEC[algo]),
         )  # fmt: skip
     if sglang_extra:
         raise UsageError(
             "--speculative-num-steps/--speculative-num-draft-tokens need --speculative-algorithm"
+        )
+    if f.speculative_draft_config is not None:
+        raise UsageError(
+            "--speculative-draft-config needs speculative decoding (--speculative-config or --speculative-algorithm)"
         )
     if f.acceptance_length is not None:
         raise UsageError(
             "--acceptance-length needs speculative decoding (--speculative-config or --speculative-algorithm)"
         )
     return None
+
+
+def _draft_config(f: EstimateFlags, method: str) -> Any:
+    """--speculative-draft-config: the draft's config.json as a ModelSpec (EAGLE/EAGLE-3 heads); refused
+    for methods whose draft is no checkpoint of its own (mtp: the target's MTP layers; ngram: none)."""
+    if f.speculative_draft_config is None:
+        return None
+    if method not in ("eagle", "eagle3"):
+        raise UsageError(
+            f"--speculative-draft-config: {method} has no draft checkpoint of its own "
+            "(mtp uses the target's MTP layers, ngram none); leave the flag out"
+        )
+    from kvplan.specs.registry import load_model
+
+    return load_model(f.speculative_draft_config)
 
 
 _NETWORK_RE = re.compile(r"^\s*(\d{1,6})\s*G(?:b/s|bps|b)?\s*$", re.IGNORECASE)

@@ -36,6 +36,7 @@ from kvplan.model.weights import (
     sharded_stage_weights,
     stage_weights,
 )
+from kvplan.plan.draft import SGLANG_POOL, DraftMemory, draft_memory
 from kvplan.plan.offload import offload_limit_bytes, offload_stage
 from kvplan.request import PlanRequest, model_dtype_name
 from kvplan.specs.models import ChunkedAttention, CrossAttention, GpuSpec, ModelSpec, SlidingWindow
@@ -175,6 +176,7 @@ class Plan:
     prefill: Prefill
     explain: list[Explain] = field(default_factory=list)
     calibration: CalibrationUse | None = None  # the `kvplan calibrate` profile used, if any
+    speculative_memory: DraftMemory | None = None  # the speculative draft's weights and KV per GPU
 
     def __repr__(self) -> str:  # the whole dataclass (a calibration profile inside) ran to 52,000 characters
         return plan_summary(self)
@@ -466,6 +468,7 @@ def _pool(
     tp: int,
     pp: int,
     kv_tp: int,
+    draft_bytes_per_token: float = 0.0,
 ) -> tuple[Pool, list[StageCache]]:
     """Each pipeline stage's KV budget, bytes per token and blocks on one GPU (KV heads split over kv_tp,
     the attention TP size)."""
@@ -477,6 +480,9 @@ def _pool(
         kv_bytes = engine.kv_budget_cap(
             _stage_budget(req, budget, w, engine_block, tp, pp), layers, fmt, kv_tp
         )
+        if draft_bytes_per_token and w.stage == pp - 1:  # vLLM: the draft's layers share the blocks
+            target = float(kv.model_bits_per_token(layers, fmt, kv_tp)) / 8
+            kv_bytes = math.floor(kv_bytes * target / (target + draft_bytes_per_token))
         block_bytes = sum(n * kv.page_bytes(layer, fmt, bs, kv_tp) for layer, n in kv.grouped(layers))
         stages.append(
             StagePlan(
@@ -492,6 +498,42 @@ def _pool(
         )
         caches.append(StageCache(layers, rng, kv_bytes))
     return Pool(stages, [c.layers for c in caches], fmt, bs, kv_tp), caches
+
+
+def _draft_pool(
+    engine: Engine, draft: DraftMemory, pool: Pool, req: PlanRequest, notes: list[str]
+) -> DraftMemory:
+    """The draft's KV in memory: vLLM gives its layers their share of the KV budget (the pool above holds
+    the target's share); SGLang gives the draft its own pool, beside the target's."""
+    stage = pool.stages[-1]
+    tokens = (stage.num_blocks or 0) * pool.block_size
+    gib = 2**30
+    if engine.name == "vllm":
+        kv_bytes = math.ceil(tokens * draft.kv_bytes_per_token_per_gpu)
+        where = (
+            f"inside the KV budget: the budget per GPU is split target : draft in proportion to their KV bytes "
+            f"per token ({stage.kv_bits_per_token_per_gpu / 8:,.0f} : {draft.kv_bytes_per_token_per_gpu:,.0f} B), "
+            "the draft's weights counted with the target's"
+        )
+        out = dataclasses.replace(draft, kv_bytes_per_gpu=kv_bytes, pool_tokens=tokens)
+    else:
+        spec = req.speculative
+        assert spec is not None
+        reqs = req.max_running_requests or min(
+            max(int(tokens / max(req.max_model_len or req.model.max_context, 1) * 512), 2048), 4096
+        )
+        tokens = tokens + reqs * (spec.draft_steps * 1 + spec.verify_tokens) + 100
+        kv_bytes = math.ceil(tokens * draft.kv_bytes_per_token_per_gpu)
+        where = (
+            f"beside the target's pool, outside --mem-fraction-static: its own pool of {tokens:,} tokens "
+            f"({SGLANG_POOL}; max_num_reqs {reqs:,}, topk 1) at {draft.kv_bytes_per_token_per_gpu:,.0f} B per token"
+        )
+        out = dataclasses.replace(draft, kv_bytes_per_gpu=kv_bytes, pool_tokens=tokens, in_budget=False)
+    notes.append(
+        f"speculative draft ({draft.method}): weights {draft.weight_bytes_per_gpu / gib:.2f} GiB per GPU, KV "
+        f"{kv_bytes / gib:.2f} GiB per GPU for {tokens:,} tokens, {where}; {draft.rule}"
+    )
+    return out
 
 
 def _budget_source(
@@ -760,11 +802,35 @@ def estimate(req: PlanRequest) -> Plan:
     totals = _kv_totals(spec, fmt, max_len, ex)
     notes += sh.rules
     weights = _weights(req, engine, spec, sh, pp, notes, ex)
+    draft = draft_memory(req.speculative, spec, weights.stages, fmt, tp, kv_tp)
+    shared = draft is not None and engine.name == "vllm"  # vLLM: the draft inside the budget
+    if shared:
+        assert draft is not None
+        last = weights.stages[-1]
+        weights = dataclasses.replace(
+            weights,
+            stages=[
+                *weights.stages[:-1],
+                dataclasses.replace(last, bytes_per_gpu=last.bytes_per_gpu + draft.weight_bytes_per_gpu),
+            ],
+        )
     budget = engine.budget(spec, gpu, tp, pp)
     problem = _prepare_engine(engine, spec, fmt, bs, kv_tp, max_len)
     if req.num_gpu_blocks_override is not None and problem is not None:
         raise UsageError(f"--num-gpu-blocks-override needs vLLM's block accounting: {problem}")
-    pool, caches = _pool(req, spec, engine, budget, weights, fmt, bs, tp, pp, kv_tp)
+    pool, caches = _pool(
+        req,
+        spec,
+        engine,
+        budget,
+        weights,
+        fmt,
+        bs,
+        tp,
+        pp,
+        kv_tp,
+        draft.kv_bytes_per_token_per_gpu if shared and draft else 0.0,
+    )
     source = _budget_source(req, engine, budget, tp, pp, notes)
     conc = _concurrency(req, engine, pool, max_len, notes)
     req_len = conc.request_tokens  # max_len, or the engine's cap when one request overflows the pool
@@ -803,11 +869,11 @@ def estimate(req: PlanRequest) -> Plan:
             "all-reduce: its expert-parallel all-to-all and DP-attention split are not modelled yet (issue 23); "
             "the decode step and the memory figures do follow EP and DP attention"
         )
-    if req.speculative is not None:
+    if draft is not None:
+        draft = _draft_pool(engine, draft, pool, req, notes)
+    elif req.speculative is not None:
         notes.append(
-            f"speculative decoding ({req.speculative.flag} {req.speculative.method}): the speed figures follow it; "
-            "the draft's weights and KV (an EAGLE head's or MTP layer's, inside the engine's pool) are not counted "
-            "in the memory figures yet (issue 23)"
+            f"speculative decoding ({req.speculative.method}): n-gram drafting holds no weights or KV"
         )
     reserve = budget.reserve
     used = source == "computed"
@@ -913,6 +979,7 @@ def estimate(req: PlanRequest) -> Plan:
         prefill=prefill,
         explain=ex,
         calibration=req.calibration_use,
+        speculative_memory=draft,
     )
 
 

@@ -295,6 +295,9 @@ class ModelSpec(_Strict):
     vocab_size: PositiveInt
     tie_word_embeddings: bool = False
     max_context: PositiveInt
+    # MTP layers in the checkpoint (config.json num_nextn_predict_layers): the draft of --speculative-config
+    # mtp / SGLang NEXTN, each one decoder layer like the target's (kvplan/plan/draft.py)
+    mtp_layers: Annotated[int, Field(ge=0)] = 0
 
     total_params: PositiveInt | None = None
     active_params: PositiveInt | None = None
