@@ -33,6 +33,7 @@ figure measures is stated per source in METRICS, with the words that say so (quo
 Run:  python benchmarks/fit_decode.py            # fit on dev, LOSO, frozen check; write kvplan/data/decode_fit.yaml
       python benchmarks/fit_decode.py --check    # the shipped coefficients and LOSO fits replayed, no fit, no write
       python benchmarks/fit_decode.py --readme   # README.md's accuracy block from decode_fit.yaml
+A fit appends its frozen-set figures to benchmarks/results/frozen_history.tsv (--change=WHAT names the change).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from kvplan.speed.prefill import PrefillWork, chunk_seconds, prefill_time  # noq
 TSV = REPO / "tests" / "fixtures" / "bench" / "decode_runs.tsv"
 CORPUS = REPO / "tests" / "fixtures" / "hf" / "corpus"
 OUT = REPO / "kvplan" / "data" / "decode_fit.yaml"
+HISTORY = REPO / "benchmarks" / "results" / "frozen_history.tsv"
 GIB = 2**30
 
 STEP, SERVING, BATCH = "step", "serving", "batch"
@@ -755,6 +757,15 @@ def main(argv: list[str]) -> None:
     if "--check" not in argv:
         write_yaml(coef, dev, fits, loso, (med, worst, statistics.median(l_errs)), frozen, frozen_all)
         write_readme()
+        if (
+            frozen_all is not None
+        ):  # each evaluation of the frozen set, kept (benchmarks/results/frozen_history.tsv)
+            import datetime
+
+            change = next((a.split("=", 1)[1] for a in argv if a.startswith("--change=")), "refit")
+            with HISTORY.open("a", encoding="utf-8") as fh:
+                fh.write(f"{datetime.date.today()}\tdecode\t{change}\t{len(frozen)}\t{len(by_source(frozen))}\t"
+                         f"{frozen_all[0]:.3f}\t{frozen_all[1]:.3f}\n")  # fmt: skip
         print(f"wrote {OUT.relative_to(REPO)} and README.md's accuracy block")
 
 

@@ -177,3 +177,12 @@ def test_served_itl_includes_the_other_prompts(bench, rows):
     alone = prefill_time(p.inputs, p.work, 5000, served=False).total_ms
     assert 0 < chunk < alone  # the steps already stream the weights and pay the launches and latencies
     assert bench.published_ms(p, c) == pytest.approx(step.tpot_ms + 49 * chunk / 500, rel=1e-9)
+
+
+def test_the_frozen_sets_history_holds_the_current_figures(evaluation):
+    rows = (ROOT / "benchmarks" / "results" / "frozen_history.tsv").read_text(encoding="utf-8").splitlines()
+    decode = [r.split("\t") for r in rows[1:] if r.split("\t")[1] == "decode"]
+    assert decode, "no frozen evaluation of the decode fit recorded"
+    last = decode[-1]
+    frozen = evaluation["frozen_test"]
+    assert (float(last[5]), float(last[6])) == (round(frozen["median_abs"], 3), round(frozen["worst_abs"], 3))
