@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kvplan.cli import options as o
 from kvplan.cli.app import console, reports_errors
+
+if TYPE_CHECKING:
+    from kvplan.commands.inputs import EstimateFlags
 
 # Flags only estimate has (the shared ones are in options.py).
 KvQuantGroupSize = Annotated[
@@ -238,6 +241,22 @@ SpeculativeDraftConfig = Annotated[
     ),
 ]
 Explain = Annotated[bool, typer.Option("--explain", help="Trace each number to its formula and spec field.")]
+Disaggregated = Annotated[
+    bool,
+    typer.Option(
+        "--disaggregated",
+        help="Disaggregated prefill/decode: plan --prefill-gpus and --decode-gpus as two pools (--gpus "
+        "unused) and report the KV each request moves and which pool binds; needs --input-len/--output-len.",
+    ),
+]
+PrefillGpus = Annotated[
+    str | None,
+    typer.Option("--prefill-gpus", help="With --disaggregated: the prefill pool, e.g. 4xH100."),
+]
+DecodeGpus = Annotated[
+    str | None,
+    typer.Option("--decode-gpus", help="With --disaggregated: the decode pool, e.g. 8xH100."),
+]
 
 
 @reports_errors
@@ -303,10 +322,18 @@ def estimate(
     speculative_draft_config: SpeculativeDraftConfig = None,
     json_out: o.Json = False,
     explain: Explain = False,
+    disaggregated: Disaggregated = False,
+    prefill_gpus: PrefillGpus = None,
+    decode_gpus: DecodeGpus = None,
 ) -> None:
     """How a model fits on GPUs: weights, KV budget, KV per token, pool tokens, concurrent requests."""
-    flags = {k: v for k, v in locals().items() if k not in ("json_out", "explain")}  # the plan's inputs
+    pools = (disaggregated, prefill_gpus, decode_gpus)
+    flags = {k: v for k, v in locals().items() if k not in ("json_out", "explain", "pools", *_DISAGG)}
     from kvplan.commands import inputs
+
+    if disaggregated or prefill_gpus or decode_gpus:
+        _disaggregated(inputs.EstimateFlags(**flags), pools, json_out)
+        return
     from kvplan.plan.plan import estimate as run_estimate
 
     req = inputs.plan_request(inputs.EstimateFlags(**flags))
@@ -323,3 +350,32 @@ def estimate(
     from kvplan.render.tables import render_plan
 
     render_plan(plan, console(), explain=explain)
+
+
+_DISAGG = ("disaggregated", "prefill_gpus", "decode_gpus")
+
+
+def _disaggregated(flags: EstimateFlags, pools: tuple[bool, str | None, str | None], json_out: bool) -> None:
+    from kvplan.commands import inputs
+    from kvplan.errors import UsageError
+    from kvplan.plan.disagg import disaggregate
+
+    on, prefill_gpus, decode_gpus = pools
+    if not on:
+        raise UsageError("--prefill-gpus and --decode-gpus need --disaggregated")
+    p_req, d_req = inputs.disaggregated_requests(flags, prefill_gpus, decode_gpus)
+    for warning in p_req.model.warnings:  # one model: its warnings once
+        typer.echo(f"warning: {warning}", err=True)
+    for req in (p_req, d_req):
+        if req.calibration_use is not None and req.calibration_use.warning:
+            typer.echo(f"warning: {req.calibration_use.warning}", err=True)
+    assert prefill_gpus is not None and decode_gpus is not None  # disaggregated_requests checked
+    result = disaggregate(p_req, d_req, prefill_gpus, decode_gpus)
+    if json_out:
+        from kvplan.render.jsonout import to_json
+
+        typer.echo(to_json({"disaggregated": result.to_dict()}))
+        return
+    from kvplan.render.tables import render_disaggregated
+
+    render_disaggregated(result, console())

@@ -274,13 +274,13 @@ def parse_env(items: list[str] | None) -> tuple[tuple[str, str], ...]:
     return tuple(out.items())
 
 
-def plan_request(f: EstimateFlags) -> PlanRequest:
+def plan_request(f: EstimateFlags, gpus_flag: str = "--gpus") -> PlanRequest:
     from kvplan.formats import normalize_dtype_name
     from kvplan.plan.plan import PlanRequest
     from kvplan.specs.registry import load_model
     from kvplan.units import parse_bytes, parse_count
 
-    gpu, num_gpus, nodes = load_cluster(f.gpus)
+    gpu, num_gpus, nodes = load_cluster(f.gpus, gpus_flag)
     spec = load_model(f.model)
     mnbt = (
         parse_count(f.max_num_batched_tokens, "--max-num-batched-tokens")
@@ -359,6 +359,20 @@ def plan_request(f: EstimateFlags) -> PlanRequest:
         moe_imbalance=f.moe_imbalance,
         speculative=parse_speculative(f),
     )
+
+
+def disaggregated_requests(
+    f: EstimateFlags, prefill_gpus: str | None, decode_gpus: str | None
+) -> tuple[PlanRequest, PlanRequest]:
+    """`estimate --disaggregated`: the prefill pool's and the decode pool's requests, the same flags
+    with each pool's GPUs (--gpus is not used)."""
+    if not prefill_gpus or not decode_gpus:
+        raise UsageError("--disaggregated needs --prefill-gpus NxGPU and --decode-gpus MxGPU, e.g. 8xH100")
+    if f.input_len is None or f.output_len is None:
+        raise UsageError("--disaggregated needs --input-len and --output-len (a request's prompt and output)")
+    prefill = plan_request(dataclasses.replace(f, gpus=prefill_gpus), "--prefill-gpus")
+    decode = plan_request(dataclasses.replace(f, gpus=decode_gpus), "--decode-gpus")
+    return prefill, decode
 
 
 def _default_mnbt(f: EstimateFlags, gpu: GpuSpec) -> int:

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from kvplan import engines
+from kvplan.plan.disagg import Disaggregated
 from kvplan.plan.plan import Plan, plan_header
 from kvplan.render.layout import SafeTable, fitted_table, left_out_line, plain_table
 from kvplan.units import GiB, fmt_bytes, fmt_gib, plural
@@ -577,3 +578,67 @@ def render_solve_load(ans: Any, console: Console) -> None:
     console.print(f"vLLM:   {escape(a.vllm_flags)}", highlight=False, soft_wrap=True)
     for note in r.assumptions:
         console.print(f"- {escape(note)}", highlight=False)
+
+
+def render_disaggregated(r: Disaggregated, console: Console) -> None:
+    """`estimate --disaggregated`: the two pools, the KV between them, the rates and which binds."""
+    console.print(
+        f"[bold]{escape(r.prefill_plan.model.name)}[/], disaggregated prefill/decode", highlight=False
+    )
+    console.print(
+        f"{r.input_tokens:,} input + {r.output_tokens:,} output tokens a request",
+        markup=False,
+        highlight=False,
+    )
+    console.print()
+    p, d = r.prefill, r.decode
+    rows = _table("Disaggregated prefill/decode", "", "value", "rests on")
+    for pool in (p, d):
+        name = "prefill" if pool is p else "decode"
+        rows.add_row(
+            f"{name} pool",
+            f"{pool.gpus}",
+            f"{pool.replicas} replica(s) of TP {pool.tensor_parallel_size} x PP {pool.pipeline_parallel_size}",
+        )
+    rows.add_row(
+        "KV per token", f"{r.kv_bytes_per_token:,.0f} bytes", "the plan's whole-model KV bytes per token"
+    )
+    rows.add_row("KV moved per request", fmt_bytes(r.kv_bytes_per_request), "input tokens x KV per token")
+    rows.add_row(
+        "link, prefill -> decode",
+        f"{r.link_bytes_per_s / 1e9:,.1f} GB/s",
+        f"--network {r.network} per GPU x {p.num_gpus} prefill GPUs (assumed)",
+    )
+    rows.add_row("KV transfer per request", f"{r.transfer_ms:,.3f} ms", "KV moved / link")
+    rows.add_row("link alone sustains", f"{r.transfer_requests_per_s:,.1f} req/s", "1 / transfer")
+    rows.add_row(
+        "prefill of one prompt", f"{p.prefill_ms:,.2f} ms", f"{r.input_tokens:,} tokens, bare forward pass"
+    )
+    rows.add_row(
+        "prefill pool sustains", f"{p.requests_per_s:,.2f} req/s", f"{p.replicas} replica(s) / prefill"
+    )
+    rows.add_row(
+        "decode concurrency",
+        f"{d.concurrency:,} requests",
+        f"{d.concurrency_per_replica:,} a replica at {d.context_tokens:,} tokens each",
+    )
+    rows.add_row(
+        "decode step",
+        f"{d.step_ms:,.2f} ms",
+        f"batch {d.concurrency_per_replica:,} at {d.step_context_tokens:,} tokens",
+    )
+    rows.add_row(
+        "decode pool sustains",
+        f"{d.requests_per_s:,.2f} req/s",
+        f"concurrency / ({r.output_tokens:,} tokens x step)",
+    )
+    rows.add_row(
+        "prefill / decode rate",
+        f"{r.prefill_to_decode_ratio:,.2f}",
+        f"the {r.binding_pool} pool binds at {r.requests_per_s:,.2f} req/s",
+    )
+    console.print(rows)
+    console.print()
+    console.print("[bold]Assumptions[/]")
+    for note in r.assumptions:
+        console.print(f"- {note}", markup=False)

@@ -1,0 +1,164 @@
+"""Disaggregated prefill/decode (issue 23): a prefill pool and a decode pool, each planned as a normal
+deployment of its own GPUs, and the KV cache each request moves from one to the other.
+
+  KV moved      input tokens x the plan's whole-model KV bytes per token (bytes a request)
+  transfer      KV moved / (the --network link per GPU x the prefill pool's GPUs), the sending side
+  prefill rate  replicas / one --input-len prompt's bare prefill (prefill_time, served=False)
+  decode rate   requests the pool holds at input + output tokens / (output tokens x the decode step
+                at that batch, each request at the mean context of its decode, input + output / 2)
+The smaller rate binds; their ratio says by how much. Pure arithmetic on two plans: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kvplan.errors import UsageError
+from kvplan.model.parallel import DEFAULT_NETWORK
+from kvplan.plan.plan import Plan, PlanRequest, estimate
+from kvplan.speed.prefill import prefill_time
+
+
+@dataclass(frozen=True)
+class PrefillPool:
+    gpus: str  # as given, e.g. 4xH100
+    num_gpus: int
+    replicas: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    prefill_ms: float  # one --input-len prompt, bare forward pass (no serving overhead), one replica
+    requests_per_s: float  # replicas / prefill_ms
+
+
+@dataclass(frozen=True)
+class DecodePool:
+    gpus: str
+    num_gpus: int
+    replicas: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    context_tokens: int  # input + output: what a request holds at its end
+    concurrency_per_replica: int  # requests that fit at context_tokens (capped as the engine caps)
+    concurrency: int  # all replicas
+    step_context_tokens: int  # the mean context of a decode, input + output / 2
+    step_ms: float  # one decode step at concurrency_per_replica requests
+    requests_per_s: float  # concurrency / (output tokens x step)
+
+
+@dataclass(frozen=True)
+class Disaggregated:
+    input_tokens: int
+    output_tokens: int
+    kv_bytes_per_token: float  # whole model, the prefill plan's
+    kv_bytes_per_request: float  # input tokens x kv_bytes_per_token: what the prefill pool sends
+    network: str
+    link_bytes_per_s: float  # one GPU's link x the prefill pool's GPUs
+    transfer_ms: float  # kv_bytes_per_request / link_bytes_per_s
+    transfer_requests_per_s: float  # what the link alone sustains: 1 / transfer
+    prefill: PrefillPool
+    decode: DecodePool
+    prefill_to_decode_ratio: float  # prefill rate / decode rate: < 1 prefill binds, > 1 decode binds
+    binding_pool: str  # prefill or decode
+    requests_per_s: float  # the smaller of the two pools' rates
+    assumptions: list[str]
+    prefill_plan: Plan
+    decode_plan: Plan
+
+    def to_dict(self) -> dict[str, Any]:
+        skip = ("prefill", "decode", "prefill_plan", "decode_plan")
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
+        out["prefill"] = asdict(self.prefill)
+        out["decode"] = asdict(self.decode)
+        out["assumptions"] = list(self.assumptions)
+        out["prefill_plan"] = self.prefill_plan.to_dict()
+        out["decode_plan"] = self.decode_plan.to_dict()
+        return out
+
+
+def disaggregate(
+    prefill_req: PlanRequest, decode_req: PlanRequest, prefill_gpus: str, decode_gpus: str
+) -> Disaggregated:
+    """Plan both pools (the same flags, each its own GPUs) and the figures of the module docstring."""
+    if prefill_req.input_len is None or prefill_req.output_len is None:
+        raise UsageError("--disaggregated needs --input-len and --output-len (a request's prompt and output)")
+    inp, out = prefill_req.input_len, prefill_req.output_len
+    if out < 1:
+        raise UsageError("--disaggregated needs --output-len >= 1")
+    p = estimate(prefill_req)
+    # the decode pool also reports its concurrency at a request's final context, input + output
+    d = estimate(dataclasses.replace(decode_req, avg_context_tokens=inp + out))
+
+    kv_token = p.kv_bytes_per_token
+    kv_request = inp * kv_token
+    net = prefill_req.network or DEFAULT_NETWORK
+    link = net.bytes_per_s * p.cluster.num_gpus
+    transfer_s = kv_request / link
+
+    pt = prefill_time(p.decode.inputs, p.prefill.work, inp, 0, served=False)
+    p_replicas = p.cluster.data_parallel_size
+    prefill_rate = p_replicas / (pt.total_ms / 1e3)
+
+    assert d.avg_context is not None  # set above
+    conc = d.avg_context.max_concurrency_per_replica
+    if d.limited_by == "max_num_seqs":  # the engine's cap binds at max-model-len; it binds here too
+        conc = min(conc, d.max_concurrency_per_replica)
+    if conc < 1:
+        raise UsageError(
+            f"--decode-gpus {decode_gpus}: no request of {inp + out:,} tokens fits the decode pool"
+        )
+    d_replicas = d.cluster.data_parallel_size
+    step = d.decode.step(conc, d.decode.kv_bytes_per_request_per_gpu, d.decode.context_tokens)
+    decode_rate = conc * d_replicas / (out * step.tpot_ms / 1e3)
+    ratio = prefill_rate / decode_rate
+    how = "assumed, the default; set --network" if prefill_req.network is None else "--network"
+    notes = [
+        f"link between the pools: {net.name}, {net.what}, {net.bytes_per_s / 1e9:g} GB/s per GPU ({how}), "
+        f"summed over the prefill pool's {p.cluster.num_gpus} GPUs; its latency and any overlap with "
+        "compute not counted",
+        f"KV moved = --input-len {inp:,} x {kv_token:,.0f} bytes a token (the whole model's KV, "
+        "every layer; a sliding window's cap not applied)",
+        "prefill rate: prompts one after another on each replica, a bare forward pass (prefill_fit.yaml; "
+        "no serving overhead, no batching of prompts)",
+        f"decode rate: the requests that fit at input + output = {inp + out:,} tokens each, stepping at the "
+        f"mean context {d.decode.context_tokens:,} (decode_fit.yaml), each emitting {out:,} tokens",
+    ]
+    return Disaggregated(
+        input_tokens=inp,
+        output_tokens=out,
+        kv_bytes_per_token=kv_token,
+        kv_bytes_per_request=kv_request,
+        network=net.name,
+        link_bytes_per_s=link,
+        transfer_ms=transfer_s * 1e3,
+        transfer_requests_per_s=1 / transfer_s,
+        prefill=PrefillPool(
+            prefill_gpus,
+            p.cluster.num_gpus,
+            p_replicas,
+            p.cluster.tensor_parallel_size,
+            p.cluster.pipeline_parallel_size,
+            pt.total_ms,
+            prefill_rate,
+        ),
+        decode=DecodePool(
+            decode_gpus,
+            d.cluster.num_gpus,
+            d_replicas,
+            d.cluster.tensor_parallel_size,
+            d.cluster.pipeline_parallel_size,
+            inp + out,
+            conc,
+            conc * d_replicas,
+            d.decode.context_tokens,
+            step.tpot_ms,
+            decode_rate,
+        ),
+        prefill_to_decode_ratio=ratio,
+        binding_pool="prefill" if prefill_rate < decode_rate else "decode",
+        requests_per_s=min(prefill_rate, decode_rate),
+        assumptions=notes,
+        prefill_plan=p,
+        decode_plan=d,
+    )
