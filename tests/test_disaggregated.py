@@ -136,3 +136,15 @@ def test_same_flags_reach_both_pools():
     assert dataclasses.replace(p, num_gpus=4, nodes=d.nodes) == dataclasses.replace(
         d, avg_context_tokens=None
     )
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [(("--gpus", "8xH100"), "--gpus"), (("--explain",), "--explain")],
+)
+def test_flags_that_would_be_ignored_are_refused(extra, flag):
+    r = run_cli(
+        "estimate", "-m", "llama3-8b", "--disaggregated", "--prefill-gpus", "2xH100", "--decode-gpus", "4xH100",
+        "--input-len", "1000", "--output-len", "200", *extra,
+    )  # fmt: skip
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and flag in r.stderr

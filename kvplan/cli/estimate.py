@@ -332,6 +332,15 @@ def estimate(
     from kvplan.commands import inputs
 
     if disaggregated or prefill_gpus or decode_gpus:
+        from kvplan.errors import UsageError
+
+        # nothing given is silently dropped: the pools replace --gpus, and --explain is one plan's
+        if gpus != o.DEFAULT_GPUS:
+            raise UsageError("--gpus: with --disaggregated the pools are --prefill-gpus and --decode-gpus")
+        if explain:
+            raise UsageError(
+                "--explain: not with --disaggregated; run estimate on each pool's GPUs to explain it"
+            )
         _disaggregated(inputs.EstimateFlags(**flags), pools, json_out)
         return
     from kvplan.plan.plan import estimate as run_estimate
