@@ -56,7 +56,7 @@ from kvplan.plan.plan import PlanRequest, estimate  # noqa: E402
 from kvplan.specs.models import HeadLayer, ModelSpec  # noqa: E402
 from kvplan.specs.registry import load_gpu, load_model  # noqa: E402
 from kvplan.speed import step_model as speed  # noqa: E402
-from kvplan.speed.prefill import PrefillWork, chunk_seconds, prefill_time  # noqa: E402
+from kvplan.speed.prefill import PrefillWork, chunk_seconds, prefill_time, served_tpot_ms  # noqa: E402
 
 TSV = REPO / "tests" / "fixtures" / "bench" / "decode_runs.tsv"
 CORPUS = REPO / "tests" / "fixtures" / "hf" / "corpus"
@@ -398,7 +398,7 @@ def published_ms(p: Prepared, c: speed.Coefficients) -> float:
     r = p.case.row
     step_ms = predict(p, c).tpot_ms
     if r.metric == SERVING:  # the other requests' prompts, one per slot every `output` steps
-        return step_ms + (r.batch - 1) * p.chunk_ms(c) / r.output_len
+        return served_tpot_ms(step_ms, r.batch, p.chunk_ms(c), r.output_len)
     if r.metric == BATCH:  # the batch's prompts, then output - 1 steps (the prefill gives the first token)
         return (p.batch_prefill_ms(c) + (r.output_len - 1) * step_ms) / r.output_len
     return step_ms

@@ -220,27 +220,10 @@ def loso_errors(rows: list[Prepared], fits: dict[str, pf.PrefillCoefficients]) -
     return [predict_ms(p, fits[source_of(p)]) / p.row.prefill_ms - 1 for p in rows]
 
 
-def arch_of(p: Prepared) -> str:
-    stage = p.inputs.stages[0]
-    if stage.attention_layers < stage.layers:
-        return "hybrid"
-    return "moe" if stage.experts is not None else "dense"
-
-
-def engine_of(p: Prepared) -> str:
-    return (
-        "SGLang"
-        if p.row.tool == "bench_one_batch"
-        else "vLLM"
-        if p.row.tool == "benchmark_latency"
-        else "served"
-    )
-
-
 def buckets(rows: list[Prepared], errs: list[float]) -> list[dict]:
     by: dict[tuple[str, str, str], list[tuple[Prepared, float]]] = {}
     for p, e in zip(rows, errs, strict=True):
-        by.setdefault((p.row.gpu, p.row.tool, arch_of(p)), []).append((p, e))
+        by.setdefault((p.row.gpu, p.row.tool, fd.arch_of(p)), []).append((p, e))
     out = []
     for key in sorted(by):
         es = [e for _, e in by[key]]

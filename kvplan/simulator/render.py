@@ -118,6 +118,17 @@ def _pyplot(path: str) -> tuple[Path, Any]:
     return out, plt
 
 
+def _save(plt: Any, fig: Any, out: Path, path: str) -> str:
+    """Write the chart (refused in one line if the file cannot be written) and free the figure."""
+    try:
+        fig.savefig(out)
+    except OSError as exc:
+        raise UsageError(f"--plot {path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        plt.close(fig)
+    return str(out)
+
+
 def plot(result: SimResult, path: str) -> str:
     """KV usage over time and the latency percentiles, as PNG or SVG by the suffix."""
     out, plt = _pyplot(path)
@@ -138,13 +149,7 @@ def plot(result: SimResult, path: str) -> str:
         f"{d['model']} on {d['gpus']}, {d['engine']}: {result.workload['description']}"[:120], fontsize=9
     )
     fig.tight_layout()
-    try:
-        fig.savefig(out)
-    except OSError as exc:
-        raise UsageError(f"--plot {path}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        plt.close(fig)
-    return str(out)
+    return _save(plt, fig, out, path)
 
 
 def plot_load(
@@ -168,10 +173,4 @@ def plot_load(
         ax.legend()
     fig.suptitle(title[:120], fontsize=9)
     fig.tight_layout()
-    try:
-        fig.savefig(out)
-    except OSError as exc:
-        raise UsageError(f"--plot {path}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        plt.close(fig)
-    return str(out)
+    return _save(plt, fig, out, path)

@@ -2,8 +2,8 @@
 
 The plan gives each pipeline stage's weight GEMMs (from the architecture's matrices, in their
 formats, split by TP), MoE layers, KV bytes and the links between GPUs (NVLink/PCIe inside a node,
-the network across nodes). A calibration profile's measured parts (kernel curve, GEMMs, all-reduce,
-launch floor) replace the fitted terms through `ProfileParts`.
+the network across nodes). A calibration profile's measured parts (kernel points, GEMMs timed as
+CUDA graphs, all-reduce) replace the fitted terms through `ProfileParts`.
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ from kvplan.specs.matrices import Matrix, weight_matrices
 from kvplan.specs.models import GpuSpec, HeadLayer, LatentAttention, ModelSpec, NoCache, SharedKV
 from kvplan.speed import step_model
 from kvplan.speed.prefill import (
+    PrefillCoefficients,
     PrefillTime,
     PrefillWork,
     chunk_seconds,
     prefill_coefficients,
     prefill_time,
+    served_tpot_ms,
     weight_bytes_per_gpu,
 )
 from kvplan.units import ceil_div
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 
 class ProfileParts:
     """A calibration profile seen through step_model.Measured, by duck typing: a profile that has
-    measured GEMMs, all-reduce or a launch floor exposes them; one that has not gives None."""
+    measured GEMMs (timed as the engine launches them) or all-reduce exposes them; else None."""
 
     def __init__(self, profile: Any, kv_bits: float = 16, label: str = step_model.MEASURED) -> None:
         self.profile, self.kv_bits, self.label = profile, kv_bits, label
@@ -65,13 +67,6 @@ class ProfileParts:
         fit = fit_for(self.kv_bits) if callable(fit_for) else getattr(self.profile, "fit", None)
         f = getattr(fit, "bandwidth", None)
         return f(nbytes) if callable(f) else None
-
-    @property
-    def launch_seconds(self) -> float | None:
-        """None: a profile's launch floor is one trivial kernel, while the step model's launch term is
-        a layer's small ops (norms, rotary, activation, residual adds) between its GEMMs; the fitted
-        per-layer cost stands. `calibrate` still prints the floor."""
-        return None
 
     def __deepcopy__(self, memo: dict) -> ProfileParts:
         return self  # read-only; plans are copied by dataclasses.asdict
@@ -621,7 +616,7 @@ def plan_speed(
         # the planned concurrency, each request at the mean context of its decode (input + output / 2)
         step = step_model.decode_step(inp, full.batch, per_req_ctx, ctx, parts)
         chunk = chunk_seconds(inp, work, req.input_len, 0, c) * 1e3
-        tpot = step.tpot_ms + (full.batch - 1) * chunk / req.output_len
+        tpot = served_tpot_ms(step.tpot_ms, full.batch, chunk, req.output_len)
         served = ServedTpot(full.batch, req.input_len, req.output_len, step.tpot_ms, chunk, tpot)
     spec_rows = None
     if req.speculative is not None:
@@ -671,8 +666,7 @@ def prefill_work(
     )
 
 
-def prefill_source(pc: object) -> str:
+def prefill_source(pc: PrefillCoefficients) -> str:
     """One line: where the prefill coefficients come from."""
-    sources = getattr(pc, "sources", {}) or {}
-    fitted = [k for k, v in sources.items() if str(v).startswith("fitted")]
+    fitted = any(v.startswith("fitted") for v in pc.sources.values())
     return "fitted to published prefill times (prefill_fit.yaml)" if fitted else "assumed (prefill_fit.yaml)"

@@ -183,3 +183,10 @@ def weight_bytes_per_gpu(inp: DecodeInputs) -> int:
             e = s.experts
             total += s.moe_layers * e.held * (e.gate_up.weight_bytes + e.down.weight_bytes)
     return total
+
+
+def served_tpot_ms(step_ms: float, batch: int, chunk_ms: float, output_tokens: int) -> float:
+    """A served request's time per output token at a steady `batch` of requests: its decode step plus
+    the other requests' prompts, one per slot every `output_tokens` steps, each riding in the steps
+    as a chunk of `chunk_ms` (chunk_seconds)."""
+    return step_ms + (batch - 1) * chunk_ms / output_tokens
