@@ -429,6 +429,8 @@ def _layer_label(layer: Layer) -> str:
 
 class Interconnect(_Strict):
     kind: str
+    # NVLink / Infinity Fabric: the datasheet's figure, both directions together (H100: 900 GB/s); the
+    # step model's links take one direction, half of it. PCIe cards' links use pcie_bytes_per_s instead.
     bytes_per_s: Annotated[float, Field(gt=0)]
 
 
