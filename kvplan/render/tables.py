@@ -378,6 +378,19 @@ def speed_source(answers) -> str:
     return "terms fitted to published runs" + "".join(f"; some {label}" for label in labels)
 
 
+def _launch_lines(console: Console, i: int, a, sg: str) -> None:
+    """An answer's launch lines (those of the engines it has one for) and why it is expert-parallel."""
+    lines = []
+    if a.vllm_flags:
+        lines.append(f"vLLM:   {escape(a.vllm_flags)}")
+    if a.sglang_flags:
+        lines.append(f"SGLang: {escape(a.sglang_flags + sg)}")
+    for j, line in enumerate(lines):
+        console.print((f"[bold]#{i}[/] " if j == 0 else "    ") + line, highlight=False, soft_wrap=True)
+    if a.why_expert_parallel:
+        console.print(f"    why EP: {escape(a.why_expert_parallel)}", highlight=False, soft_wrap=True)
+
+
 def render_solve(q, answers, console: Console, max_context: bool) -> None:
     targets = [f"{q.users:,} users"]
     if q.max_model_len:
@@ -409,7 +422,12 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
         row = [
             str(i),
             f"{a.num_gpus}x {a.gpu}",
-            f"{a.tensor_parallel_size} x {a.pipeline_parallel_size} x {a.data_parallel_size}",
+            f"{a.tensor_parallel_size} x {a.pipeline_parallel_size} x {a.data_parallel_size}"
+            + (
+                f"\nEP {a.expert_parallel_size}, DPA {a.attention_dp_size}"
+                if a.expert_parallel_size > 1 or a.attention_dp_size > 1
+                else ""
+            ),
             a.kv_cache_dtype,
             f"{a.max_model_len:,}",
             f"{a.max_concurrency:,}",
@@ -430,6 +448,12 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
     console.print(t)
     if q.prices:
         console.print("* cost per hour: price per GPU-hour x GPUs, in the unit of --price", highlight=False)
+    if any(a.expert_parallel_size > 1 or a.attention_dp_size > 1 for a in answers):
+        console.print(
+            "EP: GPUs the routed experts are spread over; DPA: attention data-parallel ranks, each with its "
+            "own requests and KV; DP: deployments of that layout",
+            highlight=False,
+        )
     left_out = left_out_line(t, console.width)
     if left_out:
         console.print(left_out, highlight=False, markup=False)
@@ -440,8 +464,7 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
             if a.sglang_max_concurrency is not None and a.sglang_max_concurrency != a.max_concurrency
             else ""
         )
-        console.print(f"[bold]#{i}[/] vLLM:   {escape(a.vllm_flags)}", highlight=False, soft_wrap=True)
-        console.print(f"    SGLang: {escape(a.sglang_flags + sg)}", highlight=False, soft_wrap=True)
+        _launch_lines(console, i, a, sg)
         if a.why_pipeline:
             console.print(f"    why PP: {escape(a.why_pipeline)}", highlight=False, soft_wrap=True)
     console.print()

@@ -10,6 +10,13 @@ hops over the network (--network). A replica (TP x PP GPUs) is planned once per 
 KV dtype); data-parallel replicas then scale its capacity and shrink its batch analytically, so
 the search stays fast. Block sizes other than the engine's default are dominated (larger blocks
 only add rounding, and never speed up a step), so they are not searched unless asked for.
+
+For a model with routed experts the search also tries expert parallelism with data-parallel
+attention over a unit of whole nodes (vLLM `--enable-expert-parallel --data-parallel-size`,
+SGLang `--enable-dp-attention --dp-size` with `--ep-size`): each attention-DP rank holds only its
+own requests' KV, which multiplies the users a node holds whenever TP replicates the KV (MLA's
+latent KV, GQA with fewer KV heads than TP); the step pays an all-to-all per MoE layer where the
+engine runs one. Units of such a layout are replicated as separate deployments.
 """
 
 from __future__ import annotations
@@ -40,6 +47,24 @@ SCHEMA = "kvplan.solve/1"
 # KV dtypes the engines serve, best quality first (int8/int4 are kvplan what-ifs, not engine options)
 ENGINE_DTYPES = ("auto", "fp8")
 MAX_PP = 16
+MAX_EP_NODES = 4  # expert-parallel units of up to 4 nodes (EP 32 on 8-GPU nodes)
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How a unit's GPUs split an MoE model beyond TP x PP: `dp` attention-DP ranks, each with its own
+    requests and KV pool (vLLM: engine cores of TP GPUs; SGLang: ranks inside its TP group), and the
+    routed experts spread over `ep` GPUs (1: each expert sliced by TP)."""
+
+    dp: int = 1
+    ep: int = 1
+
+    @property
+    def on(self) -> bool:
+        return self.dp > 1 or self.ep > 1
+
+
+PLAIN = Parallel()
 
 
 @dataclass(frozen=True)
@@ -71,10 +96,15 @@ class Answer:
     why_pipeline: str | None  # with PP > 1: why the layout has pipeline stages
     cost_per_hour: float | None
     margins: Margins
-    vllm_flags: str
-    sglang_flags: str
+    vllm_flags: str | None  # None: an expert-parallel layout searched for the other engine
+    sglang_flags: str | None
     sglang_max_concurrency: int | None
     plan: Plan = field(repr=False)
+    # expert parallelism with DP attention (1, 1 and None without): GPUs the routed experts are spread
+    # over, attention-DP ranks with their own KV inside one deployment, and why the search picked it
+    expert_parallel_size: int = 1
+    attention_dp_size: int = 1
+    why_expert_parallel: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -116,11 +146,13 @@ class Query:
 _PLANS: dict[tuple, Plan | InfeasibleError] = {}  # one solve's replicas, planned once each
 
 
-def _replica(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int) -> Plan:
-    key = (id(q), gpu.name, tp, pp, dtype, max_len)
+def _replica(
+    q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int, par: Parallel = PLAIN
+) -> Plan:
+    key = (id(q), gpu.name, tp, pp, dtype, max_len, par)
     if key not in _PLANS:
         try:
-            _PLANS[key] = estimate(_request(q, gpu, tp, pp, dtype, max_len))
+            _PLANS[key] = estimate(_request(q, gpu, tp, pp, dtype, max_len, par))
         except InfeasibleError as exc:
             _PLANS[key] = exc
     got = _PLANS[key]
@@ -179,7 +211,23 @@ def layouts(q: Query, gpu: GpuSpec, dtype: str) -> list[tuple[int, int]]:
     return [(top, pp) for pp in range(2, min(MAX_PP, q.model.num_layers) + 1)]
 
 
-def _request(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int) -> PlanRequest:
+def unit_gpus(q: Query, tp: int, pp: int, par: Parallel = PLAIN) -> int:
+    """GPUs of one unit: TP x PP, times vLLM's DP engine cores (SGLang's attention-DP ranks sit inside
+    its TP group)."""
+    return tp * pp * (par.dp if q.engine == "vllm" else 1)
+
+
+def _parallel_fields(q: Query, par: Parallel) -> dict[str, Any]:
+    if not par.on:
+        return {}
+    if q.engine == "vllm":
+        return {"data_parallel_size": par.dp, "enable_expert_parallel": par.ep > 1}
+    return {"data_parallel_size": par.dp, "enable_dp_attention": par.dp > 1, "ep_size": par.ep}
+
+
+def _request(
+    q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int, par: Parallel = PLAIN
+) -> PlanRequest:
     return PlanRequest(
         model=q.model,
         gpu=gpu,
@@ -195,7 +243,59 @@ def _request(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int)
         input_len=q.input_len,
         output_len=q.output_len,
         network=q.network,
+        **_parallel_fields(q, par),
     )
+
+
+def ep_layouts(q: Query, gpu: GpuSpec, dtype: str) -> list[tuple[int, Parallel]]:
+    """(TP, Parallel) of the expert-parallel layouts to search for a model with routed experts: a unit
+    of the fewest whole nodes that holds the weights and one request at the context, the experts over
+    all its GPUs, attention over TP t with unit / t DP ranks, for each TP size t the engines accept
+    below the unit (SGLang: --tp-size is the unit, --dp-size unit / t, the experts TP-sliced)."""
+    experts = q.model.moe.num_experts if q.model.moe is not None else 0
+    tps = engine_tps(q, gpu)
+    if experts < 2 or not tps or q.engine not in ("vllm", "sglang"):
+        return []
+    gpn = gpu.gpus_per_node
+    length = q.max_model_len or 1
+    for nodes in range(1, MAX_EP_NODES + 1):
+        unit = nodes * gpn
+        if unit > (q.fixed_num_gpus or q.max_gpus) or unit > experts:
+            return []
+        shapes = _ep_shapes(q, tps, unit, experts)
+        if not shapes:
+            return []
+        tp, par = shapes[0]
+        try:
+            fits = _replica(q, gpu, tp, 1, dtype, length, par).max_concurrency >= 1
+        except InfeasibleError:
+            fits = False
+        except UsageError:
+            return []
+        if fits:
+            return shapes
+    return []
+
+
+def _ep_shapes(q: Query, tps: list[int], unit: int, experts: int) -> list[tuple[int, Parallel]]:
+    out: list[tuple[int, Parallel]] = []
+    for t in sorted(tps):
+        if t >= unit or unit % t:
+            continue
+        if q.engine == "vllm":
+            out.append((t, Parallel(dp=unit // t, ep=unit)))
+        else:
+            # SGLang's DeepSeek recipe (--tp N --dp N --enable-dp-attention) keeps the experts TP-sliced;
+            # --ep-size without an all-to-all backend holds the same bytes and runs the same step here
+            out.append((unit, Parallel(dp=unit // t, ep=1)))
+    return out
+
+
+def _batch(q: Query, par: Parallel, users: int) -> int:
+    """The batch the step model takes for `users` requests on one unit: vLLM's step is one DP engine
+    core's (its requests; the MoE group sees all cores'), SGLang's the TP group's (split over its
+    attention-DP ranks inside the step)."""
+    return ceil_div(users, par.dp) if q.engine == "vllm" else users
 
 
 def _step(q: Query, p: Plan, batch: int) -> step_model.StepTime:
@@ -217,6 +317,9 @@ def _dtype_name(dtype: str, p: Plan) -> str:
 def _launch(engine: str, model: str, a: Answer, per_replica: int, extra: list[str]) -> str:
     cls = engines.engine_class(engine)
     tp, pp, dp, ctx, cap = cls.launch_flags
+    ep, dpa = a.expert_parallel_size, a.attention_dp_size
+    if ep > 1 or dpa > 1:
+        return _launch_ep(engine, model, a, per_replica, extra)
     parts = [cls.launch_command.format(model=model), f"{tp} {a.tensor_parallel_size}"]
     if a.pipeline_parallel_size > 1:
         parts.append(f"{pp} {a.pipeline_parallel_size}")
@@ -226,24 +329,48 @@ def _launch(engine: str, model: str, a: Answer, per_replica: int, extra: list[st
     return " ".join(parts)
 
 
-def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str, str]:
+def _launch_ep(engine: str, model: str, a: Answer, per_unit: int, extra: list[str]) -> str:
+    """One expert-parallel deployment's command (the answer runs data_parallel_size of them). vLLM:
+    --max-num-seqs is each DP engine core's cap; SGLang: --max-running-requests is the server's, each
+    attention-DP rank taking its share (cuda_graph_runner.py 0.5.x: max_running_requests // dp_size)."""
+    ep, dpa = a.expert_parallel_size, a.attention_dp_size
+    if engine == "vllm":
+        parts = [
+            f"vllm serve {model} --tensor-parallel-size {a.tensor_parallel_size}",
+            f"--data-parallel-size {dpa}",
+            "--enable-expert-parallel",
+            f"--max-model-len {a.max_model_len}",
+            *extra,
+            f"--max-num-seqs {ceil_div(per_unit, dpa)}",
+        ]
+    else:
+        parts = [
+            f"python -m sglang.launch_server --model-path {model} --tp-size {a.tensor_parallel_size}",
+            f"--enable-dp-attention --dp-size {dpa}",
+            *([f"--ep-size {ep}"] if ep > 1 else []),
+            f"--context-length {a.max_model_len}",
+            *extra,
+            f"--max-running-requests {ceil_div(per_unit, dpa) * dpa}",
+        ]
+    return " ".join(parts)
+
+
+def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str | None, str | None]:
     model = q.model.hf_id or q.model.name
     per_replica = ceil_div(q.users, a.data_parallel_size)
     util = p.settings.gpu_memory_utilization or vllm_default_utilization(engines.ENGINES["vllm"].latest)
-    vllm = (
-        _launch(
-            "vllm",
-            model,
-            a,
-            per_replica,
-            [f"--kv-cache-dtype {a.kv_cache_dtype}", f"--gpu-memory-utilization {util:g}"],
-        )
-        + f" --block-size {a.block_size}"
-    )
+    vllm_extra = [f"--kv-cache-dtype {a.kv_cache_dtype}", f"--gpu-memory-utilization {util:g}"]
     sg_dtype = {"auto": "auto", "fp8": "fp8_e4m3"}.get(a.kv_cache_dtype, a.kv_cache_dtype)
-    sglang = _launch(
-        "sglang", model, a, per_replica, [f"--kv-cache-dtype {sg_dtype}", f"--mem-fraction-static {mfs:g}"]
-    )
+    sg_extra = [f"--kv-cache-dtype {sg_dtype}", f"--mem-fraction-static {mfs:g}"]
+    if a.expert_parallel_size > 1 or a.attention_dp_size > 1:
+        # an expert-parallel layout is the searched engine's own; the other engine's line would be a
+        # different layout (vLLM's DP cores are GPUs beyond TP, SGLang's DP ranks sit inside TP)
+        line = _launch(q.engine, model, a, per_replica, vllm_extra if q.engine == "vllm" else sg_extra)
+        if q.engine == "vllm":
+            return line + f" --block-size {a.block_size}", None
+        return None, line
+    vllm = _launch("vllm", model, a, per_replica, vllm_extra) + f" --block-size {a.block_size}"
+    sglang = _launch("sglang", model, a, per_replica, sg_extra)
     return vllm, sglang
 
 
@@ -270,27 +397,41 @@ def solve(q: Query) -> tuple[list[Answer], _Bounds]:
                     f"no TP size within a {gpu.gpus_per_node}-GPU {gpu.name} node divides the heads"
                 )
             for dtype in q.kv_dtypes:
-                for tp, pp in layouts(q, gpu, dtype):
-                    replica = tp * pp
-                    if q.fixed_num_gpus is not None:
-                        if replica > q.fixed_num_gpus:
-                            break
-                        if q.fixed_num_gpus % replica:
-                            continue
-                    elif _max_dp(q, gpu, replica) < 1:
-                        break
-                    if _dominated(answers, q, gpu, replica):
-                        break
-                    ans = _layout(q, gpu, tp, pp, dtype, bounds)
-                    if ans is not None:
-                        answers.append(ans)
+                _search_gpu(q, gpu, dtype, answers, bounds)
         answers.sort(key=lambda a: _rank(q, a))
         top = answers[: q.top]
         for a in top:
-            a.sglang_max_concurrency = _sglang_concurrency(q, a)
+            if a.expert_parallel_size == 1 and a.attention_dp_size == 1:
+                a.sglang_max_concurrency = _sglang_concurrency(q, a)
     finally:
         _PLANS.clear()
     return top, bounds
+
+
+def _search_gpu(q: Query, gpu: GpuSpec, dtype: str, answers: list[Answer], bounds: _Bounds) -> None:
+    """The answers of one GPU type and KV dtype: TP x PP layouts, smallest replica first (a larger
+    one cannot do better once a replica alone costs more than the answers kept), then for an MoE
+    model its expert-parallel layouts."""
+    for tp, pp in layouts(q, gpu, dtype):
+        replica = tp * pp
+        if q.fixed_num_gpus is not None:
+            if replica > q.fixed_num_gpus:
+                break
+            if q.fixed_num_gpus % replica:
+                continue
+        elif _max_dp(q, gpu, replica) < 1:
+            break
+        if _dominated(answers, q, gpu, replica):
+            break
+        ans = _layout(q, gpu, tp, pp, dtype, bounds)
+        if ans is not None:
+            answers.append(ans)
+    for tp, par in ep_layouts(q, gpu, dtype):
+        if q.fixed_num_gpus is not None and q.fixed_num_gpus % unit_gpus(q, tp, 1, par):
+            continue
+        ans = _layout(q, gpu, tp, 1, dtype, bounds, par)
+        if ans is not None:
+            answers.append(ans)
 
 
 def _check_query(q: Query) -> None:
@@ -352,62 +493,95 @@ def _rank(q: Query, a: Answer) -> tuple:
         )
     cost = a.cost_per_hour if a.cost_per_hour is not None else a.num_gpus
     quality = ENGINE_DTYPES.index(a.kv_cache_dtype) if a.kv_cache_dtype in ENGINE_DTYPES else 9
-    # at equal cost, fewer pipeline stages first: each one adds a hop to every token
-    return (cost, a.num_gpus, quality, a.pipeline_parallel_size, -a.max_concurrency, a.tensor_parallel_size)
+    # at equal cost the simpler layout first: fewer pipeline stages (each adds a hop to every token),
+    # then plain TP before expert parallelism (no all-to-all, no DP-attention balancing); then the most
+    # users and the faster step
+    ep = a.expert_parallel_size > 1 or a.attention_dp_size > 1
+    return (
+        cost, a.num_gpus, quality, a.pipeline_parallel_size, ep, -a.max_concurrency, round(a.tpot_ms, 3),
+        a.tensor_parallel_size,
+    )  # fmt: skip
 
 
-def _layout(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bounds) -> Answer | None:
-    label = f"TP {tp} x PP {pp}"
+def _layout(
+    q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bounds, par: Parallel = PLAIN
+) -> Answer | None:
+    label = _label(q, tp, pp, par)
+    unit = unit_gpus(q, tp, pp, par)
     if q.fixed_num_gpus is not None:
-        return _longest_context(q, gpu, tp, pp, dtype, bounds)
+        return _longest_context(q, gpu, tp, pp, dtype, bounds, par)
     try:
-        p = _replica(q, gpu, tp, pp, dtype, q.max_model_len or q.model.max_context)
+        p = _replica(q, gpu, tp, pp, dtype, q.max_model_len or q.model.max_context, par)
     except InfeasibleError as exc:
         if isinstance(exc, RequestDoesNotFit):
             bounds.reasons.append(f"{gpu.name} {label}: {exc}")
         return None
-    if bounds.weights_min is None or tp * pp < bounds.weights_min[0]:
-        bounds.weights_min = (tp * pp, f"{gpu.name} {label}")
-    per_replica = p.max_concurrency_per_replica
-    max_dp = _max_dp(q, gpu, tp * pp)
+    if bounds.weights_min is None or unit < bounds.weights_min[0]:
+        bounds.weights_min = (unit, f"{gpu.name} {label}")
+    per_replica = p.max_concurrency  # one unit: all its DP ranks
+    max_dp = _max_dp(q, gpu, unit)
     best_users = per_replica * max_dp
     if bounds.best_users is None or best_users > bounds.best_users[0]:
         bounds.best_users = (
             best_users,
-            f"{rented(q, gpu, tp * pp, max_dp)[1]}x {gpu.name} ({label}, DP {max_dp}, {dtype})",
+            f"{rented(q, gpu, unit, max_dp)[1]}x {gpu.name} ({label}, DP {max_dp}, {dtype})",
         )
     if per_replica < 1:
         return None
     dp = ceil_div(q.users, per_replica)
     while dp <= max_dp:
-        tpot = _tpot(q, p, ceil_div(q.users, dp))
+        tpot = _unit_tpot(q, p, par, ceil_div(q.users, dp))
         if q.tpot_ms is None or tpot <= q.tpot_ms:
             break
         dp += 1
     # replicas beyond one per user make no step faster: the fastest layout stops there
     fastest_dp = max(dp, 1) if dp <= max_dp else min(max_dp, q.users)
     if max_dp >= 1:
-        fastest_dp = rented(q, gpu, tp * pp, max(fastest_dp, 1))[0] if fastest_dp <= max_dp else fastest_dp
-        fastest = _tpot(q, p, ceil_div(q.users, max(fastest_dp, 1)))
+        fastest_dp = rented(q, gpu, unit, max(fastest_dp, 1))[0] if fastest_dp <= max_dp else fastest_dp
+        fastest = _unit_tpot(q, p, par, ceil_div(q.users, max(fastest_dp, 1)))
         if bounds.best_tpot is None or fastest < bounds.best_tpot[0]:
             bounds.best_tpot = (
                 fastest,
-                f"{rented(q, gpu, tp * pp, fastest_dp)[1]}x {gpu.name} ({label}, DP {fastest_dp}, {dtype})",
+                f"{rented(q, gpu, unit, fastest_dp)[1]}x {gpu.name} ({label}, DP {fastest_dp}, {dtype})",
             )
             bounds.weight_ms = p.decode.step(1, 0).weights_ms
     if dp > max_dp:
         return None
-    dp, n, nodes = rented(q, gpu, tp * pp, dp)  # the replicas fill the nodes they need
-    return _answer(q, gpu, p, tp, pp, dp, dtype, _tpot(q, p, ceil_div(q.users, dp)), n, nodes)
+    dp, n, nodes = rented(q, gpu, unit, dp)  # the units fill the nodes they need
+    return _answer(q, gpu, p, tp, pp, dp, dtype, _unit_tpot(q, p, par, ceil_div(q.users, dp)), n, nodes, par)
+
+
+def _label(q: Query, tp: int, pp: int, par: Parallel) -> str:
+    if not par.on:
+        return f"TP {tp} x PP {pp}"
+    if q.engine == "vllm":
+        return f"TP {tp} x DP {par.dp}, EP {par.ep}"
+    return f"TP {tp}, DP attention {par.dp}" + (f", EP {par.ep}" if par.ep > 1 else "")
+
+
+def _unit_tpot(q: Query, p: Plan, par: Parallel, users: int) -> float:
+    return _tpot(q, p, _batch(q, par, users))
 
 
 def _answer(
-    q: Query, gpu: GpuSpec, p: Plan, tp: int, pp: int, dp: int, dtype: str, tpot: float, n: int, nodes: int
+    q: Query,
+    gpu: GpuSpec,
+    p: Plan,
+    tp: int,
+    pp: int,
+    dp: int,
+    dtype: str,
+    tpot: float,
+    n: int,
+    nodes: int,
+    par: Parallel = PLAIN,
 ) -> Answer:
-    conc = p.max_concurrency_per_replica * dp
+    conc = p.max_concurrency * dp
     mfs = sglang_memory_settings(gpu.memory_bytes, tp, pp).mem_fraction_static
+    if q.engine == "sglang" and p.settings.mem_fraction_static:
+        mfs = p.settings.mem_fraction_static  # the plan's own (DP attention reserves more)
     margins = Margins(users=conc / q.users - 1, tpot=1 - tpot / q.tpot_ms if q.tpot_ms else None)
-    step = _step(q, p, ceil_div(q.users, dp))
+    step = _step(q, p, _batch(q, par, ceil_div(q.users, dp)))
     by_label: dict[str, list[str]] = {}
     for t, v in sorted(step.sources.items()):
         if step_model.is_measured(v):
@@ -436,9 +610,38 @@ def _answer(
         sglang_flags="",
         sglang_max_concurrency=None,
         plan=p,
+        expert_parallel_size=par.ep,
+        attention_dp_size=par.dp,
+        why_expert_parallel=_why_expert_parallel(q, gpu, p, tp, dtype, par, step, dp) if par.on else None,
     )
     a.vllm_flags, a.sglang_flags = _flags(q, a, p, mfs)
     return a
+
+
+def _why_expert_parallel(
+    q: Query, gpu: GpuSpec, p: Plan, tp: int, dtype: str, par: Parallel, step: step_model.StepTime, units: int
+) -> str:
+    """Why an expert-parallel layout: the users one unit holds against plain TP over the same GPUs
+    (when that fits), and what its all-to-all costs a step."""
+    unit = unit_gpus(q, tp, 1, par)
+    gpn = gpu.gpus_per_node
+    plain_tp = min(unit, gpn) if unit <= gpn else gpn
+    compared = ""
+    try:
+        plain_pp = max(1, unit // plain_tp)
+        plain = _replica(q, gpu, plain_tp, plain_pp, dtype, p.settings.max_model_len)
+        plain_users = plain.max_concurrency * (unit // (plain_tp * plain_pp))
+        compared = f" vs {plain_users:,} on TP {plain_tp}" + (f" x PP {plain_pp}" if plain_pp > 1 else "")
+    except InfeasibleError:
+        compared = f" (TP {plain_tp} alone does not hold them)"
+    kv = (
+        "each of its DP attention ranks holds only its own requests' KV"
+        if p.kv_bytes_per_token_per_gpu == p.kv_bytes_per_token
+        else "each DP attention rank holds its own requests' KV"
+    )
+    a2a = f"; the all-to-all adds {step.all_to_all_ms:.2f} ms a step" if step.all_to_all_ms else ""
+    deploy = f"; {units} such deployments" if units > 1 else ""
+    return f"{kv}, so {unit} {gpu.name} hold {p.max_concurrency:,} users{compared}{a2a}{deploy}"
 
 
 def _why_pipeline(
@@ -463,20 +666,22 @@ def _why_pipeline(
     )
 
 
-def _longest_context(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bounds) -> Answer | None:
+def _longest_context(
+    q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bounds: _Bounds, par: Parallel = PLAIN
+) -> Answer | None:
     """--max-context: the largest max_model_len at which `users` fit on exactly q.fixed_num_gpus."""
     assert q.fixed_num_gpus is not None  # --max-context mode
-    dp = q.fixed_num_gpus // (tp * pp)
+    dp = q.fixed_num_gpus // unit_gpus(q, tp, pp, par)
     per_replica_users = ceil_div(q.users, dp)
 
     def fits(length: int) -> Plan | None:
         try:
-            p = _replica(q, gpu, tp, pp, dtype, length)
+            p = _replica(q, gpu, tp, pp, dtype, length, par)
         except KvplanError:
             return None
-        if p.max_concurrency_per_replica < per_replica_users:
+        if p.max_concurrency < per_replica_users:
             return None
-        if q.tpot_ms is not None and _tpot(q, p, per_replica_users) > q.tpot_ms:
+        if q.tpot_ms is not None and _unit_tpot(q, p, par, per_replica_users) > q.tpot_ms:
             return None
         return p
 
@@ -489,12 +694,13 @@ def _longest_context(q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, bound
         else:
             hi = mid - 1
     if best is None:
-        bounds.reasons.append(f"{gpu.name} TP {tp} x PP {pp} x DP {dp} ({dtype}): not even 1 token each")
+        bounds.reasons.append(
+            f"{gpu.name} {_label(q, tp, pp, par)} x DP {dp} ({dtype}): not even 1 token each"
+        )
         return None
     n = q.fixed_num_gpus
-    return _answer(
-        q, gpu, best, tp, pp, dp, dtype, _tpot(q, best, per_replica_users), n, ceil_div(n, gpu.gpus_per_node)
-    )
+    tpot = _unit_tpot(q, best, par, per_replica_users)
+    return _answer(q, gpu, best, tp, pp, dp, dtype, tpot, n, ceil_div(n, gpu.gpus_per_node), par)
 
 
 def verdict(q: Query, bounds: _Bounds) -> str:
