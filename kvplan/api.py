@@ -99,10 +99,24 @@ class SolveResult:
         return solve_json(self.query, self.answers, self.max_context)
 
 
-def solve(model: str, users: int, **flags: Any) -> SolveResult:
+def solve(
+    model: str,
+    users: int | None = None,
+    *,
+    request_rate: float | None = None,
+    max_rate: bool = False,
+    ttft_ms: float | None = None,
+    percentile: int = 90,
+    num_prompts: int | None = None,
+    range_ratio: float = 0.0,
+    burstiness: float = 1.0,
+    trace: str | None = None,
+    seed: int = 0,
+    **flags: Any,
+) -> Any:
     """The inverse question (`kvplan solve`): the fewest (or cheapest) GPUs, layout and KV dtype for
     `users` concurrent requests of max_model_len tokens; with max_context=True, the longest context
-    `users` requests can have on fixed GPUs.
+    `users` requests can have on fixed GPUs. Returns a SolveResult.
 
     gpus: GPU types to search, comma-separated ("H100,H200"; default "H100"), or with max_context
       the GPUs you have ("8xH200"). max_model_len: tokens per request (8192 or "8K").
@@ -111,10 +125,36 @@ def solve(model: str, users: int, **flags: Any) -> SolveResult:
     price: price per GPU-hour, one per GPU type ("2.5,3.8") in any currency; ranks by cost, and
       each answer's cost_per_hour is in that unit. top: how many answers. partial_nodes=True lets
       an answer use part of a node. network: the inter-node fabric per GPU ("400G", the default).
+
+    By simulation instead of users (`solve --request-rate` / `--max-rate`): request_rate=R with
+    ttft_ms and tpot_ms, the fewest GPUs serving R requests/s within both targets at `percentile`
+    (50, 90 or 99); max_rate=True with gpus="8xH100" and max_model_len, the highest rate those GPUs
+    serve. The workload as `simulate` takes it: input_len/output_len (default 1024/128), num_prompts,
+    range_ratio, burstiness, seed, or a trace file. Returns a RateAnswer (`to_dict()` is the --json).
     No answer raises kvplan.errors.NoAnswer, naming what stopped the search.
     """
     from kvplan.commands import inputs
 
+    if request_rate is not None or max_rate:
+        if users is not None or flags.get("max_context"):
+            raise UsageError(
+                "solve: request_rate/max_rate answer by simulation: not with users or max_context"
+            )
+        load = inputs.LoadFlags(
+            ttft_ms=ttft_ms, tpot_ms=flags.get("tpot_ms"), percentile=percentile, request_rate=request_rate,
+            max_rate=max_rate, num_prompts=num_prompts, range_ratio=range_ratio, burstiness=burstiness,
+            trace=trace, seed=seed,
+            input_len=str(flags.pop("input_len", None) or "1024"),
+            output_len=str(flags.pop("output_len", None) or "128"),
+        )  # fmt: skip
+        f = _flags(inputs.SolveFlags, {"model": model, "users": 1, **flags}, "solve")
+        if ttft_ms is None or f.tpot_ms is None:
+            raise UsageError("solve: request_rate/max_rate need ttft_ms and tpot_ms")
+        return inputs.solve_load(f, load)
+    if ttft_ms is not None:
+        raise UsageError("solve: ttft_ms goes with request_rate or max_rate")
+    if users is None:
+        raise UsageError("solve: give users (or request_rate / max_rate with ttft_ms and tpot_ms)")
     f = _flags(inputs.SolveFlags, {"model": model, "users": users, **flags}, "solve")
     q, answers = inputs.solve(f)
     for warning in inputs.solve_warnings(q):

@@ -127,3 +127,30 @@ def test_results_print_short():
     assert len(repr(table)) < 600 and "llama3-70b / shipped" in repr(table)
     log = kvplan.check_log(str(REPO / "tests/fixtures/logs/vllm_v011_llama31_8b_h100.log"), gpus="H100")
     assert len(repr(log)) < 1200 and "KV cache tokens: log 443,264" in repr(log)
+
+
+def test_solve_for_a_request_rate_and_max_rate_from_python():
+    """`solve --request-rate` / `--max-rate` from Python (issue 22): the CLI's answer, a short repr."""
+    import json
+
+    from helpers import run_cli
+
+    got = kvplan.solve(
+        "llama3-8b", request_rate=5, ttft_ms=500, tpot_ms=50, max_model_len="8K", num_prompts=200
+    )
+    cli = run_cli("solve", "-m", "llama3-8b", "--request-rate", "5", "--ttft-ms", "500", "--tpot-ms", "50",
+                  "--max-model-len", "8K", "--num-prompts", "200", "--json").json()  # fmt: skip
+    d = got.to_dict()
+    assert d["mode"] == cli["mode"] == "min-gpus-at-rate" and d["request_rate"] == 5
+    assert d["answer"]["num_gpus"] == cli["answer"]["num_gpus"]
+    assert d["ttft_ms"] == cli["ttft_ms"] and json.dumps(d["tpot_ms"]) == json.dumps(cli["tpot_ms"])
+    assert repr(got).startswith("min-gpus-at-rate: ") and "\n" not in repr(got) and len(repr(got)) < 300
+    top = kvplan.solve("llama3-8b", max_rate=True, gpus="1xH100", ttft_ms=500, tpot_ms=50,
+                       max_model_len="8K", num_prompts=200)  # fmt: skip
+    assert top.mode == "max-rate" and top.request_rate > 5
+    for bad in ({"users": 10}, {"ttft_ms": None}):
+        kw = {"request_rate": 5, "ttft_ms": 500, "tpot_ms": 50, "max_model_len": "8K", **bad}
+        with pytest.raises(UsageError):
+            kvplan.solve("llama3-8b", **kw)
+    with pytest.raises(UsageError, match="ttft_ms goes with request_rate"):
+        kvplan.solve("llama3-8b", users=10, ttft_ms=500, max_model_len="8K")

@@ -124,6 +124,16 @@ class RateAnswer:
     wall_s: float
     limited_by: str  # what bounds the answer
 
+    def __repr__(self) -> str:
+        """One line, as `solve --request-rate` / `--max-rate` sums it up (not every simulated point)."""
+        a = self.layout
+        return (
+            f"{self.mode}: {a.num_gpus}x {a.gpu} (TP {a.tensor_parallel_size} x PP {a.pipeline_parallel_size} x "
+            f"DP {a.data_parallel_size}), KV {a.kv_cache_dtype} at {self.request_rate:.4g} requests/s: "
+            f"p{self.targets.percentile} TTFT {self.targets.of(self.result.ttft_ms):,.1f} ms, TPOT "
+            f"{self.targets.of(self.result.tpot_ms):,.1f} ms; bounded by {self.limited_by}"
+        )
+
     @property
     def goodput(self) -> float:
         """Requests/s meeting both targets, all replicas together."""
