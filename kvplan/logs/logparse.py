@@ -125,6 +125,16 @@ _SGLANG_NUMBERS: list[tuple[re.Pattern, str, Any, str]] = [
     (re.compile(r"swa_layer_tokens=" + _NUM), "swa_kv_cache_tokens", lambda s: int(_f(s)), "min"),
     (re.compile(r"Load weight end\..*?mem usage=" + _NUM + r" GB"), "weights_bytes", _gib, "last"),
     (re.compile(r"Load weight begin\. avail mem=" + _NUM + r" GB"), "free_at_start_bytes", _gib, "min"),
+    # DeepSeek-V4's pools are sized from one budget, printed per rank (0.5.11+, DSV4PoolConfigurator in
+    # model_executor/pool_configurator.py): "DSv4 memory calculation: bytes_per_full_token=...,
+    # available_bytes=87.26 GB, full_token=529408" (GB = GiB there: 87.26 GiB / 176983.05 B = 529,397,
+    # page-rounded 529,408); full_token is the un-windowed token count, not the pool tokens kvplan prints
+    (
+        re.compile(r"DSV4 memory calculation:.*?available_bytes=" + _NUM + r" GB", re.I),
+        "available_kv_bytes",
+        _gib,
+        "min",
+    ),
     (re.compile(r"available_gpu_mem=" + _NUM + r" GB"), "available_gpu_mem_after_bytes", _gib, "min"),
     (re.compile(r"context_len=" + _NUM), "max_model_len", lambda s: int(_f(s)), "first"),
 ]
@@ -237,7 +247,8 @@ def _sglang_line(log: ParsedLog, line: str) -> None:
         m = pattern.search(line)
         if m:
             log.put(fact, conv(m.group(1)), line, keep=keep)
-    m = re.search(r"(?:sglang|SGLang)[^\d]{0,20}v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)", line)
+    # not "sglang is using nccl==2.27.7" (0.5.x prints its NCCL version so)
+    m = re.search(r"(?:sglang|SGLang)(?! is using)[^\d]{0,20}v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)", line)
     if m and "version" not in log.facts:
         log.put("version", m.group(1), line)
 
