@@ -83,3 +83,60 @@ def test_json_answer_fields(engine):
     a = json.loads(r.stdout)["answers"][0]
     assert a["attention_dp_size"] == 8 and a["why_expert_parallel"]
     assert (a["vllm_flags"] is None) == (engine == "sglang")
+
+
+def test_speculative_decoding_is_timed_as_estimate_times_it():
+    """solve takes the speculative flags (issue 23): TPOT is the verify step plus draft passes over the
+    accepted tokens, the same figure estimate prints for that layout and batch."""
+    from kvplan.commands import inputs
+
+    flags = {"model": "deepseek-v3", "users": 64, "max_model_len": "32K", "gpus": "H200"}
+    flags.update(input_len="1024", output_len="1024")
+    spec = '{"method": "mtp", "num_speculative_tokens": 1}'
+    q, answers = inputs.solve(inputs.SolveFlags(**flags, speculative_config=spec))
+    _, plain = inputs.solve(inputs.SolveFlags(**flags))
+    a = answers[0]
+    assert a.speculative is not None and a.speculative.acceptance_length == pytest.approx(1.85)
+    assert a.tpot_ms == pytest.approx(a.speculative.tpot_ms)
+    assert a.tpot_ms < plain[0].tpot_ms / 1.4  # 1.85 tokens a step for one verify + one MTP pass
+    plan = kvplan.estimate(
+        "deepseek-v3", gpus="8xH200", max_model_len="32K", kv_cache_dtype=a.kv_cache_dtype, input_len=1024,
+        output_len=1024, tensor_parallel_size=1, data_parallel_size=8, enable_expert_parallel=True,
+        speculative_config=spec,
+    )  # fmt: skip
+    batch1 = plan.decode.speculative[0]
+    assert batch1.batch == 1 and batch1.method == "mtp"
+    # the MTP layer's memory is counted: fewer users than without it
+    assert a.max_concurrency < plain[0].max_concurrency * answers[0].num_gpus // plain[0].num_gpus
+    r = run_cli("solve", "-m", "deepseek-v3", "--users", "64", "--max-model-len", "32K", "-g", "H200",
+                "--speculative-config", spec, "--json")  # fmt: skip
+    assert r.json()["answers"][0]["speculative"]["method"] == "mtp"
+    text = run_cli("solve", "-m", "deepseek-v3", "--users", "64", "--max-model-len", "32K", "-g", "H200",
+                   "--speculative-config", spec).stdout  # fmt: skip
+    assert "TPOT: speculative decoding (mtp): the verify step over 2 tokens" in " ".join(text.split())
+
+
+def test_speculative_and_imbalance_refusals():
+    r = run_cli("solve", "-m", "deepseek-v3", "--request-rate", "2", "--ttft-ms", "1000", "--tpot-ms", "50",
+                "--max-model-len", "8K", "-g", "H200", "--speculative-config",
+                '{"method": "mtp", "num_speculative_tokens": 1}')  # fmt: skip
+    assert r.exit_code == 2 and "speculative decoding is not simulated yet" in r.stderr
+    r = run_cli(
+        "solve", "-m", "llama3-70b", "--users", "10", "--max-model-len", "8K", "--moe-imbalance", "1.2"
+    )
+    assert r.exit_code == 2 and "has no routed experts" in r.stderr
+    r = run_cli(
+        "solve", "-m", "deepseek-v3", "--users", "10", "--max-model-len", "8K", "--moe-imbalance", "0.5"
+    )
+    assert r.exit_code == 2 and "--moe-imbalance must be between 1 and 64" in r.stderr
+
+
+def test_moe_imbalance_slows_only_expert_parallel_layouts():
+    base = _solve("deepseek-v3", users=64, max_model_len=32768)
+    skewed = _solve("deepseek-v3", users=64, max_model_len=32768, moe_imbalance=2.0)
+    b, s = base[0], skewed[0]
+    assert (b.expert_parallel_size, s.expert_parallel_size) == (8, 8)
+    # the busiest rank's tokens and all-to-all bytes double; its touched experts are capped at the 32 it holds
+    assert s.decode_step.all_to_all_ms > 1.1 * b.decode_step.all_to_all_ms
+    assert s.decode_step.moe_ms > 1.1 * b.decode_step.moe_ms and s.tpot_ms > b.tpot_ms
+    assert "2 x the mean" in s.decode_step.sources["moe_imbalance"]

@@ -191,55 +191,6 @@ MoeA2aBackend = Annotated[
         "--moe-a2a-backend", help="SGLang: none, deepep, mooncake, flashinfer (all but none set EP = TP)."
     ),
 ]
-NumRedundantExperts = Annotated[
-    int,
-    typer.Option(
-        "--num-redundant-experts",
-        "--ep-num-redundant-experts",
-        help="Redundant experts (EPLB) added to the routed ones, whole experts per GPU; needs expert parallelism.",
-    ),
-]
-MoeImbalance = Annotated[
-    float,
-    typer.Option(
-        "--moe-imbalance",
-        help="Under expert parallelism: the busiest EP rank's routed-expert work over the mean (assumed 1.0).",
-    ),
-]
-SpeculativeConfig = Annotated[
-    str | None,
-    typer.Option(
-        "--speculative-config",
-        help='vLLM: speculative decoding as JSON, e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\' (eagle, eagle3, mtp, ngram).',
-    ),
-]
-SpeculativeAlgorithm = Annotated[
-    str | None, typer.Option("--speculative-algorithm", help="SGLang: EAGLE, EAGLE3, NEXTN (MTP) or NGRAM.")
-]
-SpeculativeNumSteps = Annotated[
-    int | None, typer.Option("--speculative-num-steps", help="SGLang: draft forward passes per step.")
-]
-SpeculativeNumDraftTokens = Annotated[
-    int | None,
-    typer.Option(
-        "--speculative-num-draft-tokens",
-        help="SGLang: tokens a request verifies per step (default steps + 1).",
-    ),
-]
-AcceptanceLength = Annotated[
-    float | None,
-    typer.Option(
-        "--acceptance-length",
-        help="Speculative decoding: mean tokens accepted per step (default: MTP 1 + 0.85 + ..., others must give it).",
-    ),
-]
-SpeculativeDraftConfig = Annotated[
-    str | None,
-    typer.Option(
-        "--speculative-draft-config",
-        help="Speculative decoding: the draft checkpoint's config.json (EAGLE/EAGLE-3 heads), to count its weights and KV.",
-    ),
-]
 Explain = Annotated[bool, typer.Option("--explain", help="Trace each number to its formula and spec field.")]
 Disaggregated = Annotated[
     bool,
@@ -312,14 +263,14 @@ def estimate(
     enable_dp_attention: EnableDpAttention = False,
     ep_size: EpSize = None,
     moe_a2a_backend: MoeA2aBackend = None,
-    num_redundant_experts: NumRedundantExperts = 0,
-    moe_imbalance: MoeImbalance = 1.0,
-    speculative_config: SpeculativeConfig = None,
-    speculative_algorithm: SpeculativeAlgorithm = None,
-    speculative_num_steps: SpeculativeNumSteps = None,
-    speculative_num_draft_tokens: SpeculativeNumDraftTokens = None,
-    acceptance_length: AcceptanceLength = None,
-    speculative_draft_config: SpeculativeDraftConfig = None,
+    num_redundant_experts: o.NumRedundantExperts = 0,
+    moe_imbalance: o.MoeImbalance = 1.0,
+    speculative_config: o.SpeculativeConfig = None,
+    speculative_algorithm: o.SpeculativeAlgorithm = None,
+    speculative_num_steps: o.SpeculativeNumSteps = None,
+    speculative_num_draft_tokens: o.SpeculativeNumDraftTokens = None,
+    acceptance_length: o.AcceptanceLength = None,
+    speculative_draft_config: o.SpeculativeDraftConfig = None,
     json_out: o.Json = False,
     explain: Explain = False,
     disaggregated: Disaggregated = False,

@@ -198,3 +198,52 @@ NetworkLatencyUs = Annotated[
         help="With --network-gbps: one message's latency across nodes in microseconds (default: the RDMA figure).",
     ),
 ]
+NumRedundantExperts = Annotated[
+    int,
+    typer.Option(
+        "--num-redundant-experts",
+        "--ep-num-redundant-experts",
+        help="Redundant experts (EPLB) added to the routed ones, whole experts per GPU; needs expert parallelism.",
+    ),
+]
+MoeImbalance = Annotated[
+    float,
+    typer.Option(
+        "--moe-imbalance",
+        help="Under expert parallelism: the busiest EP rank's routed-expert work over the mean (assumed 1.0).",
+    ),
+]
+SpeculativeConfig = Annotated[
+    str | None,
+    typer.Option(
+        "--speculative-config",
+        help='vLLM: speculative decoding as JSON, e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\' (eagle, eagle3, mtp, ngram).',
+    ),
+]
+SpeculativeAlgorithm = Annotated[
+    str | None, typer.Option("--speculative-algorithm", help="SGLang: EAGLE, EAGLE3, NEXTN (MTP) or NGRAM.")
+]
+SpeculativeNumSteps = Annotated[
+    int | None, typer.Option("--speculative-num-steps", help="SGLang: draft forward passes per step.")
+]
+SpeculativeNumDraftTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--speculative-num-draft-tokens",
+        help="SGLang: tokens a request verifies per step (default steps + 1).",
+    ),
+]
+AcceptanceLength = Annotated[
+    float | None,
+    typer.Option(
+        "--acceptance-length",
+        help="Speculative decoding: mean tokens accepted per step (default: MTP 1 + 0.85 + ..., others must give it).",
+    ),
+]
+SpeculativeDraftConfig = Annotated[
+    str | None,
+    typer.Option(
+        "--speculative-draft-config",
+        help="Speculative decoding: the draft checkpoint's config.json (EAGLE/EAGLE-3 heads), to count its weights and KV.",
+    ),
+]

@@ -97,6 +97,13 @@ def solve(
     network: o.Network = None,
     network_gbps: o.NetworkGbps = None,
     network_latency_us: o.NetworkLatencyUs = None,
+    moe_imbalance: o.MoeImbalance = 1.0,
+    speculative_config: o.SpeculativeConfig = None,
+    speculative_algorithm: o.SpeculativeAlgorithm = None,
+    speculative_num_steps: o.SpeculativeNumSteps = None,
+    speculative_num_draft_tokens: o.SpeculativeNumDraftTokens = None,
+    acceptance_length: o.AcceptanceLength = None,
+    speculative_draft_config: o.SpeculativeDraftConfig = None,
     request_rate: Annotated[
         float | None,
         typer.Option(

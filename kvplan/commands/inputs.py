@@ -145,7 +145,7 @@ SGLANG_SPEC = {
 }
 
 
-def parse_speculative(f: EstimateFlags) -> Any:
+def parse_speculative(f: EstimateFlags | SolveFlags) -> Any:
     """--speculative-config (vLLM) or --speculative-algorithm/-num-steps/-num-draft-tokens (SGLang), and
     --acceptance-length: a request.Speculative, or None."""
     import json
@@ -206,7 +206,7 @@ def parse_speculative(f: EstimateFlags) -> Any:
     return None
 
 
-def _draft_config(f: EstimateFlags, method: str) -> Any:
+def _draft_config(f: EstimateFlags | SolveFlags, method: str) -> Any:
     """--speculative-draft-config: the draft's config.json as a ModelSpec (EAGLE/EAGLE-3 heads); refused
     for methods whose draft is no checkpoint of its own (mtp: the target's MTP layers; ngram: none)."""
     if f.speculative_draft_config is None:
@@ -602,6 +602,13 @@ class SolveFlags:
     network_gbps: float | None = None
     network_latency_us: float | None = None
     fixed_gpus: bool = False  # --max-rate: --gpus is the GPUs you have (NxGPU), with --max-model-len
+    moe_imbalance: float = 1.0  # under expert parallelism (the EP layouts solve tries)
+    speculative_config: str | None = None  # vLLM, JSON as typed
+    speculative_algorithm: str | None = None  # SGLang
+    speculative_num_steps: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    acceptance_length: float | None = None
+    speculative_draft_config: str | None = None
 
 
 @dataclass(frozen=True)
@@ -637,6 +644,11 @@ def solve_load(f: SolveFlags, load: LoadFlags) -> Any:
         )
     if load.ttft_ms is None or f.tpot_ms is None:
         raise UsageError("--request-rate/--max-rate need both targets: --ttft-ms and --tpot-ms")
+    if f.speculative_config or f.speculative_algorithm:
+        raise UsageError(
+            "--request-rate/--max-rate simulate plain decoding: speculative decoding is not simulated yet "
+            "(solve --users and estimate take it)"
+        )
     targets = rate.LoadTargets(load.ttft_ms, f.tpot_ms, load.percentile)
     if load.max_rate and not (f.gpus and parse_gpus(f.gpus.split(",")[0], f.gpus_flag)[0]):
         raise UsageError(
@@ -683,6 +695,19 @@ def solve_query(f: SolveFlags) -> Query:
 
     _check_solve_flags(f)
     spec = load_model(f.model)
+    if f.moe_imbalance != 1.0:
+        from kvplan.limits import check_number
+        from kvplan.request import MAX_MOE_IMBALANCE
+
+        check_number(
+            f.moe_imbalance, "--moe-imbalance", 1.0, MAX_MOE_IMBALANCE,
+            "the busiest EP rank's expert work over the mean: 1 is perfectly balanced",
+        )  # fmt: skip
+        if spec.moe is None:
+            raise UsageError(
+                f"--moe-imbalance: {spec.name} has no routed experts (it applies to the expert-parallel "
+                "layouts solve tries for MoE models)"
+            )
     flag = f.gpus_flag
     if f.gpus is not None and not f.gpus.strip(", "):
         raise UsageError(f"{flag}: give GPU names, e.g. H100 or H100,H200, or leave the flag out for H100")
@@ -728,6 +753,8 @@ def solve_query(f: SolveFlags) -> Query:
         output_len=parse_count(f.output_len, "--output-len") if f.output_len is not None else None,
         partial_nodes=f.partial_nodes,
         network=parse_network(f.network, f.network_gbps, f.network_latency_us),
+        moe_imbalance=f.moe_imbalance,
+        speculative=parse_speculative(f),
     )
 
 

@@ -474,8 +474,16 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
         else "every request at the full context"
     )
     margin = "" if "users margin" in t.left_out else "; users margin: max users / users - 1"
+    spec = answers[0].speculative
+    what = (
+        f"speculative decoding ({spec.method}): the verify step over {spec.verify_tokens} tokens a request "
+        f"plus {spec.draft_steps} draft pass(es), over {spec.acceptance_length:g} tokens accepted a step "
+        f"({spec.acceptance_source})"
+        if spec is not None
+        else "decode step"
+    )
     console.print(
-        f"TPOT: decode step with {at}, from kvplan's step model ({speed_source(answers)}){margin}",
+        f"TPOT: {what} with {at}, from kvplan's step model ({speed_source(answers)}){margin}",
         highlight=False,
     )
 

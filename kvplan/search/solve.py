@@ -39,8 +39,9 @@ from kvplan.errors import (
 )
 from kvplan.model.parallel import Network, valid_tps
 from kvplan.plan.plan import Plan, PlanRequest, estimate
+from kvplan.request import Speculative
 from kvplan.specs.models import GpuSpec, ModelSpec
-from kvplan.speed import step_model
+from kvplan.speed import plan_speed, step_model
 from kvplan.units import ceil_div
 
 SCHEMA = "kvplan.solve/1"
@@ -105,11 +106,14 @@ class Answer:
     expert_parallel_size: int = 1
     attention_dp_size: int = 1
     why_expert_parallel: str | None = None
+    # under speculative decoding: the step at the answer's load (tpot_ms is its per-token figure)
+    speculative: plan_speed.SpecStep | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d.pop("plan")
         d["decode_step"] = self.decode_step.to_dict()  # in ms, with memory_ms
+        d["speculative"] = self.speculative.to_dict() if self.speculative else None
         return d
 
 
@@ -137,6 +141,8 @@ class Query:
     output_len: int | None = None
     partial_nodes: bool = False  # answers may use part of a node; else whole nodes
     network: Network | None = None  # the inter-node fabric per GPU; None: the default (400G)
+    moe_imbalance: float = 1.0  # the busiest EP rank's expert work / the mean, for expert-parallel layouts
+    speculative: Speculative | None = None  # speculative decoding: TPOT is the verify step / acceptance
 
     @property
     def has_workload(self) -> bool:
@@ -220,9 +226,10 @@ def unit_gpus(q: Query, tp: int, pp: int, par: Parallel = PLAIN) -> int:
 def _parallel_fields(q: Query, par: Parallel) -> dict[str, Any]:
     if not par.on:
         return {}
+    imbalance = {"moe_imbalance": q.moe_imbalance} if par.ep > 1 else {}
     if q.engine == "vllm":
-        return {"data_parallel_size": par.dp, "enable_expert_parallel": par.ep > 1}
-    return {"data_parallel_size": par.dp, "enable_dp_attention": par.dp > 1, "ep_size": par.ep}
+        return {"data_parallel_size": par.dp, "enable_expert_parallel": par.ep > 1, **imbalance}
+    return {"data_parallel_size": par.dp, "enable_dp_attention": par.dp > 1, "ep_size": par.ep, **imbalance}
 
 
 def _request(
@@ -243,6 +250,7 @@ def _request(
         input_len=q.input_len,
         output_len=q.output_len,
         network=q.network,
+        speculative=q.speculative,
         **_parallel_fields(q, par),
     )
 
@@ -307,7 +315,21 @@ def _step(q: Query, p: Plan, batch: int) -> step_model.StepTime:
 
 
 def _tpot(q: Query, p: Plan, batch: int) -> float:
-    return _step(q, p, batch).tpot_ms
+    """Time per output token at `batch`: the decode step, or under speculative decoding the verify step
+    plus the draft passes over the tokens accepted (estimate's figure)."""
+    spec = _spec(q, p, batch)
+    return spec.tpot_ms if spec is not None else _step(q, p, batch).tpot_ms
+
+
+def _spec(q: Query, p: Plan, batch: int) -> plan_speed.SpecStep | None:
+    if q.speculative is None:
+        return None
+    d = p.decode
+    if q.has_workload:
+        kv, ctx = d.kv_bytes_per_request_per_gpu, d.context_tokens
+    else:
+        kv, ctx = p.kv_bytes_per_request_per_gpu, p.settings.max_model_len
+    return plan_speed.spec_step(d.inputs, q.speculative, batch, kv, ctx, d.parts)
 
 
 def _dtype_name(dtype: str, p: Plan) -> str:
@@ -613,6 +635,7 @@ def _answer(
         expert_parallel_size=par.ep,
         attention_dp_size=par.dp,
         why_expert_parallel=_why_expert_parallel(q, gpu, p, tp, dtype, par, step, dp) if par.on else None,
+        speculative=_spec(q, p, _batch(q, par, ceil_div(q.users, dp))),
     )
     a.vllm_flags, a.sglang_flags = _flags(q, a, p, mfs)
     return a
