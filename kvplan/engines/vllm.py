@@ -431,6 +431,9 @@ class Vllm(Engine):
         vm.FLASHINFER_SAMPLER_ENV,
         vm.RUNNER_V2_ENV,
         vm.CUDA_GRAPH_ENV,
+        vm.ROCM_MOE_PADDING_ENV,
+        vm.ROCM_AITER_ENV,
+        vm.ROCM_AITER_MOE_ENV,
     )
     launch_command = "vllm serve {model}"
     launch_flags = (
@@ -613,6 +616,8 @@ class Vllm(Engine):
     def loaded_expert_factor(
         self, spec: ModelSpec, gpu: GpuSpec, tp: int, expert_format: str
     ) -> tuple[float, str | None]:
+        if gpu.vendor == "amd" and expert_format in ("bf16", "fp16", "fp32") and spec.moe is not None:
+            return self.rocm_moe_padding(spec, tp, expert_format)
         if expert_format != "mxfp4" or spec.moe is None or self.version < (0, 10):
             return 1.0, None
         factor, backend = vm.mxfp4_expert_factor(
@@ -623,6 +628,30 @@ class Vllm(Engine):
         return factor, (
             f"MXFP4 experts load {100 * (factor - 1):.1f}% larger than stored: {self.label} runs them with "
             f"its {backend} kernel on {gpu.name}, which pads hidden and intermediate sizes (mxfp4.py)"
+        )
+
+    def rocm_moe_padding(self, spec: ModelSpec, tp: int, expert_format: str) -> tuple[float, str | None]:
+        """VLLM_ROCM_MOE_PADDING on AMD GPUs (engines/vllm_memory.py rocm_moe_padding_factor)."""
+        assert spec.moe is not None
+        if not vm.rocm_moe_padding_kept(self.version):
+            return 1.0, None
+        if self.env_bool(vm.ROCM_MOE_PADDING_ENV) is False:
+            return 1.0, None
+        # envs.py reads the AITER flags as "true"/"1" (VLLM_ROCM_USE_AITER default off, _MOE default on)
+        aiter = (self.env(vm.ROCM_AITER_ENV) or "false").lower() in ("true", "1")
+        aiter_moe = (self.env(vm.ROCM_AITER_MOE_ENV) or "true").lower() in ("true", "1")
+        if aiter and aiter_moe:
+            return 1.0, None  # AITER's shuffle re-lays the experts out compactly
+        hidden = spec.moe.expert_hidden_size or spec.hidden_size
+        per_rank = -(-spec.moe.expert_intermediate_size // tp)
+        elem = {"bf16": 2, "fp16": 2, "fp32": 4}[expert_format]
+        factor = vm.rocm_moe_padding_factor(hidden, per_rank, elem, spec.mlp_gated)
+        if factor == 1.0:
+            return 1.0, None
+        return factor, (
+            f"{expert_format} experts load {100 * (factor - 1):.1f}% larger than stored: on ROCm {self.label} "
+            "pads each expert weight row whose byte stride is a multiple of 512 by 256 bytes "
+            f"(_maybe_pad_weight, {vm.ROCM_MOE_PADDING_ENV}=1 by default; not with AITER's fused MoE)"
         )
 
     def sharding(self, spec: ModelSpec, tp: int) -> Sharding:

@@ -201,6 +201,8 @@ MXFP4_BACKENDS = {"marlin": (128, 256), "triton": (64, 1), "flashinfer": (256, 2
 
 
 def mxfp4_backend(version: Version, gpu: GpuSpec) -> str:
+    if gpu.vendor == "amd":
+        return "ROCm Triton"  # mxfp4.py get_mxfp4_backend: ROCm runs MXFP4 experts with Triton (matmul_ogs)
     if gpu.arch == "blackwell":
         return "flashinfer"
     if gpu.arch == "hopper" and version >= (0, 12):
@@ -213,10 +215,60 @@ def mxfp4_expert_factor(
 ) -> tuple[float, str]:
     """Loaded / stored size of MXFP4 routed experts (weights and block scales pad alike)."""
     backend = mxfp4_backend(version, gpu)
-    m_inter, m_hidden = MXFP4_BACKENDS[backend]
+    if backend == "ROCm Triton":
+        m_inter = m_hidden = mxfp4_rocm_align(version, gpu)
+    else:
+        m_inter, m_hidden = MXFP4_BACKENDS[backend]
     per_rank = -(-inter // tp)
     padded = _round_up(per_rank, m_inter) * _round_up(hidden, m_hidden)
     return padded / (per_rank * hidden), backend
+
+
+def mxfp4_rocm_align(version: Version, gpu: GpuSpec) -> int:
+    """The multiple ROCm rounds MXFP4 experts' hidden and per-rank intermediate sizes up to (both alike)."""
+    if version < (0, 11):
+        return 128  # quantization/mxfp4.py@v0.10.2 create_weights: is_rocm() -> round_up(..., 128)
+    if version < (0, 12):
+        return 256  # mxfp4.py@v0.11.0: is_rocm() -> round_up(..., 256) (0.11.1-0.11.2 already take 0.12's rule)
+    if version < (0, 19):
+        # mxfp4_utils.py@v0.12.0..v0.18.1 get_padding_alignment: 256 on gfx950 (CDNA4), else 128
+        return 256 if gpu.arch == "cdna4" else 128
+    # fused_moe/oracle/mxfp4.py@v0.19.1..v0.27.1 mxfp4_round_up_hidden_size_and_intermediate_size: ROCm 256
+    # (0.28 on re-derives it by CDNA version and kernel: not re-read here, so 0.27's rule is kept)
+    return 256
+
+
+# --- AMD Instinct (ROCm): the unquantized fused-MoE padding -------------------------------------
+# fused_moe/layer.py@v0.10.2 (unquantized_fused_moe_method.py from 0.11.1) _maybe_pad_weight: with
+# VLLM_ROCM_MOE_PADDING (default "1") on ROCm, every expert weight row whose byte stride is a multiple of
+# 512 is re-allocated 256 bytes longer (F.pad(w, (0, 256 // elem))[..., :-pad]): w13 [E, 2I, H] rows of H,
+# w2 [E, H, I] rows of I. The parameter keeps the padded storage only while nothing copies it compactly:
+# - 0.10-0.19: `.data = padded view`, the Triton path uses it as is (kept);
+# - 0.20-0.24: _setup_kernel -> oracle/unquantized.py convert_to_unquantized_kernel_format ends with
+#   `.contiguous()` (lost; 0.21 not re-read, between two releases that lose it);
+# - 0.25-0.29: that function skips .contiguous() for TRITON on ROCm with the padding on (kept);
+# - 0.30 on: `.data.copy_(padded view)` copies back into the unpadded storage (lost).
+# AITER's fused MoE (VLLM_ROCM_USE_AITER=1, VLLM_ROCM_USE_AITER_MOE default on) shuffles the weights into
+# new contiguous tensors (rocm_aiter_fused_moe.py shuffle_weights), so there the padding is always lost.
+ROCM_MOE_PADDING_ENV = "VLLM_ROCM_MOE_PADDING"
+ROCM_AITER_ENV = "VLLM_ROCM_USE_AITER"
+ROCM_AITER_MOE_ENV = "VLLM_ROCM_USE_AITER_MOE"
+ROCM_MOE_PAD_BYTES = 256
+
+
+def rocm_moe_padding_kept(version: Version) -> bool:
+    return (0, 10) <= version < (0, 20) or (0, 25) <= version < (0, 30)
+
+
+def rocm_moe_padding_factor(hidden: int, inter_per_rank: int, elem_bytes: int, gated: bool = True) -> float:
+    """Loaded / stored size of unquantized routed experts under _maybe_pad_weight (see above)."""
+
+    def row(n: int) -> int:
+        return n + ROCM_MOE_PAD_BYTES // elem_bytes if (n * elem_bytes) % 512 == 0 else n
+
+    rows13 = (2 if gated else 1) * inter_per_rank
+    stored = rows13 * hidden + hidden * inter_per_rank
+    return (rows13 * row(hidden) + hidden * row(inter_per_rank)) / stored
 
 
 # rotary_embedding/mrope.py MRotaryEmbedding (0.10.2, 0.11.0, 0.12.0): the M-RoPE of Qwen2/2.5/3-VL text
