@@ -47,7 +47,7 @@ def test_qwen3_moe_bf16_experts_padded_on_mi300x_not_on_h100():
     # Qwen3-Coder-30B-A3B (Qwen3-30B-A3B's shapes: 48 layers x 128 experts, hidden 2,048, expert
     # intermediate 768), bf16, TP 1: the routed experts grow by 9.7% on MI300X under vLLM 0.10-0.19
     cfg = str(CORPUS / "qwen3-coder-30b-a3b-instruct.json")
-    kw = dict(num_gpus=1, max_model_len=4096)
+    kw = {"num_gpus": 1, "max_model_len": 4096}
     amd = plan(cfg, "MI300X", engine_version="0.11", **kw)
     nv = plan(cfg, "H200", engine_version="0.11", **kw)
     experts = 48 * 128 * 3 * 2048 * 768 * 2  # bytes stored
