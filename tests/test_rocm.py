@@ -54,9 +54,10 @@ def test_qwen3_moe_bf16_experts_padded_on_mi300x_not_on_h100():
     assert _experts_extra(amd, nv) == pytest.approx(experts * (5177344 / 4718592 - 1), rel=1e-6)
     assert any("bf16 experts load 9.7% larger" in a for a in amd.assumptions)
     # 0.23 copies the experts compactly again (.contiguous()): no padding, as on CUDA
-    assert plan(cfg, "MI300X", engine_version="0.23", **kw).weight_bytes_per_gpu == plan(
-        cfg, "H200", engine_version="0.23", **kw
-    ).weight_bytes_per_gpu
+    assert (
+        plan(cfg, "MI300X", engine_version="0.23", **kw).weight_bytes_per_gpu
+        == plan(cfg, "H200", engine_version="0.23", **kw).weight_bytes_per_gpu
+    )
     # switched off, or AITER's fused MoE (which re-lays the weights out compactly): no padding
     for env in ((("VLLM_ROCM_MOE_PADDING", "0"),), (("VLLM_ROCM_USE_AITER", "1"),)):
         assert plan(cfg, "MI300X", engine_version="0.11", env=env, **kw).weight_bytes_per_gpu == (

@@ -229,7 +229,9 @@ def mxfp4_rocm_align(version: Version, gpu: GpuSpec) -> int:
     if version < (0, 11):
         return 128  # quantization/mxfp4.py@v0.10.2 create_weights: is_rocm() -> round_up(..., 128)
     if version < (0, 12):
-        return 256  # mxfp4.py@v0.11.0: is_rocm() -> round_up(..., 256) (0.11.1-0.11.2 already take 0.12's rule)
+        return (
+            256  # mxfp4.py@v0.11.0: is_rocm() -> round_up(..., 256) (0.11.1-0.11.2 already take 0.12's rule)
+        )
     if version < (0, 19):
         # mxfp4_utils.py@v0.12.0..v0.18.1 get_padding_alignment: 256 on gfx950 (CDNA4), else 128
         return 256 if gpu.arch == "cdna4" else 128
