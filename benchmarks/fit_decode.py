@@ -329,8 +329,10 @@ class Prepared:
 
     def chunk_ms(self, c: speed.Coefficients) -> float:
         """One of the other requests' prompts riding in decode steps (chunked prefill): its FLOPs,
-        attention and all-reduce bytes beyond what the steps pay anyway."""
-        return chunk_seconds(self.inputs, self.work, self.case.row.input_len, 0, c) * 1e3
+        attention and all-reduce bytes beyond what the steps pay anyway, and for an MoE model the
+        experts its tokens touch beyond the batch's decodes."""
+        r = self.case.row
+        return chunk_seconds(self.inputs, self.work, r.input_len, 0, c, decode_batch=r.batch) * 1e3
 
     def batch_prefill_ms(self, c: speed.Coefficients) -> float:
         """The static batch's prompts in one forward pass."""

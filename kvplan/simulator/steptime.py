@@ -4,7 +4,8 @@ prefill chunks together.
 A step = the decode step of its decoding requests (step_model.decode_step: weights, KV reads, MoE,
 all-reduces, launch, overhead) + what each prefill chunk adds to it (prefill.chunk_seconds: its GEMM
 FLOPs, its causal attention over the cached and new tokens, its bytes in the step's all-reduces; the
-step already streams the weights and pays the launches and latencies).
+step already streams the weights and pays the launches and latencies) + for an MoE model the routed
+experts the chunks' tokens touch beyond the decodes' (step_model.moe_prefill_stream_seconds).
 Decode steps are timed at the batch's mean context in buckets of about 1/32 (the same figure for
 every step inside a bucket, so runs of identical decode steps can be timed at once).
 """
@@ -18,6 +19,7 @@ from typing import Protocol
 from kvplan.simulator.step import Step
 from kvplan.speed import step_model as speed
 from kvplan.speed.prefill import PrefillWork, chunk_seconds
+from kvplan.speed.step_model import moe_prefill_stream_seconds
 
 
 def context_bucket(mean_context_tokens: int) -> tuple[int, int]:
@@ -33,13 +35,19 @@ class StepModel(Protocol):
 
     def prefill_seconds(self, cached_tokens: int, chunk_tokens: int) -> float: ...
 
+    def expert_stream_seconds(self, decodes: int, prefill_tokens: int) -> float: ...
+
 
 def step_seconds(model: StepModel, step: Step) -> float:
     decodes = step.decodes
     ctx = sum(r.num_tokens for r in decodes) // len(decodes) if decodes else 0
     seconds = model.decode_seconds(len(decodes), ctx)
+    chunked = 0
     for _, cached, n in step.prefills:
         seconds += model.prefill_seconds(cached, n)
+        chunked += n
+    if chunked:
+        seconds += model.expert_stream_seconds(len(decodes), chunked)
     return seconds
 
 
@@ -67,6 +75,10 @@ class PlanSteps:
     def prefill_seconds(self, cached_tokens: int, chunk_tokens: int) -> float:
         return chunk_seconds(self.inputs, self.work, chunk_tokens, cached_tokens)
 
+    def expert_stream_seconds(self, decodes: int, prefill_tokens: int) -> float:
+        """The routed experts the step's prefill tokens touch beyond its decodes' (an MoE model)."""
+        return moe_prefill_stream_seconds(self.inputs, decodes, prefill_tokens)
+
 
 @dataclass(frozen=True)
 class FixedSteps:
@@ -82,3 +94,6 @@ class FixedSteps:
 
     def prefill_seconds(self, cached_tokens: int, chunk_tokens: int) -> float:
         return self.per_prefill_token_s * chunk_tokens
+
+    def expert_stream_seconds(self, decodes: int, prefill_tokens: int) -> float:
+        return 0.0

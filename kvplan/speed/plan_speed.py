@@ -615,7 +615,7 @@ def plan_speed(
     if full is not None and req.input_len and req.output_len:
         # the planned concurrency, each request at the mean context of its decode (input + output / 2)
         step = step_model.decode_step(inp, full.batch, per_req_ctx, ctx, parts)
-        chunk = chunk_seconds(inp, work, req.input_len, 0, c) * 1e3
+        chunk = chunk_seconds(inp, work, req.input_len, 0, c, decode_batch=full.batch) * 1e3
         tpot = served_tpot_ms(step.tpot_ms, full.batch, chunk, req.output_len)
         served = ServedTpot(full.batch, req.input_len, req.output_len, step.tpot_ms, chunk, tpot)
     spec_rows = None

@@ -32,6 +32,7 @@ from kvplan.speed.step_model import (
     _hop_seconds,
     allreduce_seconds,
     coefficients,
+    moe_prefill_stream_seconds,
 )
 
 FIT_FILE = "prefill_fit.yaml"
@@ -163,14 +164,18 @@ def chunk_seconds(
     cached_tokens: int = 0,
     c: Coefficients | None = None,
     p: PrefillCoefficients | None = None,
+    decode_batch: int | None = None,
 ) -> float:
     """What a prefill chunk adds to an engine step that already streams the weights and launches its
     kernels for the decodes beside it (chunked prefill): its GEMM FLOPs, its attention over the cached
-    and new tokens, its bytes in the step's all-reduces (their latency the step pays anyway)."""
+    and new tokens, its bytes in the step's all-reduces (their latency the step pays anyway); with
+    `decode_batch` (the decodes of that step), the routed experts its tokens touch beyond theirs
+    (step_model.moe_prefill_stream_seconds), streamed once."""
     c = c or coefficients()
     p = p or prefill_coefficients()
     w = _work(inp, work, 1, tokens, cached_tokens, c, p)
-    return w.compute_s + w.attention_s + max(0.0, w.comm_s - w.comm_latency_s)
+    experts = 0.0 if decode_batch is None else moe_prefill_stream_seconds(inp, decode_batch, tokens, c)
+    return w.compute_s + w.attention_s + max(0.0, w.comm_s - w.comm_latency_s) + experts
 
 
 def weight_bytes_per_gpu(inp: DecodeInputs) -> int:

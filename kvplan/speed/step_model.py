@@ -416,8 +416,9 @@ def _stage_terms(
 
 
 def _moe_seconds(
-    e: Experts, batch: int, inp: DecodeInputs, c: Coefficients, measured: Measured | None
-) -> tuple[float, int, bool]:
+    e: Experts, batch: int, inp: DecodeInputs, c: Coefficients, measured: Measured | None,
+    extra_tokens: int = 0,
+) -> tuple[float, int, bool]:  # fmt: skip
     """One MoE layer's expert reads: (seconds, bytes, measured?). The engines run each projection of
     the routed experts as one grouped/fused GEMM over every touched expert (vLLM's fused_moe Triton
     kernel, vllm/model_executor/layers/fused_moe/fused_moe.py; SGLang's, srt/layers/moe/fused_moe_triton),
@@ -425,7 +426,7 @@ def _moe_seconds(
     it as one GEMM streaming the touched experts' weights (touched x k x n) at the tokens each expert
     sees; the fitted roofline as one GEMM of the touched experts' bytes."""
     p = inp.parallel
-    tokens = batch * p.group_tokens  # what the MoE group routes
+    tokens = batch * p.group_tokens + extra_tokens  # what the MoE group routes
     touched = e.held * experts_touched(tokens, e.num_experts, e.experts_per_token)
     routed = tokens * e.experts_per_token * e.held / e.num_experts  # token-expert pairs on this GPU
     if e.local:  # whole experts under EP: the busiest rank carries `imbalance` x the mean
@@ -449,6 +450,29 @@ def _moe_seconds(
             secs += sec
         nbytes += grouped.weight_bytes
     return secs, nbytes, is_measured
+
+
+def moe_prefill_stream_seconds(
+    inp: DecodeInputs, decode_batch: int, prefill_tokens: int, c: Coefficients | None = None
+) -> float:
+    """What prefill tokens add to a step's routed-expert reads: a step of `decode_batch` decodes streams
+    the experts those tokens touch (decode_step); prefill tokens riding in the same step (chunked
+    prefill) touch more of them, up to all (1 - (1 - k/E)^n over every token routed), and each touched
+    expert's weights are streamed once a step whatever the tokens it sees. Their FLOPs are
+    prefill.chunk_seconds'; this is the extra stream alone, on the busiest GPU, every stage's MoE layers."""
+    if prefill_tokens <= 0:
+        return 0.0
+    c = c or coefficients()
+    extra_bytes = 0.0
+    for s in inp.stages:
+        e = s.experts
+        if e is None or not s.moe_layers:
+            continue
+        _, with_prefill, _ = _moe_seconds(e, decode_batch, inp, c, None, prefill_tokens)
+        _, decodes_only, _ = _moe_seconds(e, decode_batch, inp, c, None)
+        extra_bytes += s.moe_layers * max(0, with_prefill - decodes_only)
+    eff = c.gemm_efficiency
+    return extra_bytes / (eff * inp.hbm_bytes_per_s)
 
 
 def _hop_seconds(link: Link, batch: int, inp: DecodeInputs, c: Coefficients) -> float:

@@ -1,0 +1,59 @@
+"""A prefill chunk riding in a decode step of an MoE model streams the routed experts its tokens touch
+beyond the decodes' (step_model.moe_prefill_stream_seconds), in the simulator's steps and in the served
+TPOT estimate and the decode fit use."""
+
+from __future__ import annotations
+
+import pytest
+
+import kvplan
+from kvplan.simulator.step import Step
+from kvplan.simulator.steptime import PlanSteps, step_seconds
+from kvplan.speed.prefill import chunk_seconds
+from kvplan.speed.step_model import coefficients, experts_touched, moe_prefill_stream_seconds
+
+
+@pytest.fixture(scope="module")
+def deepseek():
+    return kvplan.estimate("deepseek-v3", gpus="8xH200", max_model_len="8K")
+
+
+def test_the_extra_stream_is_the_experts_the_prompt_touches_beyond_the_decodes(deepseek):
+    inp = deepseek.decode.inputs
+    c = coefficients()
+    s = inp.stages[0]
+    e = s.experts
+    per_expert = e.gate_up.weight_bytes + e.down.weight_bytes
+    k, n = e.experts_per_token, e.num_experts
+    for batch, tokens in ((1, 2048), (8, 256), (64, 16)):
+        frac = experts_touched(batch + tokens, n, k) - experts_touched(batch, n, k)
+        want = s.moe_layers * e.held * frac * per_expert / (c.gemm_efficiency * inp.hbm_bytes_per_s)
+        # the grouped GEMM's bytes are rounded to whole bytes per projection
+        assert moe_prefill_stream_seconds(inp, batch, tokens) == pytest.approx(want, rel=1e-6)
+    # a 2048-token chunk beside one decode touches every expert: about all 58 MoE layers' experts
+    # (655 GB fp8 / 8 GPUs at 4.8 TB/s x the fitted efficiency): tens of ms
+    assert 0.01 < moe_prefill_stream_seconds(inp, 1, 2048) < 0.03
+    assert moe_prefill_stream_seconds(inp, 512, 2048) < 1e-4  # 512 decodes already touch them all
+    assert moe_prefill_stream_seconds(inp, 1, 0) == 0.0
+
+
+def test_dense_models_pay_nothing_more():
+    plan = kvplan.estimate("llama3-70b", gpus="8xH100", max_model_len="8K")
+    assert moe_prefill_stream_seconds(plan.decode.inputs, 1, 4096) == 0.0
+
+
+def test_a_simulated_step_pays_it_once_for_all_its_chunks(deepseek):
+    inp = deepseek.decode.inputs
+    steps = PlanSteps(deepseek.decode.step, 70272, inp, deepseek.prefill.work)
+
+    class R:
+        num_tokens = 1000
+
+    decodes = [R()] * 4
+    step = Step(decodes=decodes, prefills=[(None, 0, 1024), (None, 0, 1024)])
+    plain = steps.decode_seconds(4, 1000) + 2 * chunk_seconds(inp, deepseek.prefill.work, 1024, 0)
+    extra = moe_prefill_stream_seconds(inp, 4, 2048)
+    assert extra > 0.005
+    assert step_seconds(steps, step) == pytest.approx(plain + extra)
+    with_decode_batch = chunk_seconds(inp, deepseek.prefill.work, 2048, 0, decode_batch=4)
+    assert with_decode_batch == pytest.approx(chunk_seconds(inp, deepseek.prefill.work, 2048, 0) + extra)
