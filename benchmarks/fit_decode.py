@@ -206,10 +206,20 @@ def _spec(r: dict[str, str]) -> tuple[ModelSpec | None, str | None, str]:
         "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b",
         "Qwen/Qwen3-Next-80B-A3B": "qwen3-next-80b-a3b",
         "meta-llama/Meta-Llama-3-8B": "llama3-8b",
+        "openai/gpt-oss-20b": "gpt-oss-20b",
     }
     if "Nemotron-3-Nano" in m:
         spec = load_model(str(CORPUS / "nemotron-3-nano-30b-a3b.json"))
         return spec, "fp8", "BF16 config with --weight-dtype fp8"
+    corpus = {  # models kvplan plans from a config.json in the HF corpus (tests/fixtures/hf/corpus)
+        "google/gemma-4-31B-it": ("gemma-4-31b-it-nvfp4", "the NVFP4 checkpoint's config.json"),
+        "zai-org/GLM-5.1": ("glm-5.1.json", "GLM-5.1's config.json"),
+        "LiquidAI/LFM2.5-VL-1.6B": ("lfm2.5-vl-1.6b.json", "LFM2.5-VL-1.6B's config.json"),
+    }
+    for prefix, (path, what) in corpus.items():
+        if m.startswith(prefix):
+            dtype = {"fp8": "fp8", "bf16": "bf16", "fp16": "fp16"}.get(w)
+            return load_model(str(CORPUS / path)), dtype, f"{what} with --weight-dtype {dtype}"
     for prefix, name in table.items():
         if m.startswith(prefix):
             dtype = {"fp8": "fp8", "bf16": "bf16", "fp16": "fp16"}.get(w)
