@@ -160,3 +160,26 @@ def test_eagle_draft_config_sizes_the_head():
     own = layer + h + 2 * h * h  # + final norm + fc
     assert d.weight_bytes_per_gpu == pytest.approx(own * 2, rel=0.001)
     assert d.kv_bytes_per_token_per_gpu == 2 * 8 * 128 * 2
+
+
+@pytest.mark.parametrize(
+    ("config", "layers"),
+    [("glm-5.2.json", 1), ("qwen3.5-9b.json", 1), ("minimax-m2.5.json", 1), ("kimi-k2.5.json", 0)],
+)
+def test_hf_configs_give_their_mtp_layers(config, layers):
+    """num_nextn_predict_layers / mtp_num_hidden_layers / mtp_transformer_layers are read, so MTP
+    speculative decoding plans from a config.json (it was refused: 'has no MTP layers')."""
+    from kvplan.specs.registry import load_model
+
+    corpus = Path(__file__).parent / "fixtures" / "hf" / "corpus"
+    assert load_model(str(corpus / config)).mtp_layers == layers
+
+
+def test_mtp_from_a_config_json_counts_its_layer():
+    corpus = Path(__file__).parent / "fixtures" / "hf" / "corpus"
+    plan = kvplan.estimate(
+        str(corpus / "glm-5.2.json"), gpus="8xH200", weight_dtype="fp8", max_model_len="8K",
+        speculative_config='{"method": "mtp", "num_speculative_tokens": 1}',
+    )  # fmt: skip
+    draft = plan.speculative_memory
+    assert draft is not None and draft.method == "mtp" and draft.weight_bytes_per_gpu > 2**30

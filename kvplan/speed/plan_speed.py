@@ -123,13 +123,19 @@ class SpecStep:
 
 
 def spec_step(
-    inp: step_model.DecodeInputs, spec: Speculative, batch: int, kv: float, ctx: int, parts: Any
+    inp: step_model.DecodeInputs,
+    spec: Speculative,
+    batch: int,
+    kv: float,
+    ctx: int,
+    parts: Any,
+    c: step_model.Coefficients | None = None,
 ) -> SpecStep:
     """The step under speculative decoding. Draft: EAGLE/EAGLE-3 heads and an MTP module are one decoder
     layer like the target's (assumed: one layer's share of the target's plain step, LM head included);
     n-gram drafting is a CPU lookup (assumed free)."""
-    plain = step_model.decode_step(inp, batch, kv, ctx, parts)
-    verify = step_model.decode_step(inp, batch, kv, ctx, parts, queries=spec.verify_tokens)
+    plain = step_model.decode_step(inp, batch, kv, ctx, parts, c)
+    verify = step_model.decode_step(inp, batch, kv, ctx, parts, c, queries=spec.verify_tokens)
     layers = sum(s.layers for s in inp.stages)
     if spec.method == "ngram":
         one, why = 0.0, "n-gram drafting: a CPU lookup in the prompt, assumed free"

@@ -175,6 +175,16 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "layer_pattern": pattern,
         "mlp_pattern": layers.mlp_pattern,
         "warnings": warnings,
+        # multi-token-prediction layers shipped in the checkpoint: loaded only as the draft of MTP
+        # speculative decoding (kvplan/plan/draft.py); DeepSeek/GLM/MiniMax-M3/Nemotron name them
+        # num_nextn_predict_layers, Qwen3.5/3.6 mtp_num_hidden_layers, MiniMax-M2.5 mtp_transformer_layers
+        "mtp_layers": r.int(
+            "num_nextn_predict_layers",
+            "mtp_num_hidden_layers",
+            "mtp_transformer_layers",
+            default=0,
+            minimum=0,
+        ),
     }
     if r.problems:
         raise SpecError("\n".join(dict.fromkeys(r.problems)))  # a field read twice is said once
