@@ -57,3 +57,27 @@ def test_a_simulated_step_pays_it_once_for_all_its_chunks(deepseek):
     assert step_seconds(steps, step) == pytest.approx(plain + extra)
     with_decode_batch = chunk_seconds(inp, deepseek.prefill.work, 2048, 0, decode_batch=4)
     assert with_decode_batch == pytest.approx(chunk_seconds(inp, deepseek.prefill.work, 2048, 0) + extra)
+
+
+def test_prefill_under_dp_attention_runs_a_prompts_attention_on_one_rank():
+    """SGLang --enable-dp-attention --dp-size 8 on TP 8: a prompt's attention runs on one GPU (8x the
+    attention time of TP 8), its attention GEMMs too; with --moe-a2a-backend deepep the MoE layers'
+    all-reduce becomes a dispatch and combine."""
+    common = {
+        "gpus": "8xH200",
+        "engine": "sglang",
+        "max_model_len": "8K",
+        "input_len": 4096,
+        "output_len": 512,
+    }
+    tp = kvplan.estimate("deepseek-v3", **common).prefill.terms
+    dpa = kvplan.estimate(
+        "deepseek-v3", enable_dp_attention=True, data_parallel_size=8, **common
+    ).prefill.terms
+    a2a = kvplan.estimate(
+        "deepseek-v3", enable_dp_attention=True, data_parallel_size=8, moe_a2a_backend="deepep", **common
+    ).prefill.terms
+    assert dpa.attention_ms == pytest.approx(8 * tp.attention_ms)
+    assert 1.5 * tp.gemm_ms < dpa.gemm_ms < 8 * tp.gemm_ms  # attention GEMMs on 1 GPU, MLP/MoE on 8
+    assert dpa.communication_ms < tp.communication_ms  # no attention all-reduce on one GPU
+    assert a2a.communication_ms > dpa.communication_ms and a2a.gemm_ms == dpa.gemm_ms

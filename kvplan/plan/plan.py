@@ -865,9 +865,10 @@ def estimate(req: PlanRequest) -> Plan:
         # the all-to-all's source is in the decode line above
         notes += [text for term, text in decode.inputs.parallel.sources if term != "all_to_all"]
         notes.append(
-            "prefill (TTFT) still models one prompt on the whole TP group with TP-sliced experts behind a TP "
-            "all-reduce: its expert-parallel all-to-all and DP-attention split are not modelled yet (issue 23); "
-            "the decode step and the memory figures do follow EP and DP attention"
+            "prefill (TTFT) under this layout: a prompt's attention GEMMs and attention run on one "
+            "attention-DP rank's GPUs (all-reduced over them), its MLP/MoE side over the TP group, its "
+            "tokens dispatched all-to-all where the engine does; the routed experts' FLOPs are still charged "
+            "as TP-sliced (a vLLM EP group spreading them over more GPUs is not credited)"
         )
     if draft is not None:
         draft = _draft_pool(engine, draft, pool, req, notes)

@@ -9,6 +9,9 @@ earlier chunks of a chunked prefill), one GPU of each pipeline stage, stages one
              (QK^T and PV), at `attention_mfu` of the bf16 dense peak (FlashAttention runs bf16)
   comm       two all-reduces of tokens x hidden x 2 bytes per layer under TP (the decode step's links);
              one activation hop per pipeline boundary
+Under DP attention a prompt's attention GEMMs and FLOPs run on one attention-DP rank (attn_tp GPUs) and
+its attention output is all-reduced over them; under expert parallelism with an all-to-all, the MoE
+layers dispatch and combine its tokens instead of all-reducing them.
   launch     the decode step's per-layer launch cost (decode_fit.yaml)
   overhead   what a served request's first token pays beyond the forward pass (scheduling,
              tokenisation, sampling, the HTTP round trip): `ttft_overhead_s`; 0 for an engine's own
@@ -20,6 +23,7 @@ from kvplan/data/prefill_fit.yaml. Pure functions otherwise: no torch.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any
@@ -30,6 +34,7 @@ from kvplan.speed.step_model import (
     Coefficients,
     DecodeInputs,
     _hop_seconds,
+    all_to_all_seconds,
     allreduce_seconds,
     coefficients,
     moe_prefill_stream_seconds,
@@ -107,22 +112,52 @@ def _work(
     inp: DecodeInputs, work: PrefillWork, prompts: int, tokens: int, cached_tokens: int,
     c: Coefficients, p: PrefillCoefficients,
 ) -> _Work:  # fmt: skip
-    """`prompts` prompts of `tokens` new tokens each, after `cached_tokens` each, in one forward pass."""
+    """`prompts` prompts of `tokens` new tokens each, after `cached_tokens` each, in one forward pass.
+    Under DP attention (SGLang --enable-dp-attention) a prompt lives on one attention-DP rank: its
+    attention GEMMs and attention FLOPs run on that rank's attn_tp GPUs, its attention output is
+    all-reduced over them; the MLP/MoE side still runs over the TP group, and where the engine
+    dispatches tokens all-to-all (expert parallelism) that replaces the MoE layers' all-reduce."""
     tp = max(1, inp.tp)
+    attn_tp = max(1, min(tp, inp.attn_tp))
     n = prompts * tokens
-    compute = 2.0 * work.active_params * n / (tp * work.gemm_flops_per_gpu * p.gemm_mfu)
+    attn_params = _attention_side_params(inp) if attn_tp < tp else 0
+    compute = (
+        2.0 * n * (attn_params / attn_tp + (work.active_params - attn_params) / tp)
+        / (work.gemm_flops_per_gpu * p.gemm_mfu)
+    )  # fmt: skip
     stream = work.weight_bytes_per_gpu / (c.gemm_efficiency * inp.hbm_bytes_per_s)
     attn_flops = (
         4.0 * prompts * tokens * (cached_tokens + tokens / 2) * work.attention_layers * work.attention_width
     )
-    attention = attn_flops / (tp * work.attention_flops_per_gpu * p.attention_mfu)
+    attention = attn_flops / (attn_tp * work.attention_flops_per_gpu * p.attention_mfu)
     layers = sum(s.layers for s in inp.stages)
-    one, _ = allreduce_seconds(n * inp.hidden_size * inp.activation_bytes, inp, c)
-    comm = 2 * layers * one + sum(_hop_seconds(link, n, inp, c) for link in inp.pp_links)
-    fixed = (2 * layers * inp.tp_link.latency_s(c) if tp > 1 else 0.0) + sum(
-        link.latency_s(c) for link in inp.pp_links
+    nbytes = n * inp.hidden_size * inp.activation_bytes
+    one, _ = allreduce_seconds(nbytes, inp, c)
+    attn_one, _ = allreduce_seconds(nbytes, inp, c, None, attn_tp)
+    par = inp.parallel
+    a2a_layers = sum(s.moe_layers for s in inp.stages if s.experts is not None) if par.all_to_all else 0
+    a2a = 0.0
+    if a2a_layers:
+        top_k = next(s.experts.experts_per_token for s in inp.stages if s.experts is not None)
+        # the busiest GPU sends its share of the prompt's tokens: n / attn_tp (all_to_all_seconds
+        # spreads batch x group_tokens over the EP GPUs)
+        sent = math.ceil(n * par.ep / (attn_tp * max(1, par.group_tokens)))
+        a2a = a2a_layers * all_to_all_seconds(sent, top_k, inp, c)
+    comm = (
+        layers * attn_one + (layers - a2a_layers) * one + a2a
+        + sum(_hop_seconds(link, n, inp, c) for link in inp.pp_links)
+    )  # fmt: skip
+    fixed = (layers * inp.tp_link.latency_s(c) if attn_tp > 1 else 0.0) + (
+        (layers - a2a_layers) * inp.tp_link.latency_s(c) if tp > 1 else 0.0
     )
+    fixed += sum(link.latency_s(c) for link in inp.pp_links)
     return _Work(compute, stream, attention, comm, fixed, layers * c.launch_per_layer_s)
+
+
+def _attention_side_params(inp: DecodeInputs) -> int:
+    """Parameters of the GEMMs that run on one attention-DP rank (whole model, all stages): each GPU
+    holds a 1/attn_tp slice of them."""
+    return sum(g.k * g.n * g.count for s in inp.stages for g in s.gemms if g.per_rank) * max(1, inp.attn_tp)
 
 
 def prefill_time(
