@@ -445,3 +445,33 @@ def test_azure_trace_rows(tmp_path, row):
     path = tmp_path / "t.csv"
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + row + "\n")
     refused(*SIM, "--trace", str(path), "--json", names=path.name)
+
+
+# --- issue 23: solve's expert-parallel and speculative flags on an MoE model ---
+
+
+@FUZZ
+@given(
+    flag=st.sampled_from(
+        [
+            "--moe-imbalance",
+            "--acceptance-length",
+            "--speculative-config",
+            "--speculative-num-steps",
+            "--speculative-num-draft-tokens",
+        ]
+    ),
+    value=NUMBERS
+    | st.sampled_from(
+        ['{"method": "mtp"}', '{"method": "mtp", "num_speculative_tokens": 99999}', "{}", "[1]", '{"method": 3}']
+    ),
+)
+def test_fuzz_solve_moe_flags(flag, value):
+    args = {"--max-model-len": "8K", "--users": "4", "-g": "H200"}
+    if flag == "--acceptance-length":
+        args["--speculative-config"] = '{"method": "mtp", "num_speculative_tokens": 2}'
+    if flag.startswith("--speculative-num"):
+        args["--engine"] = "sglang"
+        args["--speculative-algorithm"] = "NEXTN"
+    args[flag] = value
+    _ok(invoke("solve", "-m", "deepseek-v3", *[x for kv in args.items() for x in kv], "--json"))
