@@ -177,6 +177,8 @@ def compare(
     network: str | None = None,
     network_gbps: float | None = None,
     network_latency_us: float | None = None,
+    data_parallel_size: int | None = None,
+    enable_expert_parallel: bool = False,
 ) -> TableResult:
     """Models and KV techniques side by side (`kvplan compare table`): one row per model x variant.
 
@@ -185,7 +187,8 @@ def compare(
     request (default 8K). kv_cache_dtype: every row's KV dtype ("fp8": each variant naming none gets "+fp8").
     kv_cache_memory: bytes per GPU ("50GiB"). offload_gib: CPU memory per GPU, in GiB, added as a
     KV tier. network: the inter-node fabric per GPU ("400G", the default; "25G" ... "800G"), or
-    network_gbps / network_latency_us. Each row's figures are bytes, ms and counts (`row.to_dict()`); a row that cannot run
+    network_gbps / network_latency_us. data_parallel_size / enable_expert_parallel: vLLM's DP engine cores
+    and expert parallelism (MoE rows). Each row's figures are bytes, ms and counts (`row.to_dict()`); a row that cannot run
     keeps its reason in `row.error`. `result.to_dict()` is `compare table --json`.
     """
     from kvplan.commands import comparisons
@@ -204,6 +207,8 @@ def compare(
         network,
         network_gbps,
         network_latency_us,
+        data_parallel_size,
+        enable_expert_parallel,
     )
     return comparisons.table(
         joined(models), joined(variants) or "shipped", cluster, offload_gib, kv_cache_dtype

@@ -463,7 +463,13 @@ def test_azure_trace_rows(tmp_path, row):
     ),
     value=NUMBERS
     | st.sampled_from(
-        ['{"method": "mtp"}', '{"method": "mtp", "num_speculative_tokens": 99999}', "{}", "[1]", '{"method": 3}']
+        [
+            '{"method": "mtp"}',
+            '{"method": "mtp", "num_speculative_tokens": 99999}',
+            "{}",
+            "[1]",
+            '{"method": 3}',
+        ]
     ),
 )
 def test_fuzz_solve_moe_flags(flag, value):

@@ -140,3 +140,25 @@ def test_moe_imbalance_slows_only_expert_parallel_layouts():
     assert s.decode_step.all_to_all_ms > 1.1 * b.decode_step.all_to_all_ms
     assert s.decode_step.moe_ms > 1.1 * b.decode_step.moe_ms and s.tpot_ms > b.tpot_ms
     assert "2 x the mean" in s.decode_step.sources["moe_imbalance"]
+
+
+def test_compare_table_and_plot_take_dp_and_expert_parallel():
+    """compare table/plot take vLLM's --data-parallel-size and --enable-expert-parallel (issue 23): the MLA
+    model's rows hold what estimate gives for that layout; the title says the layout."""
+    from kvplan.commands import comparisons
+
+    flags = comparisons.ClusterFlags(
+        "8xH200", "32K", 1, None, data_parallel_size=8, enable_expert_parallel=True
+    )
+    result = comparisons.table("deepseek-v3,llama3-8b", "shipped", flags, 0.0)
+    ds = next(r for r in result.rows if r.model == "deepseek-v3")
+    plan = kvplan.estimate("deepseek-v3", gpus="8xH200", max_model_len="32K", tensor_parallel_size=1,
+                           data_parallel_size=8, enable_expert_parallel=True)  # fmt: skip
+    assert ds.plan.max_concurrency == plan.max_concurrency == 120
+    r = run_cli("compare", "table", "-m", "deepseek-v3", "-g", "8xH200", "--max-model-len", "32K", "-tp", "1",
+                "-dp", "8", "--enable-expert-parallel")  # fmt: skip
+    assert r.exit_code == 0 and "TP 1, DP 8, MoE rows EP 8" in r.stdout
+    p = run_cli("compare", "plot", "-m", "deepseek-v3", "-g", "8xH200", "-tp", "1", "-dp", "8",
+                "--enable-expert-parallel", "--json").json()  # fmt: skip
+    plain = run_cli("compare", "plot", "-m", "deepseek-v3", "-g", "8xH200", "--json").json()
+    assert p["series"][0]["max_concurrency"][0] > plain["series"][0]["max_concurrency"][0]

@@ -67,6 +67,8 @@ def table_cmd(
     network: o.Network = None,
     network_gbps: o.NetworkGbps = None,
     network_latency_us: o.NetworkLatencyUs = None,
+    data_parallel_size: o.DataParallelSize = None,
+    enable_expert_parallel: o.EnableExpertParallel = False,
     offload_gib: OffloadGib = 0.0,
     fmt: o.Format = "table",
     json_out: o.Json = False,
@@ -90,6 +92,8 @@ def table_cmd(
         network,
         network_gbps,
         network_latency_us,
+        data_parallel_size,
+        enable_expert_parallel,
     )
     result = comparisons.table(models, variants, cluster, offload_gib, kv_cache_dtype)
     if fmt == "table":
@@ -172,6 +176,8 @@ def plot_cmd(
     network: o.Network = None,
     network_gbps: o.NetworkGbps = None,
     network_latency_us: o.NetworkLatencyUs = None,
+    data_parallel_size: o.DataParallelSize = None,
+    enable_expert_parallel: o.EnableExpertParallel = False,
     json_out: o.Json = False,
 ) -> None:
     """Max concurrency vs context (log axis) and the memory per GPU, per model/variant; in the terminal too.
@@ -192,6 +198,8 @@ def plot_cmd(
         network,
         network_gbps,
         network_latency_us,
+        data_parallel_size,
+        enable_expert_parallel,
     )
     result = comparisons.plot(models, variants, cluster, kv_cache_dtype)
     if json_out:

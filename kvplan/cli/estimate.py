@@ -155,23 +155,6 @@ Env = Annotated[
         "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 (default: the release's).",
     ),
 ]
-DataParallelSize = Annotated[
-    int | None,
-    typer.Option(
-        "--data-parallel-size",
-        "--dp-size",
-        "-dp",
-        help="vLLM: DP engine cores of TP GPUs each, whose MoE layers share the experts; SGLang: --dp-size "
-        "(replicas, or attention-DP ranks inside TP with --enable-dp-attention).",
-    ),
-]
-EnableExpertParallel = Annotated[
-    bool,
-    typer.Option(
-        "--enable-expert-parallel",
-        help="vLLM: whole routed experts over EP = TP x DP GPUs, not sliced by TP.",
-    ),
-]
 EnableDpAttention = Annotated[
     bool,
     typer.Option(
@@ -258,8 +241,8 @@ def estimate(
     network: o.Network = None,
     network_gbps: o.NetworkGbps = None,
     network_latency_us: o.NetworkLatencyUs = None,
-    data_parallel_size: DataParallelSize = None,
-    enable_expert_parallel: EnableExpertParallel = False,
+    data_parallel_size: o.DataParallelSize = None,
+    enable_expert_parallel: o.EnableExpertParallel = False,
     enable_dp_attention: EnableDpAttention = False,
     ep_size: EpSize = None,
     moe_a2a_backend: MoeA2aBackend = None,

@@ -247,3 +247,20 @@ SpeculativeDraftConfig = Annotated[
         help="Speculative decoding: the draft checkpoint's config.json (EAGLE/EAGLE-3 heads), to count its weights and KV.",
     ),
 ]
+DataParallelSize = Annotated[
+    int | None,
+    typer.Option(
+        "--data-parallel-size",
+        "--dp-size",
+        "-dp",
+        help="vLLM: DP engine cores of TP GPUs each, whose MoE layers share the experts; SGLang: --dp-size "
+        "(replicas, or attention-DP ranks inside TP with --enable-dp-attention).",
+    ),
+]
+EnableExpertParallel = Annotated[
+    bool,
+    typer.Option(
+        "--enable-expert-parallel",
+        help="vLLM: whole routed experts over EP = TP x DP GPUs, not sliced by TP.",
+    ),
+]

@@ -34,6 +34,8 @@ class ClusterFlags:
     network: str | None = None
     network_gbps: float | None = None
     network_latency_us: float | None = None
+    data_parallel_size: int | None = None  # vLLM: DP engine cores of TP GPUs (with EP: their MoE group)
+    enable_expert_parallel: bool = False  # vLLM: whole experts over TP x DP GPUs (MoE rows only)
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,8 @@ def base_request(model_ref: str, flags: ClusterFlags, max_model_len: str | None)
         else None,
         block_size=flags.block_size,
         network=parse_network(flags.network, flags.network_gbps, flags.network_latency_us),
+        data_parallel_size=flags.data_parallel_size,
+        enable_expert_parallel=flags.enable_expert_parallel,
     )
 
 

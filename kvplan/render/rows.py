@@ -118,8 +118,14 @@ def table_title(result: TableResult) -> str:
         gpus = f"{base.num_gpus}x " if base.num_gpus else ""
         tp = f", TP {base.tp}" if base.tp else ""
         return f"{gpus}{base.gpu.name}{tp}, {base.max_model_len or 0:,} tokens per request"
+    dp = f", DP {c.data_parallel_size}" if c.data_parallel_size > 1 else ""
+    ep = (
+        f", MoE rows EP {c.tensor_parallel_size * c.data_parallel_size}"
+        if base.enable_expert_parallel
+        else ""
+    )
     return (
-        f"{c.num_gpus}x {base.gpu.name}, TP {c.tensor_parallel_size}, "
+        f"{c.num_gpus}x {base.gpu.name}, TP {c.tensor_parallel_size}{dp}{ep}, "
         f"{result.cluster.max_model_len or 0:,} tokens per request"
     )
 
