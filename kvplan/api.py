@@ -112,6 +112,7 @@ def solve(
     burstiness: float = 1.0,
     trace: str | None = None,
     seed: int = 0,
+    disaggregated: bool = False,
     **flags: Any,
 ) -> Any:
     """The inverse question (`kvplan solve`): the fewest (or cheapest) GPUs, layout and KV dtype for
@@ -130,7 +131,9 @@ def solve(
     ttft_ms and tpot_ms, the fewest GPUs serving R requests/s within both targets at `percentile`
     (50, 90 or 99); max_rate=True with gpus="8xH100" and max_model_len, the highest rate those GPUs
     serve. The workload as `simulate` takes it: input_len/output_len (default 1024/128), num_prompts,
-    range_ratio, burstiness, seed, or a trace file. Returns a RateAnswer (`to_dict()` is the --json).
+    range_ratio, burstiness, seed, or a trace file. Returns a RateAnswer (`to_dict()` is the --json);
+    with disaggregated=True (and request_rate), a prefill pool and a decode pool beside the colocated
+    answer (`solve --disaggregated`).
     No answer raises kvplan.errors.NoAnswer, naming what stopped the search.
     """
     from kvplan.commands import inputs
@@ -143,7 +146,7 @@ def solve(
         load = inputs.LoadFlags(
             ttft_ms=ttft_ms, tpot_ms=flags.get("tpot_ms"), percentile=percentile, request_rate=request_rate,
             max_rate=max_rate, num_prompts=num_prompts, range_ratio=range_ratio, burstiness=burstiness,
-            trace=trace, seed=seed,
+            trace=trace, seed=seed, disaggregated=disaggregated,
             input_len=str(flags.pop("input_len", None) or "1024"),
             output_len=str(flags.pop("output_len", None) or "128"),
         )  # fmt: skip
@@ -151,8 +154,8 @@ def solve(
         if ttft_ms is None or f.tpot_ms is None:
             raise UsageError("solve: request_rate/max_rate need ttft_ms and tpot_ms")
         return inputs.solve_load(f, load)
-    if ttft_ms is not None:
-        raise UsageError("solve: ttft_ms goes with request_rate or max_rate")
+    if ttft_ms is not None or disaggregated:
+        raise UsageError("solve: ttft_ms and disaggregated go with request_rate (ttft_ms: or max_rate)")
     if users is None:
         raise UsageError("solve: give users (or request_rate / max_rate with ttft_ms and tpot_ms)")
     f = _flags(inputs.SolveFlags, {"model": model, "users": users, **flags}, "solve")

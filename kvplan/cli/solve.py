@@ -140,6 +140,13 @@ def solve(
     plot: Annotated[
         str | None, typer.Option("--plot", help="With --max-rate: TTFT/TPOT vs rate to FILE.png or .svg.")
     ] = None,
+    disaggregated: Annotated[
+        bool,
+        typer.Option(
+            "--disaggregated",
+            help="With --request-rate: a prefill pool and a decode pool (the split), beside the colocated answer.",
+        ),
+    ] = False,
     json_out: o.Json = False,
 ) -> None:
     """The inverse question: the fewest (or cheapest) GPUs, layout and KV dtype for N users; or the longest context.
@@ -149,7 +156,7 @@ def solve(
     full context unless --input-len/--output-len (the mean over a decode) or --avg-context say otherwise."""
     given = dict(locals())
     load_names = ("request_rate", "max_rate", "ttft_ms", "percentile", "num_prompts", "range_ratio",
-                  "burstiness", "trace", "seed")  # fmt: skip
+                  "burstiness", "trace", "seed", "disaggregated")  # fmt: skip
     flags = {
         k: v for k, v in given.items() if k not in ("json_out", "gpu", "no_calibration", "plot", *load_names)
     }
@@ -173,8 +180,8 @@ def solve(
         flags.update(users=1, input_len=None, output_len=None)
         _solve_load(inputs.SolveFlags(**flags), load, plot, json_out)
         return
-    if plot is not None or ttft_ms is not None:
-        raise UsageError("--ttft-ms and --plot go with --request-rate or --max-rate")
+    if plot is not None or ttft_ms is not None or disaggregated:
+        raise UsageError("--ttft-ms, --plot and --disaggregated go with --request-rate (--plot: --max-rate)")
     if users is None:
         raise UsageError("give --users N (or --request-rate R / --max-rate with --ttft-ms and --tpot-ms)")
     q, answers = inputs.solve(inputs.SolveFlags(**flags))
@@ -194,6 +201,16 @@ def _solve_load(f: SolveFlags, load: LoadFlags, plot: str | None, json_out: bool
     from kvplan.commands import inputs
 
     ans = inputs.solve_load(f, load)
+    if load.disaggregated:
+        if json_out:
+            from kvplan.render.jsonout import to_json
+
+            typer.echo(to_json(ans.to_dict()))
+            return
+        from kvplan.render.tables import render_solve_disaggregated
+
+        render_solve_disaggregated(ans, console())
+        return
     chart = None
     if plot is not None:
         from kvplan.simulator.render import plot_load

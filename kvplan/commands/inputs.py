@@ -627,6 +627,7 @@ class LoadFlags:
     burstiness: float = 1.0
     trace: str | None = None
     seed: int = 0
+    disaggregated: bool = False  # a prefill pool and a decode pool (search/disagg_rate.py)
 
 
 def solve_load(f: SolveFlags, load: LoadFlags) -> Any:
@@ -667,6 +668,16 @@ def solve_load(f: SolveFlags, load: LoadFlags) -> Any:
             burstiness=load.burstiness,
             seed=load.seed,
         )
+    if load.disaggregated:
+        if load.max_rate or load.request_rate is None:
+            raise UsageError("--disaggregated answers for a --request-rate (not --max-rate)")
+        if not (load.request_rate > 0 and not math.isinf(load.request_rate)):
+            raise UsageError(
+                f"--request-rate must be a positive number of requests/s, got {load.request_rate}"
+            )
+        from kvplan.search.disagg_rate import solve_disaggregated
+
+        return solve_disaggregated(q, workload, targets, load.request_rate)
     if load.max_rate:
         return rate.max_rate(q, workload, targets)
     assert load.request_rate is not None

@@ -611,6 +611,50 @@ def render_solve_load(ans: Any, console: Console) -> None:
         console.print(f"- {escape(note)}", highlight=False)
 
 
+def render_solve_disaggregated(ans: Any, console: Console) -> None:
+    """`solve --disaggregated --request-rate`: the prefill pool, the decode pool, the colocated answer."""
+    t, pre, d = ans.targets, ans.prefill, ans.decode
+    a, p = pre.layout, t.percentile
+    console.print(
+        f"[bold]{escape(pre.result.deployment['model'])}[/]: disaggregated prefill/decode for "
+        f"{ans.request_rate:g} requests/s of {ans.input_tokens:,} in / {ans.output_tokens:,} out: "
+        f"{ans.num_gpus} GPUs (TTFT p{p} <= {t.ttft_ms:g} ms, TPOT p{p} <= {t.tpot_ms:g} ms)",
+        highlight=False,
+    )
+    table = plain_table("")
+    for col in ("pool", "GPUs", "TP x PP x DP", "KV dtype", "what it reaches"):
+        table.add_column(col, justify="left" if col in ("pool", "what it reaches") else "right")
+    table.add_row(
+        "prefill",
+        f"{a.num_gpus}x {a.gpu}",
+        f"{a.tensor_parallel_size} x {a.pipeline_parallel_size} x {a.data_parallel_size}",
+        a.kv_cache_dtype,
+        f"TTFT p{p} {t.of(pre.result.ttft_ms):,.1f} ms + transfer {ans.transfer_ms:,.1f} ms = {ans.ttft_ms:,.1f} ms",
+    )
+    table.add_row(
+        "decode",
+        f"{d.num_gpus}x {d.gpu}",
+        f"{d.tensor_parallel_size} x {d.pipeline_parallel_size} x {d.data_parallel_size}",
+        d.kv_cache_dtype,
+        f"TPOT {d.tpot_ms:,.1f} ms at {d.concurrency_per_replica:,.1f} requests a replica",
+    )
+    console.print(table)
+    if ans.colocated is not None:
+        c = ans.colocated.layout
+        console.print(
+            f"colocated (solve --request-rate): {c.num_gpus}x {c.gpu} (TP {c.tensor_parallel_size} x PP "
+            f"{c.pipeline_parallel_size} x DP {c.data_parallel_size}), TTFT p{p} "
+            f"{t.of(ans.colocated.result.ttft_ms):,.1f} ms, TPOT p{p} {t.of(ans.colocated.result.tpot_ms):,.1f} ms",
+            highlight=False,
+        )
+    elif ans.colocated_verdict:
+        console.print(f"colocated: no answer ({escape(ans.colocated_verdict)})", highlight=False)
+    console.print(f"prefill: {escape(a.vllm_flags)}", highlight=False, soft_wrap=True)
+    console.print(f"decode:  {escape(d.vllm_flags)}", highlight=False, soft_wrap=True)
+    for note in ans.assumptions:
+        console.print(f"- {escape(note)}", highlight=False)
+
+
 def render_disaggregated(r: Disaggregated, console: Console) -> None:
     """`estimate --disaggregated`: the two pools, the KV between them, the rates and which binds."""
     console.print(

@@ -1,0 +1,267 @@
+"""`solve --disaggregated --request-rate R --ttft-ms T --tpot-ms P` (issue 23): the fewest GPUs for a
+request rate as a prefill pool and a decode pool, and the colocated answer beside it.
+
+  prefill pool  simulated (kvplan.simulator, as `solve --request-rate` runs it): the workload's prompts,
+                each producing its first token only (a prefill instance's work: queueing, batching and
+                chunking as the engine schedules them), the cheapest replicas of a layout whose TTFT at
+                the percentile plus the KV transfer stays within --ttft-ms
+  transfer      a request's KV (input x the model's KV bytes per token) over --network from its prefill
+                replica's GPUs (one link per GPU, as `estimate --disaggregated`)
+  decode pool   its steady state by Little's law: N requests decoding on a replica receiving R / DP
+                requests/s satisfy N = R / DP x output x TPOT(N); TPOT(N) is the decode step at N requests,
+                each at the mean context of its decode (input + output / 2), with no prefill in its steps
+                (the prefill pool does that); the fewest replicas with N within the KV the replica holds at
+                input + output tokens and TPOT(N) within --tpot-ms
+The decode pool is computed, not simulated: a pure decode step is the same for every request in it, and
+the batch varies around N (stated in the output).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvplan.errors import InfeasibleError, KvplanError, NoAnswer
+from kvplan.model.parallel import DEFAULT_NETWORK
+from kvplan.plan.plan import Plan, estimate
+from kvplan.search import rate
+from kvplan.search.solve import PLAIN, Query, _cost, _max_dp, _request, layouts, rented
+from kvplan.simulator import Workload
+
+SCHEMA = "kvplan.solve-disaggregated/1"
+PREFILL_TPOT_MS = 1e8  # a prefill instance emits one token: no TPOT target applies to it
+
+
+@dataclass(frozen=True)
+class DecodePool:
+    gpu: str
+    num_gpus: int
+    nodes: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    data_parallel_size: int
+    kv_cache_dtype: str
+    requests_per_s_per_replica: float
+    concurrency_per_replica: float  # N, by Little's law
+    capacity_per_replica: int  # requests the replica holds at input + output tokens
+    step_context_tokens: int
+    tpot_ms: float  # the decode step at N requests
+    vllm_flags: str
+
+
+@dataclass
+class DisaggregatedAnswer:
+    request_rate: float
+    input_tokens: int
+    output_tokens: int
+    targets: rate.LoadTargets
+    prefill: rate.RateAnswer  # the prefill pool (its TTFT excludes the transfer)
+    transfer_ms: float
+    ttft_ms: float  # the prefill pool's TTFT at the percentile + the transfer
+    decode: DecodePool
+    num_gpus: int
+    colocated: rate.RateAnswer | None  # `solve --request-rate` on the same workload
+    colocated_verdict: str | None  # why there is none
+    assumptions: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        d, p = self.decode, self.prefill.layout
+        return (
+            f"disaggregated at {self.request_rate:g} requests/s: {self.num_gpus} GPUs = prefill {p.num_gpus}x "
+            f"{p.gpu} (TP {p.tensor_parallel_size} x DP {p.data_parallel_size}) + decode {d.num_gpus}x {d.gpu} "
+            f"(TP {d.tensor_parallel_size} x DP {d.data_parallel_size}); TTFT p{self.targets.percentile} "
+            f"{self.ttft_ms:,.0f} ms, TPOT {d.tpot_ms:,.1f} ms"
+            + (f"; colocated {self.colocated.layout.num_gpus} GPUs" if self.colocated else "")
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "request_rate": self.request_rate,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "targets": {
+                "ttft_ms": self.targets.ttft_ms,
+                "tpot_ms": self.targets.tpot_ms,
+                "percentile": self.targets.percentile,
+            },
+            "num_gpus": self.num_gpus,
+            "prefill": self.prefill.to_dict(),
+            "transfer_ms": self.transfer_ms,
+            "ttft_ms": self.ttft_ms,
+            "decode": dataclasses.asdict(self.decode),
+            "colocated": self.colocated.to_dict() if self.colocated else None,
+            "colocated_verdict": self.colocated_verdict,
+            "assumptions": list(self.assumptions),
+        }
+
+
+def _means(workload: Workload) -> tuple[int, int]:
+    reqs = workload.requests
+    return (
+        round(sum(r.prompt_tokens for r in reqs) / len(reqs)),
+        max(1, round(sum(r.output_tokens for r in reqs) / len(reqs))),
+    )
+
+
+def _first_tokens(workload: Workload) -> Workload:
+    """The workload as a prefill instance sees it: every request producing its first token only."""
+    reqs = tuple(dataclasses.replace(r, output_tokens=1) for r in workload.requests)
+    return Workload(
+        reqs, workload.max_concurrency, f"{workload.description}, first tokens only (prefill pool)"
+    )
+
+
+def _transfer_ms(plan: Plan, inp: int, q: Query) -> float:
+    net = q.network or DEFAULT_NETWORK
+    gpus = plan.cluster.tensor_parallel_size * plan.cluster.pipeline_parallel_size
+    return inp * plan.kv_bytes_per_token / (net.bytes_per_s * gpus) * 1e3
+
+
+def _little(
+    plan: Plan, per_replica: float, out: int, cap: int, ctx: int, kv: float
+) -> tuple[float, float] | None:
+    """(N, TPOT ms) of a decode replica receiving `per_replica` requests/s, or None when no N <= cap
+    keeps up (the replica's throughput at its capacity is below the arrivals)."""
+
+    def tpot(n: int) -> float:
+        return plan.decode.step(max(1, n), kv, ctx).tpot_ms
+
+    def short(n: int) -> bool:  # fewer decoding than arrivals keep busy: the steady state lies above
+        return n < per_replica * out * tpot(n) / 1e3
+
+    if short(cap):
+        return None
+    lo, hi = 0, cap  # short(lo) or lo == 0; not short(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if short(mid):
+            lo = mid
+        else:
+            hi = mid
+    n = max(per_replica * out * tpot(hi) / 1e3, 1e-9)
+    return n, tpot(math.ceil(n))
+
+
+def _decode_pool(q: Query, req_rate: float, inp: int, out: int, tpot_target: float) -> DecodePool:
+    """The cheapest decode pool (replicas of a TP x PP layout) keeping up with `req_rate` within the TPOT
+    target."""
+    best: tuple[tuple, DecodePool] | None = None
+    reasons: list[str] = []
+    length = q.max_model_len or q.model.max_context
+    for gpu in q.gpus:
+        for dtype in q.kv_dtypes:
+            for tp, pp in layouts(q, gpu, dtype):
+                replica = tp * pp
+                try:
+                    # capacity at a request's final context; the step at the mean context of its decode
+                    req = dataclasses.replace(
+                        _request(q, gpu, tp, pp, dtype, length, PLAIN),
+                        avg_context_tokens=min(inp + out, length),
+                        input_len=min(inp, length - 1),
+                        output_len=max(1, min(out, length - inp)),
+                    )
+                    plan = estimate(req)
+                except InfeasibleError as exc:
+                    reasons.append(f"{gpu.name} TP {tp} x PP {pp} ({dtype}): {exc}")
+                    continue
+                assert plan.avg_context is not None
+                cap = plan.avg_context.max_concurrency_per_replica
+                if plan.limited_by == "max_num_seqs":
+                    cap = min(cap, plan.max_concurrency_per_replica)
+                if cap < 1:
+                    continue
+                ctx = plan.decode.context_tokens
+                kv = plan.decode.kv_bytes_per_request_per_gpu
+                for dp in range(1, _max_dp(q, gpu, replica) + 1):
+                    got = _little(plan, req_rate / dp, out, cap, ctx, kv)
+                    if got is None or got[1] > tpot_target:
+                        continue
+                    dp2, n, nodes = rented(q, gpu, replica, dp)
+                    if dp2 != dp:
+                        got = _little(plan, req_rate / dp2, out, cap, ctx, kv) or got
+                    key = (_cost(q, gpu, n), n, pp, tp)
+                    if best is None or key < best[0]:
+                        flags = (
+                            f"vllm serve {q.model.hf_id or q.model.name} --tensor-parallel-size {tp}"
+                            + (f" --pipeline-parallel-size {pp}" if pp > 1 else "")
+                            + (f" --data-parallel-size {dp2}" if dp2 > 1 else "")
+                            + f" --max-model-len {plan.settings.max_model_len} --kv-cache-dtype {dtype}"
+                            + f" --max-num-seqs {cap}"
+                        )
+                        pool = DecodePool(
+                            gpu.name,
+                            n,
+                            nodes,
+                            tp,
+                            pp,
+                            dp2,
+                            dtype,
+                            req_rate / dp2,
+                            got[0],
+                            cap,
+                            ctx,
+                            got[1],
+                            flags,
+                        )
+                        best = (key, pool)
+                    break
+    if best is None:
+        why = "; ".join(reasons[:2])
+        raise NoAnswer(
+            f"no decode pool within --max-gpus {q.max_gpus} keeps up with {req_rate:g} requests/s of "
+            f"{out:,} output tokens within --tpot-ms {tpot_target:g}" + (f" ({why})" if why else "")
+        )
+    return best[1]
+
+
+def solve_disaggregated(
+    q: Query, workload: Workload, targets: rate.LoadTargets, req_rate: float, colocated: bool = True
+) -> DisaggregatedAnswer:
+    inp, out = _means(workload)
+    decode = _decode_pool(q, req_rate, inp, out, targets.tpot_ms)
+    first = _first_tokens(workload)
+    pre_targets = rate.LoadTargets(targets.ttft_ms, PREFILL_TPOT_MS, targets.percentile)
+    prefill = rate.min_gpus_at_rate(q, first, pre_targets, req_rate)
+    transfer = _transfer_ms(prefill.layout.plan, inp, q)
+    ttft = pre_targets.of(prefill.result.ttft_ms) + transfer
+    if ttft > targets.ttft_ms:  # the transfer does not fit beside that pool's TTFT: leave it room
+        budget = targets.ttft_ms - transfer
+        if budget <= 0:
+            raise NoAnswer(
+                f"--ttft-ms {targets.ttft_ms:g}: moving a request's KV alone takes {transfer:,.1f} ms over the "
+                "network between the pools; relax the target or use a faster --network"
+            )
+        prefill = rate.min_gpus_at_rate(
+            q, first, rate.LoadTargets(budget, PREFILL_TPOT_MS, targets.percentile), req_rate
+        )
+        transfer = _transfer_ms(prefill.layout.plan, inp, q)
+        ttft = pre_targets.of(prefill.result.ttft_ms) + transfer
+    together, verdict = None, None
+    if colocated:
+        try:
+            together = rate.min_gpus_at_rate(q, workload, targets, req_rate)
+        except KvplanError as exc:
+            verdict = str(exc).splitlines()[0]
+    net = q.network or DEFAULT_NETWORK
+    notes = [
+        f"prefill pool simulated on the workload's prompts, each producing its first token only "
+        f"({prefill.simulations} simulations); its TTFT excludes the transfer",
+        f"transfer: a request's {inp:,} input tokens of KV over {net.name} ({net.bytes_per_s / 1e9:g} GB/s per "
+        f"GPU, {'assumed, the default' if q.network is None else '--network'}) from its prefill replica's "
+        f"{prefill.layout.tensor_parallel_size * prefill.layout.pipeline_parallel_size} GPU(s); latency and "
+        "overlap with compute not counted",
+        f"decode pool by Little's law, not simulated: {decode.concurrency_per_replica:,.1f} requests decoding on "
+        f"each replica (of {decode.capacity_per_replica:,} it holds at {inp + out:,} tokens), every one at "
+        f"the mean context {decode.step_context_tokens:,}; a pure decode step is the same for every request "
+        "in it, so its TPOT is that step at every percentile (the batch varies around N)",
+        f"lengths: the workload's means, {inp:,} in / {out:,} out",
+        "the launch lines omit the KV connector each engine's disaggregated mode needs (vLLM "
+        "--kv-transfer-config, SGLang --disaggregation-mode prefill/decode)",
+    ]
+    return DisaggregatedAnswer(
+        req_rate, inp, out, targets, prefill, transfer, ttft, decode,
+        prefill.layout.num_gpus + decode.num_gpus, together, verdict, notes,
+    )  # fmt: skip
