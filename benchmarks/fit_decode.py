@@ -203,6 +203,8 @@ def _spec(r: dict[str, str]) -> tuple[ModelSpec | None, str | None, str]:
         "meta-llama/Llama-2-70b": "llama2-70b",
         "meta-llama/Llama-3.1-8B-Instruct": "llama3.1-8b",
         "meta-llama/Llama-3.1-405B": "llama3.1-405b",
+        "meta-llama/Llama-3.1-70B": "llama3.1-70b",
+        "Qwen/Qwen2.5-72B": "qwen2.5-72b",
         "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b",
         "Qwen/Qwen3-Next-80B-A3B": "qwen3-next-80b-a3b",
         "meta-llama/Meta-Llama-3-8B": "llama3-8b",
@@ -215,6 +217,9 @@ def _spec(r: dict[str, str]) -> tuple[ModelSpec | None, str | None, str]:
         "google/gemma-4-31B-it": ("gemma-4-31b-it-nvfp4", "the NVFP4 checkpoint's config.json"),
         "zai-org/GLM-5.1": ("glm-5.1.json", "GLM-5.1's config.json"),
         "LiquidAI/LFM2.5-VL-1.6B": ("lfm2.5-vl-1.6b.json", "LFM2.5-VL-1.6B's config.json"),
+        "meta-llama/Llama-2-13b": ("llama-2-13b.json", "Llama-2-13B's config.json"),
+        "Qwen/Qwen2.5-7B": ("qwen2.5-7b.json", "Qwen2.5-7B's config.json"),
+        "Qwen/Qwen2.5-32B": ("qwen2.5-32b-instruct.json", "Qwen2.5-32B-Instruct's config.json"),
     }
     for prefix, (path, what) in corpus.items():
         if m.startswith(prefix):
