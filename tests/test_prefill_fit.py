@@ -27,12 +27,13 @@ def rows(bench):
 
 def test_every_row_is_used_or_excluded_with_its_reason(bench, rows):
     ok, excluded = rows
-    assert len(ok) + len(excluded) == 58
+    assert len(ok) + len(excluded) == 68
     assert all(why for _, why in excluded)
     # EP 'unknown (default)' is SGLang's ep_size 1: the DeepSeek-V3.1 bench_one_batch rows are used
     # issue 21: TensorRT-LLM performance.md low-latency rows (46-51; A100 52-55 have no stated variant), DataCrunch
-    # DeepSeek-R1 bench_one_batch (56), Vultr B200 c=1 TTFTs (57-58)
-    assert {p.row.line for p in ok} == {35, 36, 43, 44, 46, 47, 48, 49, 50, 51, 56, 57, 58}
+    # DeepSeek-R1 bench_one_batch (56), Vultr B200 c=1 TTFTs (57-58); lmdeploy A100-80G static FTL at batch 1 (59-66),
+    # SGLang PR #5432 DeepSeek-V3 bench_one_batch on 8x H200 (67-68)
+    assert {p.row.line for p in ok} == {35, 36, 43, 44, 46, 47, 48, 49, 50, 51, 56, 57, 58, *range(59, 69)}
 
 
 def test_too_few_rows_to_fit_so_the_coefficients_stay_assumed(bench, rows):
