@@ -116,7 +116,7 @@ def _exclusion(r: dict[str, str]) -> str | None:
     # every expert over TP, as kvplan models
     ep = r.get("ep", "")
     if ep not in ("", "1", "none", "unknown") and not ep.startswith("unknown (default"):
-        return f"expert parallelism EP {r['ep']}: kvplan models TP-sharded experts only"
+        return f"expert parallelism EP {r['ep']}: the fit is of TP layouts"
     for flag in ("speculative", "dp-attention", "DP attention", "EAGLE", "MTP"):
         said = re.finditer(re.escape(flag), r["notes"])
         if any(not re.search(r"(no|without|w/o) [\w-]*\s?$", r["notes"][: m.start()]) for m in said):

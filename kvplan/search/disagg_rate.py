@@ -82,11 +82,7 @@ class DisaggregatedAnswer:
             "request_rate": self.request_rate,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
-            "targets": {
-                "ttft_ms": self.targets.ttft_ms,
-                "tpot_ms": self.targets.tpot_ms,
-                "percentile": self.targets.percentile,
-            },
+            "targets": self.targets.to_dict(),
             "num_gpus": self.num_gpus,
             "prefill": self.prefill.to_dict(),
             "transfer_ms": self.transfer_ms,

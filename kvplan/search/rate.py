@@ -61,6 +61,9 @@ class LoadTargets:
     def of(self, s: Stats) -> float:
         return float(getattr(s, PERCENTILES[self.percentile]))
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "percentile": self.percentile}
+
 
 class ScaledWorkload:
     """A workload's requests, sent at any mean rate: the base send times rescaled (cached per rate)."""
@@ -154,11 +157,7 @@ class RateAnswer:
         return {
             "schema": SCHEMA,
             "mode": self.mode,
-            "targets": {
-                "ttft_ms": self.targets.ttft_ms,
-                "tpot_ms": self.targets.tpot_ms,
-                "percentile": self.targets.percentile,
-            },
+            "targets": self.targets.to_dict(),
             "request_rate": self.request_rate,
             "per_replica_rate": self.per_replica_rate,
             "answer": a,
