@@ -21,7 +21,9 @@ Rules, each applied to every row of its kind:
     disaggregated decode instance's TPOT, which is a pure decode step.
 Error = predicted / published - 1 on the per-token figure (with speculation: time per generated token).
 
-Run:  python benchmarks/ep_spec_check.py
+Run:  python benchmarks/ep_spec_check.py           # print, write benchmarks/results/ep_spec_check.yaml and
+                                                    # README.md's ep-spec-accuracy block
+      python benchmarks/ep_spec_check.py --check   # print only
 """
 
 from __future__ import annotations
@@ -209,46 +211,118 @@ def predict(p: Prepared, c: speed.Coefficients) -> float:
         step = speed.decode_step(p.inputs, r.batch, p.kv, p.ctx, None, c).tpot_ms
     if r.metric == fd.SERVING:
         chunk = chunk_seconds(p.inputs, p.work, r.input_len, 0, c, decode_batch=r.batch) * 1e3  # type: ignore[arg-type]
-        return served_tpot_ms(step, r.batch, chunk, r.output_len)
+        return served_tpot_ms(step, r.batch, chunk, r.output_len, p.inputs.parallel.attn_dp)
     return step
 
 
-def main() -> None:
+OUT = REPO / "benchmarks" / "results" / "ep_spec_check.yaml"
+README_MARK = (
+    "<!-- ep-spec-accuracy: written by benchmarks/ep_spec_check.py -->",
+    "<!-- /ep-spec-accuracy -->",
+)
+
+
+def kind_of(row: EpRow) -> str:
+    return "speculative" if row.spec else ("dp-attention" if row.dp_attention > 1 else "expert-parallel")
+
+
+def evaluate() -> dict:
+    """Every row's prediction under the coefficients that never saw its source, and the exclusions."""
     rows, excluded = read_ep_spec()
     rows += read_decode_ep(excluded)
     loso = fd.shipped_loso()
     shipped = speed.coefficients()
-    errs: dict[str, list[float]] = {}
-    print(f"{len(rows)} rows to predict, {len(excluded)} excluded:")
-    for why in excluded:
-        print(f"  {why}")
+    records = []
     for row in rows:
         try:
             p = prepare(row)
         except KvplanError as exc:
-            print(f"  {row.where}: excluded: kvplan cannot plan it: {str(exc).splitlines()[0]}")
+            excluded.append(f"{row.where}: kvplan cannot plan it: {str(exc).splitlines()[0]}")
             continue
         c = loso.get(row.source, shipped)
-        which = "LOSO" if row.source in loso else "shipped"
         got = predict(p, c)
-        e = got / row.tpot_ms - 1
-        kind = "spec" if row.spec else ("dp-attn" if row.dp_attention > 1 else "ep")
-        errs.setdefault(kind, []).append(e)
-        errs.setdefault("all", []).append(e)
-        sp = ""
+        rec = {
+            "where": row.where,
+            "model": row.model,
+            "gpus": f"{row.tp}x {row.gpu}",
+            "ep": row.ep,
+            "dp_attention": row.dp_attention,
+            "batch": row.batch,
+            "kind": kind_of(row),
+            "metric": row.metric,
+            "coefficients": "leave-one-source-out" if row.source in loso else "shipped (source never fitted)",
+            "published_ms": row.tpot_ms,
+            "predicted_ms": round(got, 4),
+            "error": round(got / row.tpot_ms - 1, 4),
+        }
         if p.speculative is not None:
-            sp = f" {p.speculative.method} {p.speculative.draft_steps}/{p.speculative.verify_tokens} acc {p.speculative.acceptance_length:.2f}"
+            s = p.speculative
+            rec["speculative"] = (
+                f"{s.method} {s.draft_steps} draft / {s.verify_tokens} verified, acceptance {s.acceptance_length:.2f} ({s.acceptance_source.split(':')[0]})"
+            )
+        records.append(rec)
+    return {"records": records, "excluded": excluded, "summary": summarize(records)}
+
+
+def summarize(records: list[dict]) -> dict:
+    out = {}
+    for kind in ("all", "expert-parallel", "dp-attention", "speculative"):
+        es = [r["error"] for r in records if kind == "all" or r["kind"] == kind]
+        if es:
+            out[kind] = {
+                "rows": len(es),
+                "median_abs": round(statistics.median(abs(x) for x in es), 4),
+                "median": round(statistics.median(es), 4),
+                "worst": max(es, key=abs),
+            }
+    return out
+
+
+def readme_block(data: dict) -> str:
+    lines = [
+        README_MARK[0],
+        "",
+        "| rows | n | median abs error | median error | worst |",
+        "|---|---|---|---|---|",
+    ]
+    for kind, s in data["summary"].items():
+        lines.append(
+            f"| {kind} | {s['rows']} | {s['median_abs']:.0%} | {s['median']:+.0%} | {s['worst']:+.0%} |"
+        )
+    lines += ["", README_MARK[1]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    import yaml
+
+    data = evaluate()
+    print(f"{len(data['records'])} rows predicted, {len(data['excluded'])} excluded:")
+    for why in data["excluded"]:
+        print(f"  {why}")
+    for r in data["records"]:
+        sp = f" {r['speculative']}" if "speculative" in r else ""
         print(
-            f"  {row.where:22} {row.model[:26]:26} {row.tp}x{row.gpu:7} EP {row.ep} DPA {row.dp_attention}{sp} "
-            f"b {row.batch:>4}: {row.tpot_ms:7.2f} -> {got:7.2f} ms ({e:+.0%}) [{row.metric}, {which}]"
+            f"  {r['where']:22} {r['model'][:26]:26} {r['gpus']:9} EP {r['ep']} DPA {r['dp_attention']}{sp} "
+            f"b {r['batch']:>4}: {r['published_ms']:7.2f} -> {r['predicted_ms']:7.2f} ms ({r['error']:+.0%}) "
+            f"[{r['metric']}, {r['coefficients']}]"
         )
     print()
-    for kind, es in errs.items():
+    for kind, s in data["summary"].items():
         print(
-            f"{kind:8} rows {len(es):3}: median |error| {statistics.median(abs(x) for x in es):.0%}, "
-            f"median {statistics.median(es):+.0%}, worst {max(es, key=abs):+.0%}"
+            f"{kind:16} rows {s['rows']:3}: median |error| {s['median_abs']:.0%}, median {s['median']:+.0%}, "
+            f"worst {s['worst']:+.0%}"
         )
+    if "--check" in argv:
+        return
+    OUT.write_text(yaml.safe_dump(data, sort_keys=False, width=200), encoding="utf-8")
+    readme = REPO / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    if README_MARK[0] in text:
+        i, j = text.index(README_MARK[0]), text.index(README_MARK[1]) + len(README_MARK[1])
+        readme.write_text(text[:i] + readme_block(data) + text[j:], encoding="utf-8")
+    print(f"wrote {OUT.relative_to(REPO)} and README.md's ep-spec-accuracy block")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

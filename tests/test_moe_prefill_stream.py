@@ -4,6 +4,8 @@ TPOT estimate and the decode fit use."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 import kvplan
@@ -81,3 +83,17 @@ def test_prefill_under_dp_attention_runs_a_prompts_attention_on_one_rank():
     assert 1.5 * tp.gemm_ms < dpa.gemm_ms < 8 * tp.gemm_ms  # attention GEMMs on 1 GPU, MLP/MoE on 8
     assert dpa.communication_ms < tp.communication_ms  # no attention all-reduce on one GPU
     assert a2a.communication_ms > dpa.communication_ms and a2a.gemm_ms == dpa.gemm_ms
+
+
+def test_served_tpot_under_dp_attention_counts_the_ranks_own_prompts():
+    from kvplan.speed.prefill import served_tpot_ms
+
+    # 64 requests over 8 attention-DP ranks: a request's steps carry its rank's 7 other prompts
+    assert served_tpot_ms(20.0, 64, 100.0, 1000, ranks=8) == pytest.approx(20.0 + 7 * 100.0 / 1000)
+    assert served_tpot_ms(20.0, 64, 100.0, 1000) == pytest.approx(20.0 + 63 * 100.0 / 1000)
+    plan = kvplan.estimate(
+        "deepseek-v3", gpus="8xH200", engine="sglang", max_model_len="8K", input_len=4096, output_len=512,
+        enable_dp_attention=True, data_parallel_size=8,
+    )  # fmt: skip
+    s = plan.decode.served
+    assert s.tpot_ms == pytest.approx(s.step_ms + (math.ceil(s.batch / 8) - 1) * s.chunk_ms / 512)

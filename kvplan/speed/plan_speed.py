@@ -622,7 +622,7 @@ def plan_speed(
         # the planned concurrency, each request at the mean context of its decode (input + output / 2)
         step = step_model.decode_step(inp, full.batch, per_req_ctx, ctx, parts)
         chunk = chunk_seconds(inp, work, req.input_len, 0, c, decode_batch=full.batch) * 1e3
-        tpot = served_tpot_ms(step.tpot_ms, full.batch, chunk, req.output_len)
+        tpot = served_tpot_ms(step.tpot_ms, full.batch, chunk, req.output_len, inp.parallel.attn_dp)
         served = ServedTpot(full.batch, req.input_len, req.output_len, step.tpot_ms, chunk, tpot)
     spec_rows = None
     if req.speculative is not None:

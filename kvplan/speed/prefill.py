@@ -225,8 +225,11 @@ def weight_bytes_per_gpu(inp: DecodeInputs) -> int:
     return total
 
 
-def served_tpot_ms(step_ms: float, batch: int, chunk_ms: float, output_tokens: int) -> float:
+def served_tpot_ms(step_ms: float, batch: int, chunk_ms: float, output_tokens: int, ranks: int = 1) -> float:
     """A served request's time per output token at a steady `batch` of requests: its decode step plus
     the other requests' prompts, one per slot every `output_tokens` steps, each riding in the steps
-    as a chunk of `chunk_ms` (chunk_seconds)."""
-    return step_ms + (batch - 1) * chunk_ms / output_tokens
+    as a chunk of `chunk_ms` (chunk_seconds). Under DP attention (`ranks` attention-DP ranks) a
+    request's steps carry the prompts of its own rank's requests only, the ranks prefilling side by
+    side: batch / ranks - 1 of them, each a chunk on one rank."""
+    others = math.ceil(batch / max(1, ranks)) - 1
+    return step_ms + others * chunk_ms / output_tokens
