@@ -185,4 +185,7 @@ def test_the_frozen_sets_history_holds_the_current_figures(evaluation):
     assert decode, "no frozen evaluation of the decode fit recorded"
     last = decode[-1]
     frozen = evaluation["frozen_test"]
-    assert (float(last[5]), float(last[6])) == (round(frozen["median_abs"], 3), round(frozen["worst_abs"], 3))
+    # the fit records what it computed with its unrounded coefficients; decode_fit.yaml keeps them to six
+    # significant figures, which can move the third decimal by one
+    assert float(last[5]) == pytest.approx(frozen["median_abs"], abs=1.5e-3)
+    assert float(last[6]) == pytest.approx(frozen["worst_abs"], abs=1.5e-3)

@@ -57,3 +57,17 @@ def test_the_glm_mtp_rows_plan(check, rows):
     p = check.prepare(next(r for r in got if r.where == "ep_spec_runs.tsv:3"))
     assert p.speculative is not None and p.speculative.acceptance_length == pytest.approx(1.85)
     assert p.inputs.parallel.attn_dp == 8
+
+
+def test_the_results_file_and_the_readme_are_what_the_script_computes(check):
+    import yaml
+
+    from helpers import REPO
+
+    saved = yaml.safe_load((REPO / "benchmarks" / "results" / "ep_spec_check.yaml").read_text(encoding="utf-8"))
+    now = check.evaluate()
+    assert [r["where"] for r in now["records"]] == [r["where"] for r in saved["records"]]
+    for a, b in zip(now["records"], saved["records"], strict=True):
+        assert a["predicted_ms"] == pytest.approx(b["predicted_ms"], rel=1e-3), a["where"]
+    assert now["summary"] == saved["summary"]
+    assert check.readme_block(saved) in (REPO / "README.md").read_text(encoding="utf-8")
