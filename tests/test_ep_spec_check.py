@@ -64,7 +64,9 @@ def test_the_results_file_and_the_readme_are_what_the_script_computes(check):
 
     from helpers import REPO
 
-    saved = yaml.safe_load((REPO / "benchmarks" / "results" / "ep_spec_check.yaml").read_text(encoding="utf-8"))
+    saved = yaml.safe_load(
+        (REPO / "benchmarks" / "results" / "ep_spec_check.yaml").read_text(encoding="utf-8")
+    )
     now = check.evaluate()
     assert [r["where"] for r in now["records"]] == [r["where"] for r in saved["records"]]
     for a, b in zip(now["records"], saved["records"], strict=True):

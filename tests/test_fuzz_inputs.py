@@ -481,3 +481,21 @@ def test_fuzz_solve_moe_flags(flag, value):
         args["--speculative-algorithm"] = "NEXTN"
     args[flag] = value
     _ok(invoke("solve", "-m", "deepseek-v3", *[x for kv in args.items() for x in kv], "--json"))
+
+
+@FUZZ
+@given(
+    flag=st.sampled_from(
+        ["--request-rate", "--ttft-ms", "--tpot-ms", "--max-gpus", "--input-len", "--network"]
+    ),
+    value=NUMBERS,
+)
+def test_fuzz_solve_disaggregated(flag, value):
+    args = {"--max-model-len": "8K", "--request-rate": "5", "--ttft-ms": "500", "--tpot-ms": "50",
+            "--num-prompts": "50"}  # fmt: skip
+    args[flag] = value
+    _ok(
+        invoke(
+            "solve", "-m", "llama3-8b", "--disaggregated", *[x for kv in args.items() for x in kv], "--json"
+        )
+    )

@@ -86,3 +86,12 @@ def test_an_unreachable_ttft_is_refused_in_one_line():
                             output_len="64", disaggregated=True)  # fmt: skip
     with pytest.raises(NoAnswer, match=r"--ttft-ms 1: even one prompt alone takes"):
         inputs.solve_load(f, load)
+
+
+def test_max_gpus_bounds_both_pools_together():
+    base = {"model": "llama3-8b", "users": 1, "max_model_len": "8K", "gpus": "H100", "tpot_ms": 50}
+    load = inputs.LoadFlags(ttft_ms=500, tpot_ms=50, request_rate=5, num_prompts=100, disaggregated=True)
+    with pytest.raises(NoAnswer, match=r"--max-gpus 1: the decode pool alone takes 1 H100-SXM"):
+        inputs.solve_load(inputs.SolveFlags(**base, max_gpus=1), load)
+    two = inputs.solve_load(inputs.SolveFlags(**base, max_gpus=2), load)
+    assert two.num_gpus == 2 and two.prefill.layout.num_gpus == 1 and two.decode.num_gpus == 1

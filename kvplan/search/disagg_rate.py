@@ -220,6 +220,14 @@ def solve_disaggregated(
     decode = _decode_pool(q, req_rate, inp, out, targets.tpot_ms)
     first = _first_tokens(workload)
     pre_targets = rate.LoadTargets(targets.ttft_ms, PREFILL_TPOT_MS, targets.percentile)
+    left = q.max_gpus - decode.num_gpus  # --max-gpus bounds both pools together
+    if left < 1:
+        raise NoAnswer(
+            f"--max-gpus {q.max_gpus}: the decode pool alone takes {decode.num_gpus} {decode.gpu} "
+            f"({req_rate:g} requests/s of {out:,} output tokens within --tpot-ms {targets.tpot_ms:g}), "
+            "leaving none for the prefill pool; allow more GPUs"
+        )
+    q = dataclasses.replace(q, max_gpus=left)
     prefill = rate.min_gpus_at_rate(q, first, pre_targets, req_rate)
     transfer = _transfer_ms(prefill.layout.plan, inp, q)
     ttft = pre_targets.of(prefill.result.ttft_ms) + transfer
@@ -238,7 +246,9 @@ def solve_disaggregated(
     together, verdict = None, None
     if colocated:
         try:
-            together = rate.min_gpus_at_rate(q, workload, targets, req_rate)
+            together = rate.min_gpus_at_rate(
+                dataclasses.replace(q, max_gpus=q.max_gpus + decode.num_gpus), workload, targets, req_rate
+            )
         except KvplanError as exc:
             verdict = str(exc).splitlines()[0]
     net = q.network or DEFAULT_NETWORK
