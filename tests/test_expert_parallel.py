@@ -38,9 +38,10 @@ def test_vllm_ep_at_tp_size_moves_no_bytes():
     assert ep.cluster.expert_tp_size == 1
     assert tp.cluster.expert_parallel_size == 1 and tp.cluster.routed_experts_per_gpu == 256
     assert any("EP size = TP x DP = 8" in a for a in ep.assumptions)
-    # the speed figures say they do not follow EP yet; a plain plan says nothing of it
-    assert any("expert-parallel all-to-all" in a and "not modelled yet" in a for a in ep.assumptions)
-    assert not any("expert-parallel all-to-all" in a for a in tp.assumptions)
+    # the prefill line says what it follows under this layout and what it does not credit; a plain plan
+    # says nothing of it
+    assert any("prefill (TTFT) under this layout" in a and "not credited" in a for a in ep.assumptions)
+    assert not any("prefill (TTFT) under this layout" in a for a in tp.assumptions)
 
 
 def test_vllm_redundant_experts_add_whole_experts_per_gpu():

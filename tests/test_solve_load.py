@@ -98,7 +98,7 @@ def test_a_rate_beyond_the_gpus_allowed_names_the_closest_miss():
         (("--max-rate", "-g", "H100", *TARGETS), "--max-rate needs the GPUs you have"),
         (("--request-rate", "0", *TARGETS), "--request-rate must be a positive"),
         (("--request-rate", "5", *TARGETS, "--percentile", "95"), "--percentile must be 50, 90 or 99"),
-        (("--users", "5", "--ttft-ms", "5"), "go with --request-rate or --max-rate"),
+        (("--users", "5", "--ttft-ms", "5"), "--ttft-ms, --plot and --disaggregated go with --request-rate"),
         ((), "give --users N"),
     ],
 )
@@ -131,4 +131,7 @@ def test_the_readmes_load_examples_answer(tmp_path):
         res = run_cli("solve", *args, "--num-prompts", "200", "--json")
         assert res.exit_code == 0, (line, res.stderr)
         d = res.json()
+        if "--disaggregated" in args:  # a prefill pool and a decode pool
+            assert d["num_gpus"] == d["prefill"]["answer"]["num_gpus"] + d["decode"]["num_gpus"] >= 2
+            continue
         assert d["goodput"] > 0 and d["answer"]["num_gpus"] >= 1

@@ -145,10 +145,20 @@ SGLANG_SPEC = {
 }
 
 
+def _json_flag(text: str, flag: str) -> Any:
+    import json
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{flag}: not JSON ({exc.msg})") from None
+    except ValueError:  # a number past Python's 4,300-digit limit for int()
+        raise UsageError(f"{flag}: a number in it is too long; give a JSON object") from None
+
+
 def parse_speculative(f: EstimateFlags | SolveFlags) -> Any:
     """--speculative-config (vLLM) or --speculative-algorithm/-num-steps/-num-draft-tokens (SGLang), and
     --acceptance-length: a request.Speculative, or None."""
-    import json
 
     from kvplan.request import Speculative
 
@@ -162,10 +172,7 @@ def parse_speculative(f: EstimateFlags | SolveFlags) -> Any:
     if f.speculative_config is not None:
         if engine != "vllm":
             raise UsageError("--speculative-config is a vllm flag; SGLang takes --speculative-algorithm")
-        try:
-            cfg = json.loads(f.speculative_config)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"--speculative-config: not JSON ({exc.msg})") from None
+        cfg = _json_flag(f.speculative_config, "--speculative-config")
         if not isinstance(cfg, dict):
             raise UsageError('--speculative-config: give a JSON object, e.g. \'{"method": "mtp", ...}\'')
         method = str(cfg.get("method") or ("draft_model" if cfg.get("model") else "")).lower()
