@@ -221,7 +221,10 @@ def _spec(r: dict[str, str]) -> tuple[ModelSpec | None, str | None, str]:
         "Qwen/Qwen2.5-7B": ("qwen2.5-7b.json", "Qwen2.5-7B's config.json"),
         "Qwen/Qwen2.5-32B": ("qwen2.5-32b-instruct.json", "Qwen2.5-32B-Instruct's config.json"),
         "mistralai/Mixtral-8x22B": ("mixtral-8x22b-v0.1.json", "Mixtral-8x22B-v0.1's config.json"),
-        "Qwen/Qwen3-30B-A3B": ("qwen3-30b-a3b-fp8.json", "Qwen3-30B-A3B-FP8's config.json (the BF16 model's architecture)"),
+        "Qwen/Qwen3-30B-A3B": (
+            "qwen3-30b-a3b-fp8.json",
+            "Qwen3-30B-A3B-FP8's config.json (the BF16 model's architecture)",
+        ),
     }
     for prefix, (path, what) in corpus.items():
         if m.startswith(prefix):
