@@ -607,7 +607,7 @@ def render_solve_load(ans: Any, console: Console) -> None:
         highlight=False,
     )
     console.print(f"vLLM:   {escape(a.vllm_flags)}", highlight=False, soft_wrap=True)
-    for note in r.assumptions:
+    for note in [*r.assumptions, *ans.notes]:
         console.print(f"- {escape(note)}", highlight=False)
 
 

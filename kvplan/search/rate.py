@@ -126,6 +126,7 @@ class RateAnswer:
     simulations: int  # runs in the whole search
     wall_s: float
     limited_by: str  # what bounds the answer
+    notes: list[str] = field(default_factory=list)  # what the search did not try, beside the simulation's
 
     def __repr__(self) -> str:
         """One line, as `solve --request-rate` / `--max-rate` sums it up (not every simulated point)."""
@@ -170,7 +171,7 @@ class RateAnswer:
             "points": [dataclasses.asdict(p) for p in self.points],
             "simulations": self.simulations,
             "wall_s": self.wall_s,
-            "assumptions": r.assumptions,
+            "assumptions": [*r.assumptions, *self.notes],
         }
 
 
@@ -266,8 +267,14 @@ def _answer_for(s: Search, c: Candidate, dp: int, n: int, nodes: int, rate: floa
         dataclasses.replace(s.q, users=dp * c.deployment.max_num_seqs),
         c.gpu, c.plan, c.tp, c.pp, dp, c.dtype, s.targets.of(r.tpot_ms), n, nodes,
     )  # fmt: skip
+    notes = []
+    if s.q.model.moe is not None:
+        notes.append(
+            "only tensor/pipeline-parallel replicas are simulated: expert parallelism and DP attention are not "
+            "(`solve --users` weighs them for MoE models)"
+        )
     return RateAnswer(mode, layout, rate, per, s.targets, r, s.points(c, dp), s.simulations,
-                      time.perf_counter() - start, limited_by)  # fmt: skip
+                      time.perf_counter() - start, limited_by, notes)  # fmt: skip
 
 
 def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: float) -> RateAnswer:
