@@ -424,7 +424,11 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
             f"{a.num_gpus}x {a.gpu}",
             f"{a.tensor_parallel_size} x {a.pipeline_parallel_size} x {a.data_parallel_size}"
             + (
-                f"\nEP {a.expert_parallel_size}, DPA {a.attention_dp_size}"
+                (
+                    f"\nEP {a.expert_parallel_size}, DPA {a.attention_dp_size}"
+                    if a.expert_parallel_size > 1
+                    else f"\nDPA {a.attention_dp_size}"
+                )
                 if a.expert_parallel_size > 1 or a.attention_dp_size > 1
                 else ""
             ),
