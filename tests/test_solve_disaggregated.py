@@ -49,7 +49,7 @@ def test_the_decode_pool_is_at_its_littles_law_point(answer):
     )
     assert d.concurrency_per_replica <= d.capacity_per_replica
     assert d.step_context_tokens == 2048 + 256 // 2
-    assert f"--max-num-seqs {d.capacity_per_replica}" in d.vllm_flags
+    assert f"--max-num-seqs {d.capacity_per_replica}" in d.launch and d.launch.startswith("vllm serve")
 
 
 def test_little_has_no_answer_when_the_replica_cannot_keep_up():
@@ -104,3 +104,22 @@ def test_rate_answers_for_moe_models_say_ep_is_not_simulated():
     dense = run_cli("solve", "-m", "llama3-8b", "--request-rate", "2", "--ttft-ms", "2000", "--tpot-ms", "80",
                     "--max-model-len", "8K", "--num-prompts", "100", "--json")  # fmt: skip
     assert not any("expert parallelism" in a for a in dense.json()["assumptions"])
+
+
+def test_an_moe_decode_pool_may_be_an_expert_parallel_unit():
+    """DeepSeek-V3 at 32K, 8K in / 1K out: at 3 requests/s TP 8 holds the ~137 decoding requests (151 fit
+    in fp8); at 5 requests/s (~222) only DP attention's 424 keep one node."""
+    f = inputs.SolveFlags(model="deepseek-v3", users=1, max_model_len="32K", gpus="H200", tpot_ms=60)
+
+    def pool(req_rate: float):
+        load = inputs.LoadFlags(ttft_ms=5000, tpot_ms=60, request_rate=req_rate, num_prompts=100,
+                                input_len="8192", output_len="1024", disaggregated=True)  # fmt: skip
+        return inputs.solve_load(f, load).decode
+
+    low = pool(3)
+    assert low.num_gpus == 8 and (low.expert_parallel_size, low.attention_dp_size) == (1, 1)
+    d = pool(5)
+    assert d.num_gpus == 8 and (d.expert_parallel_size, d.attention_dp_size) == (8, 8)
+    assert d.capacity_per_replica > 2 * low.capacity_per_replica
+    assert "--data-parallel-size 8 --enable-expert-parallel" in d.launch
+    assert d.concurrency_per_replica <= d.capacity_per_replica and d.tpot_ms <= 60

@@ -635,10 +635,14 @@ def render_solve_disaggregated(ans: Any, console: Console) -> None:
         a.kv_cache_dtype,
         f"TTFT p{p} {t.of(pre.result.ttft_ms):,.1f} ms + transfer {ans.transfer_ms:,.1f} ms = {ans.ttft_ms:,.1f} ms",
     )
+    ep = ""
+    if d.expert_parallel_size > 1 or d.attention_dp_size > 1:
+        ep = (f"\nEP {d.expert_parallel_size}, DPA {d.attention_dp_size}" if d.expert_parallel_size > 1
+              else f"\nDPA {d.attention_dp_size}")  # fmt: skip
     table.add_row(
         "decode",
         f"{d.num_gpus}x {d.gpu}",
-        f"{d.tensor_parallel_size} x {d.pipeline_parallel_size} x {d.data_parallel_size}",
+        f"{d.tensor_parallel_size} x {d.pipeline_parallel_size} x {d.data_parallel_size}{ep}",
         d.kv_cache_dtype,
         f"TPOT {d.tpot_ms:,.1f} ms at {d.concurrency_per_replica:,.1f} requests a replica",
     )
@@ -653,8 +657,10 @@ def render_solve_disaggregated(ans: Any, console: Console) -> None:
         )
     elif ans.colocated_verdict:
         console.print(f"colocated: no answer ({escape(ans.colocated_verdict)})", highlight=False)
-    console.print(f"prefill: {escape(a.vllm_flags)}", highlight=False, soft_wrap=True)
-    console.print(f"decode:  {escape(d.vllm_flags)}", highlight=False, soft_wrap=True)
+    sglang = pre.result.deployment.get("engine") == "sglang"
+    console.print(f"prefill: {escape((a.sglang_flags if sglang else a.vllm_flags) or '')}", highlight=False,
+                  soft_wrap=True)  # fmt: skip
+    console.print(f"decode:  {escape(d.launch)}", highlight=False, soft_wrap=True)
     for note in ans.assumptions:
         console.print(f"- {escape(note)}", highlight=False)
 

@@ -27,7 +27,20 @@ from kvplan.errors import InfeasibleError, KvplanError, NoAnswer
 from kvplan.model.parallel import DEFAULT_NETWORK
 from kvplan.plan.plan import Plan, estimate
 from kvplan.search import rate
-from kvplan.search.solve import PLAIN, Query, _cost, _max_dp, _request, layouts, rented
+from kvplan.search.solve import (
+    PLAIN,
+    Parallel,
+    Query,
+    _batch,
+    _cost,
+    _label,
+    _max_dp,
+    _request,
+    ep_layouts,
+    layouts,
+    rented,
+    unit_gpus,
+)
 from kvplan.simulator import Workload
 
 SCHEMA = "kvplan.solve-disaggregated/1"
@@ -48,7 +61,9 @@ class DecodePool:
     capacity_per_replica: int  # requests the replica holds at input + output tokens
     step_context_tokens: int
     tpot_ms: float  # the decode step at N requests
-    vllm_flags: str
+    launch: str  # one deployment's command for the searched engine (the KV connector not included)
+    expert_parallel_size: int = 1  # an MoE model's expert-parallel unit: GPUs its experts spread over
+    attention_dp_size: int = 1  # and its attention-DP ranks, each with its own requests and KV
 
 
 @dataclass
@@ -117,13 +132,15 @@ def _transfer_ms(plan: Plan, inp: int, q: Query) -> float:
 
 
 def _little(
-    plan: Plan, per_replica: float, out: int, cap: int, ctx: int, kv: float
+    plan: Plan, per_replica: float, out: int, cap: int, ctx: int, kv: float, batch_of: Any = None
 ) -> tuple[float, float] | None:
     """(N, TPOT ms) of a decode replica receiving `per_replica` requests/s, or None when no N <= cap
-    keeps up (the replica's throughput at its capacity is below the arrivals)."""
+    keeps up (the replica's throughput at its capacity is below the arrivals). `batch_of(n)`: the batch
+    the step model takes for n requests on the replica (vLLM's DP ranks: n / DP each)."""
 
     def tpot(n: int) -> float:
-        return plan.decode.step(max(1, n), kv, ctx).tpot_ms
+        b = max(1, n) if batch_of is None else max(1, batch_of(max(1, n)))
+        return plan.decode.step(b, kv, ctx).tpot_ms
 
     def short(n: int) -> bool:  # fewer decoding than arrivals keep busy: the steady state lies above
         return n < per_replica * out * tpot(n) / 1e3
@@ -141,67 +158,86 @@ def _little(
     return n, tpot(math.ceil(n))
 
 
+def _decode_flags(q: Query, tp: int, pp: int, par: Parallel, deployments: int, plan: Plan, dtype: str,
+                  cap: int) -> str:  # fmt: skip
+    """One decode deployment's launch line for the searched engine (the KV connector not included)."""
+    model = q.model.hf_id or q.model.name
+    if q.engine == "sglang":
+        sg_dtype = {"auto": "auto", "fp8": "fp8_e4m3"}.get(dtype, dtype)
+        parts = [f"python -m sglang.launch_server --model-path {model} --tp-size {tp}"]
+        parts += [f"--pp-size {pp}"] if pp > 1 else []
+        if par.dp > 1:
+            parts.append(f"--enable-dp-attention --dp-size {par.dp}")
+        elif deployments > 1:
+            parts.append(f"--dp-size {deployments}")
+        parts += [f"--context-length {plan.settings.max_model_len} --kv-cache-dtype {sg_dtype}",
+                  f"--max-running-requests {cap}"]  # fmt: skip
+        return " ".join(parts)
+    parts = [f"vllm serve {model} --tensor-parallel-size {tp}"]
+    parts += [f"--pipeline-parallel-size {pp}"] if pp > 1 else []
+    if par.on:
+        parts.append(f"--data-parallel-size {par.dp} --enable-expert-parallel")
+    elif deployments > 1:
+        parts.append(f"--data-parallel-size {deployments}")
+    per_core = math.ceil(cap / par.dp) if par.on else cap
+    parts += [
+        f"--max-model-len {plan.settings.max_model_len} --kv-cache-dtype {dtype}",
+        f"--max-num-seqs {per_core}",
+    ]
+    return " ".join(parts)
+
+
 def _decode_pool(q: Query, req_rate: float, inp: int, out: int, tpot_target: float) -> DecodePool:
-    """The cheapest decode pool (replicas of a TP x PP layout) keeping up with `req_rate` within the TPOT
-    target."""
+    """The cheapest decode pool (replicas of a TP x PP layout, or for an MoE model of an expert-parallel
+    unit with DP attention) keeping up with `req_rate` within the TPOT target."""
     best: tuple[tuple, DecodePool] | None = None
     reasons: list[str] = []
     length = q.max_model_len or q.model.max_context
     for gpu in q.gpus:
         for dtype in q.kv_dtypes:
-            for tp, pp in layouts(q, gpu, dtype):
-                replica = tp * pp
+            shapes = [(tp, pp, PLAIN) for tp, pp in layouts(q, gpu, dtype)]
+            shapes += [(tp, 1, par) for tp, par in ep_layouts(q, gpu, dtype)]
+            for tp, pp, par in shapes:
+                unit = unit_gpus(q, tp, pp, par)
                 try:
                     # capacity at a request's final context; the step at the mean context of its decode
                     req = dataclasses.replace(
-                        _request(q, gpu, tp, pp, dtype, length, PLAIN),
+                        _request(q, gpu, tp, pp, dtype, length, par),
                         avg_context_tokens=min(inp + out, length),
                         input_len=min(inp, length - 1),
                         output_len=max(1, min(out, length - inp)),
                     )
                     plan = estimate(req)
                 except InfeasibleError as exc:
-                    reasons.append(f"{gpu.name} TP {tp} x PP {pp} ({dtype}): {exc}")
+                    reasons.append(f"{gpu.name} {_label(q, tp, pp, par)} ({dtype}): {exc}")
                     continue
                 assert plan.avg_context is not None
                 cap = plan.avg_context.max_concurrency_per_replica
                 if plan.limited_by == "max_num_seqs":
                     cap = min(cap, plan.max_concurrency_per_replica)
+                cap *= plan.cluster.data_parallel_size  # vLLM's DP engine cores of one unit
                 if cap < 1:
                     continue
                 ctx = plan.decode.context_tokens
                 kv = plan.decode.kv_bytes_per_request_per_gpu
-                for dp in range(1, _max_dp(q, gpu, replica) + 1):
-                    got = _little(plan, req_rate / dp, out, cap, ctx, kv)
+
+                def batch_of(n: int, par: Parallel = par) -> int:
+                    return _batch(q, par, n)
+
+                for dp in range(1, _max_dp(q, gpu, unit) + 1):
+                    got = _little(plan, req_rate / dp, out, cap, ctx, kv, batch_of)
                     if got is None or got[1] > tpot_target:
                         continue
-                    dp2, n, nodes = rented(q, gpu, replica, dp)
+                    dp2, n, nodes = rented(q, gpu, unit, dp)
                     if dp2 != dp:
-                        got = _little(plan, req_rate / dp2, out, cap, ctx, kv) or got
-                    key = (_cost(q, gpu, n), n, pp, tp)
+                        got = _little(plan, req_rate / dp2, out, cap, ctx, kv, batch_of) or got
+                    key = (_cost(q, gpu, n), n, pp, par.on, tp)
                     if best is None or key < best[0]:
-                        flags = (
-                            f"vllm serve {q.model.hf_id or q.model.name} --tensor-parallel-size {tp}"
-                            + (f" --pipeline-parallel-size {pp}" if pp > 1 else "")
-                            + (f" --data-parallel-size {dp2}" if dp2 > 1 else "")
-                            + f" --max-model-len {plan.settings.max_model_len} --kv-cache-dtype {dtype}"
-                            + f" --max-num-seqs {cap}"
-                        )
+                        flags = _decode_flags(q, tp, pp, par, dp2, plan, dtype, cap)
                         pool = DecodePool(
-                            gpu.name,
-                            n,
-                            nodes,
-                            tp,
-                            pp,
-                            dp2,
-                            dtype,
-                            req_rate / dp2,
-                            got[0],
-                            cap,
-                            ctx,
-                            got[1],
-                            flags,
-                        )
+                            gpu.name, n, nodes, tp, pp, dp2, dtype, req_rate / dp2, got[0], cap, ctx, got[1],
+                            flags, par.ep, par.dp,
+                        )  # fmt: skip
                         best = (key, pool)
                     break
     if best is None:
