@@ -123,3 +123,15 @@ def test_an_moe_decode_pool_may_be_an_expert_parallel_unit():
     assert d.capacity_per_replica > 2 * low.capacity_per_replica
     assert "--data-parallel-size 8 --enable-expert-parallel" in d.launch
     assert d.concurrency_per_replica <= d.capacity_per_replica and d.tpot_ms <= 60
+
+
+@pytest.mark.parametrize("extra", [(), ("--disaggregated",)])
+def test_a_context_beyond_the_model_is_one_line_before_any_simulation(extra):
+    # it was "no layout meets the targets: H100-SXM TP 8 x PP 2 (auto): --max-model-len 16,384 exceeds ..."
+    r = run_cli("solve", "-m", "llama3-8b", "--max-model-len", "16K", "--request-rate", "1", "--ttft-ms", "1000",
+                "--tpot-ms", "50", "--num-prompts", "50", *extra)  # fmt: skip
+    assert r.exit_code == 3
+    assert r.stderr.strip() == (
+        "error: --max-model-len 16,384 exceeds llama3-8b's maximum context of 8,192 tokens; "
+        "use --max-model-len 8192 or less"
+    )

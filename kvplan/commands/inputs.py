@@ -662,7 +662,10 @@ def solve_load(f: SolveFlags, load: LoadFlags) -> Any:
         raise UsageError(
             f"--max-rate needs the GPUs you have: {f.gpus_flag} NxGPU, e.g. {f.gpus_flag} 8xH100"
         )
+    from kvplan.search.solve import check_query
+
     q = solve_query(dataclasses.replace(f, users=1, fixed_gpus=load.max_rate))
+    check_query(q)  # e.g. --max-model-len beyond the model's maximum: one line, before any layout
     if load.trace is not None:
         workload = read_trace(load.trace, None, load.num_prompts)
     else:

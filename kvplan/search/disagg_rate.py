@@ -279,6 +279,12 @@ def solve_disaggregated(
         )
         transfer = _transfer_ms(prefill.layout.plan, inp, q)
         ttft = pre_targets.of(prefill.result.ttft_ms) + transfer
+        if ttft > targets.ttft_ms:  # that pool's replicas are narrower: their transfer takes longer
+            raise NoAnswer(
+                f"--ttft-ms {targets.ttft_ms:g}: the prefill pool that meets it before the transfer "
+                f"({prefill.layout.num_gpus}x {prefill.layout.gpu}) reaches {ttft:,.1f} ms with its "
+                f"{transfer:,.1f} ms transfer; relax the target or use a faster --network"
+            )
     together, verdict = None, None
     if colocated:
         try:

@@ -408,7 +408,7 @@ class _Bounds:
 
 
 def solve(q: Query) -> tuple[list[Answer], _Bounds]:
-    _check_query(q)
+    check_query(q)
     _PLANS.clear()
     answers: list[Answer] = []
     bounds = _Bounds()
@@ -456,7 +456,8 @@ def _search_gpu(q: Query, gpu: GpuSpec, dtype: str, answers: list[Answer], bound
             answers.append(ans)
 
 
-def _check_query(q: Query) -> None:
+def check_query(q: Query) -> None:
+    """The query's own numbers, before any plan: one line naming the flag."""
     if q.users < 1:
         raise UsageError("--users must be >= 1")
     if q.tpot_ms is not None and q.tpot_ms <= 0:
@@ -466,7 +467,7 @@ def _check_query(q: Query) -> None:
     if q.max_model_len is not None and q.max_model_len > q.model.max_context:
         raise ContextTooLong(
             f"--max-model-len {q.max_model_len:,} exceeds {q.model.name}'s maximum context of "
-            f"{q.model.max_context:,} tokens"
+            f"{q.model.max_context:,} tokens; use --max-model-len {q.model.max_context} or less"
         )
 
 
