@@ -35,7 +35,8 @@ def _expected(network: str | None = None) -> dict[str, float]:
     """The figures from the two plans, each pool planned as a plain estimate of its GPUs."""
     p = estimate(inputs.plan_request(_flags("2xH100", network=network)))
     d = estimate(inputs.plan_request(_flags("4xH100", network=network, avg_context=str(IN + OUT))))
-    link = NETWORKS[network or "400G"].gbps * 1e9 / 8 * 2  # one GPU's NIC x the 2 prefill GPUs
+    # a request's KV leaves the TP 1 replica that computed it: one GPU's NIC; the 2 replicas send side by side
+    link = NETWORKS[network or "400G"].gbps * 1e9 / 8
     kv = IN * p.kv_bytes_per_token
     prefill_s = prefill_time(p.decode.inputs, p.prefill.work, IN, served=False).total_ms / 1e3
     prefill_rate = 2 / prefill_s  # 2 replicas of TP 1
@@ -68,6 +69,7 @@ def test_json_figures_match_the_two_plans(network):
     want = _expected(network)
     assert got["kv_bytes_per_request"] == pytest.approx(want["kv"])
     assert got["transfer_ms"] == pytest.approx(want["transfer_ms"])
+    assert got["transfer_requests_per_s"] == pytest.approx(2 / (want["transfer_ms"] / 1e3))
     assert got["network"] == (network or "400G")
     assert got["prefill"]["replicas"] == 2 and got["decode"]["replicas"] == 4
     assert got["prefill"]["prefill_ms"] == pytest.approx(want["prefill_ms"])

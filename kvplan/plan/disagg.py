@@ -2,7 +2,9 @@
 deployment of its own GPUs, and the KV cache each request moves from one to the other.
 
   KV moved      input tokens x the plan's whole-model KV bytes per token (bytes a request)
-  transfer      KV moved / (the --network link per GPU x the prefill pool's GPUs), the sending side
+  transfer      KV moved / (the --network link per GPU x one prefill replica's GPUs): a request's KV
+                leaves the replica that computed it, each GPU its own shard over its own link;
+                the pool's replicas send side by side (transfer_requests_per_s)
   prefill rate  replicas / one --input-len prompt's bare prefill (prefill_time, served=False)
   decode rate   requests the pool holds at input + output tokens / (output tokens x the decode step
                 at that batch, each request at the mean context of its decode, input + output / 2)
@@ -16,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kvplan.errors import UsageError
-from kvplan.model.parallel import DEFAULT_NETWORK
+from kvplan.model.parallel import DEFAULT_NETWORK, Network
 from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.speed.prefill import prefill_time
 
@@ -54,9 +56,9 @@ class Disaggregated:
     kv_bytes_per_token: float  # whole model, the prefill plan's
     kv_bytes_per_request: float  # input tokens x kv_bytes_per_token: what the prefill pool sends
     network: str
-    link_bytes_per_s: float  # one GPU's link x the prefill pool's GPUs
+    link_bytes_per_s: float  # one GPU's link x one prefill replica's GPUs
     transfer_ms: float  # kv_bytes_per_request / link_bytes_per_s
-    transfer_requests_per_s: float  # what the link alone sustains: 1 / transfer
+    transfer_requests_per_s: float  # what the links alone sustain: replicas / transfer
     prefill: PrefillPool
     decode: DecodePool
     prefill_to_decode_ratio: float  # prefill rate / decode rate: < 1 prefill binds, > 1 decode binds
@@ -77,6 +79,18 @@ class Disaggregated:
         return out
 
 
+def replica_link_bytes_per_s(prefill: Plan, net: Network) -> float:
+    """What one prefill replica sends a request's KV over: one --network link per GPU of it."""
+    c = prefill.cluster
+    return net.bytes_per_s * c.tensor_parallel_size * c.pipeline_parallel_size
+
+
+def kv_transfer_seconds(prefill: Plan, input_tokens: int, net: Network) -> float:
+    """A request's KV (its input tokens x the model's KV bytes per token, every layer) moved from the
+    prefill replica that computed it to the decode pool."""
+    return input_tokens * prefill.kv_bytes_per_token / replica_link_bytes_per_s(prefill, net)
+
+
 def disaggregate(
     prefill_req: PlanRequest, decode_req: PlanRequest, prefill_gpus: str, decode_gpus: str
 ) -> Disaggregated:
@@ -93,8 +107,8 @@ def disaggregate(
     kv_token = p.kv_bytes_per_token
     kv_request = inp * kv_token
     net = prefill_req.network or DEFAULT_NETWORK
-    link = net.bytes_per_s * p.cluster.num_gpus
-    transfer_s = kv_request / link
+    link = replica_link_bytes_per_s(p, net)
+    transfer_s = kv_transfer_seconds(p, inp, net)
 
     pt = prefill_time(p.decode.inputs, p.prefill.work, inp, 0, served=False)
     p_replicas = p.cluster.data_parallel_size
@@ -115,8 +129,8 @@ def disaggregate(
     how = "assumed, the default; set --network" if prefill_req.network is None else "--network"
     notes = [
         f"link between the pools: {net.name}, {net.what}, {net.bytes_per_s / 1e9:g} GB/s per GPU ({how}), "
-        f"summed over the prefill pool's {p.cluster.num_gpus} GPUs; its latency and any overlap with "
-        "compute not counted",
+        f"summed over one prefill replica's {p.cluster.tensor_parallel_size * p.cluster.pipeline_parallel_size} "
+        "GPU(s), the replicas sending side by side; its latency and any overlap with compute not counted",
         f"KV moved = --input-len {inp:,} x {kv_token:,.0f} bytes a token (the whole model's KV, "
         "every layer; a sliding window's cap not applied)",
         "prefill rate: prompts one after another on each replica, a bare forward pass (prefill_fit.yaml; "
@@ -132,7 +146,7 @@ def disaggregate(
         network=net.name,
         link_bytes_per_s=link,
         transfer_ms=transfer_s * 1e3,
-        transfer_requests_per_s=1 / transfer_s,
+        transfer_requests_per_s=p.cluster.data_parallel_size / transfer_s,
         prefill=PrefillPool(
             prefill_gpus,
             p.cluster.num_gpus,

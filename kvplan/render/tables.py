@@ -692,10 +692,15 @@ def render_disaggregated(r: Disaggregated, console: Console) -> None:
     rows.add_row(
         "link, prefill -> decode",
         f"{r.link_bytes_per_s / 1e9:,.1f} GB/s",
-        f"--network {r.network} per GPU x {p.num_gpus} prefill GPUs (assumed)",
+        f"--network {r.network} per GPU x {p.tensor_parallel_size * p.pipeline_parallel_size} GPU(s) of a "
+        "prefill replica (assumed)",
     )
     rows.add_row("KV transfer per request", f"{r.transfer_ms:,.3f} ms", "KV moved / link")
-    rows.add_row("link alone sustains", f"{r.transfer_requests_per_s:,.1f} req/s", "1 / transfer")
+    rows.add_row(
+        "links alone sustain",
+        f"{r.transfer_requests_per_s:,.1f} req/s",
+        f"{p.replicas} replica(s) / transfer",
+    )
     rows.add_row(
         "prefill of one prompt", f"{p.prefill_ms:,.2f} ms", f"{r.input_tokens:,} tokens, bare forward pass"
     )

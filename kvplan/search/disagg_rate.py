@@ -25,6 +25,7 @@ from typing import Any
 
 from kvplan.errors import InfeasibleError, KvplanError, NoAnswer
 from kvplan.model.parallel import DEFAULT_NETWORK
+from kvplan.plan.disagg import kv_transfer_seconds
 from kvplan.plan.plan import Plan, estimate
 from kvplan.search import rate
 from kvplan.search.solve import (
@@ -126,9 +127,7 @@ def _first_tokens(workload: Workload) -> Workload:
 
 
 def _transfer_ms(plan: Plan, inp: int, q: Query) -> float:
-    net = q.network or DEFAULT_NETWORK
-    gpus = plan.cluster.tensor_parallel_size * plan.cluster.pipeline_parallel_size
-    return inp * plan.kv_bytes_per_token / (net.bytes_per_s * gpus) * 1e3
+    return kv_transfer_seconds(plan, inp, q.network or DEFAULT_NETWORK) * 1e3
 
 
 def _little(
