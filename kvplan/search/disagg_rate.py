@@ -30,6 +30,7 @@ from kvplan.plan.plan import Plan, estimate
 from kvplan.search import rate
 from kvplan.search.solve import (
     PLAIN,
+    SGLANG_KV_DTYPE,
     Parallel,
     Query,
     _batch,
@@ -38,6 +39,7 @@ from kvplan.search.solve import (
     _max_dp,
     _request,
     ep_layouts,
+    launch_line,
     layouts,
     rented,
     unit_gpus,
@@ -160,30 +162,9 @@ def _little(
 def _decode_flags(q: Query, tp: int, pp: int, par: Parallel, deployments: int, plan: Plan, dtype: str,
                   cap: int) -> str:  # fmt: skip
     """One decode deployment's launch line for the searched engine (the KV connector not included)."""
-    model = q.model.hf_id or q.model.name
-    if q.engine == "sglang":
-        sg_dtype = {"auto": "auto", "fp8": "fp8_e4m3"}.get(dtype, dtype)
-        parts = [f"python -m sglang.launch_server --model-path {model} --tp-size {tp}"]
-        parts += [f"--pp-size {pp}"] if pp > 1 else []
-        if par.dp > 1:
-            parts.append(f"--enable-dp-attention --dp-size {par.dp}")
-        elif deployments > 1:
-            parts.append(f"--dp-size {deployments}")
-        parts += [f"--context-length {plan.settings.max_model_len} --kv-cache-dtype {sg_dtype}",
-                  f"--max-running-requests {cap}"]  # fmt: skip
-        return " ".join(parts)
-    parts = [f"vllm serve {model} --tensor-parallel-size {tp}"]
-    parts += [f"--pipeline-parallel-size {pp}"] if pp > 1 else []
-    if par.on:
-        parts.append(f"--data-parallel-size {par.dp} --enable-expert-parallel")
-    elif deployments > 1:
-        parts.append(f"--data-parallel-size {deployments}")
-    per_core = math.ceil(cap / par.dp) if par.on else cap
-    parts += [
-        f"--max-model-len {plan.settings.max_model_len} --kv-cache-dtype {dtype}",
-        f"--max-num-seqs {per_core}",
-    ]
-    return " ".join(parts)
+    kv = SGLANG_KV_DTYPE.get(dtype, dtype) if q.engine == "sglang" else dtype
+    return launch_line(q.engine, q.model.hf_id or q.model.name, tp, pp, deployments, par,
+                       plan.settings.max_model_len, [f"--kv-cache-dtype {kv}"], cap)  # fmt: skip
 
 
 def _decode_pool(q: Query, req_rate: float, inp: int, out: int, tpot_target: float) -> DecodePool:

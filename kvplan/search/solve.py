@@ -336,45 +336,43 @@ def _dtype_name(dtype: str, p: Plan) -> str:
     return "auto" if dtype == "auto" else p.settings.kv_cache_dtype
 
 
-def _launch(engine: str, model: str, a: Answer, per_replica: int, extra: list[str]) -> str:
+SGLANG_KV_DTYPE = {"auto": "auto", "fp8": "fp8_e4m3"}  # vLLM's fp8 is e4m3 (SGLang names it so)
+
+
+def launch_line(
+    engine: str, model: str, tp: int, pp: int, deployments: int, par: Parallel, max_len: int, extra: list[str],
+    cap: int,
+) -> str:  # fmt: skip
+    """One deployment's command for `engine` (its flag names, engines/*.py launch_flags). Plain TP x PP:
+    `deployments` replicas behind the engine's own DP (--data-parallel-size / --dp-size), `cap` the
+    requests each takes. An expert-parallel unit (par.on) is one deployment of its own (run `deployments`
+    of them); vLLM: --data-parallel-size DP engine cores with --enable-expert-parallel, --max-num-seqs
+    each core's share of `cap`; SGLang: --enable-dp-attention --dp-size ranks inside --tp-size,
+    --max-running-requests the server's total (each rank takes max_running_requests // dp_size,
+    model_executor/cuda_graph_runner.py 0.5.x), rounded up to a multiple of the ranks."""
     cls = engines.engine_class(engine)
-    tp, pp, dp, ctx, cap = cls.launch_flags
-    ep, dpa = a.expert_parallel_size, a.attention_dp_size
-    if ep > 1 or dpa > 1:
-        return _launch_ep(engine, model, a, per_replica, extra)
-    parts = [cls.launch_command.format(model=model), f"{tp} {a.tensor_parallel_size}"]
-    if a.pipeline_parallel_size > 1:
-        parts.append(f"{pp} {a.pipeline_parallel_size}")
-    if a.data_parallel_size > 1:
-        parts.append(f"{dp} {a.data_parallel_size}")
-    parts += [f"{ctx} {a.max_model_len}", *extra, f"{cap} {per_replica}"]
+    tp_f, pp_f, dp_f, ctx_f, cap_f = cls.launch_flags
+    parts = [cls.launch_command.format(model=model), f"{tp_f} {tp}"]
+    if pp > 1:
+        parts.append(f"{pp_f} {pp}")
+    if par.on and engine == "vllm":
+        parts.append(f"{dp_f} {par.dp} --enable-expert-parallel")
+        cap = ceil_div(cap, par.dp)
+    elif par.on:
+        parts.append(
+            f"--enable-dp-attention {dp_f} {par.dp}" + (f" --ep-size {par.ep}" if par.ep > 1 else "")
+        )
+        cap = ceil_div(cap, par.dp) * par.dp
+    elif deployments > 1:
+        parts.append(f"{dp_f} {deployments}")
+    parts += [f"{ctx_f} {max_len}", *extra, f"{cap_f} {cap}"]
     return " ".join(parts)
 
 
-def _launch_ep(engine: str, model: str, a: Answer, per_unit: int, extra: list[str]) -> str:
-    """One expert-parallel deployment's command (the answer runs data_parallel_size of them). vLLM:
-    --max-num-seqs is each DP engine core's cap; SGLang: --max-running-requests is the server's, each
-    attention-DP rank taking its share (cuda_graph_runner.py 0.5.x: max_running_requests // dp_size)."""
-    ep, dpa = a.expert_parallel_size, a.attention_dp_size
-    if engine == "vllm":
-        parts = [
-            f"vllm serve {model} --tensor-parallel-size {a.tensor_parallel_size}",
-            f"--data-parallel-size {dpa}",
-            "--enable-expert-parallel",
-            f"--max-model-len {a.max_model_len}",
-            *extra,
-            f"--max-num-seqs {ceil_div(per_unit, dpa)}",
-        ]
-    else:
-        parts = [
-            f"python -m sglang.launch_server --model-path {model} --tp-size {a.tensor_parallel_size}",
-            f"--enable-dp-attention --dp-size {dpa}",
-            *([f"--ep-size {ep}"] if ep > 1 else []),
-            f"--context-length {a.max_model_len}",
-            *extra,
-            f"--max-running-requests {ceil_div(per_unit, dpa) * dpa}",
-        ]
-    return " ".join(parts)
+def _launch(engine: str, model: str, a: Answer, per_replica: int, extra: list[str]) -> str:
+    par = Parallel(a.attention_dp_size, a.expert_parallel_size)
+    return launch_line(engine, model, a.tensor_parallel_size, a.pipeline_parallel_size, a.data_parallel_size,
+                       par, a.max_model_len, extra, per_replica)  # fmt: skip
 
 
 def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str | None, str | None]:
@@ -382,7 +380,7 @@ def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str | None, str | 
     per_replica = ceil_div(q.users, a.data_parallel_size)
     util = p.settings.gpu_memory_utilization or vllm_default_utilization(engines.ENGINES["vllm"].latest)
     vllm_extra = [f"--kv-cache-dtype {a.kv_cache_dtype}", f"--gpu-memory-utilization {util:g}"]
-    sg_dtype = {"auto": "auto", "fp8": "fp8_e4m3"}.get(a.kv_cache_dtype, a.kv_cache_dtype)
+    sg_dtype = SGLANG_KV_DTYPE.get(a.kv_cache_dtype, a.kv_cache_dtype)
     sg_extra = [f"--kv-cache-dtype {sg_dtype}", f"--mem-fraction-static {mfs:g}"]
     if a.expert_parallel_size > 1 or a.attention_dp_size > 1:
         # an expert-parallel layout is the searched engine's own; the other engine's line would be a
