@@ -378,6 +378,13 @@ def speed_source(answers) -> str:
     return "terms fitted to published runs" + "".join(f"; some {label}" for label in labels)
 
 
+def _parallel_label(ep: int, dpa: int) -> str:
+    """The second line of a layout cell: EP and DP attention (DPA alone when the experts stay TP-sliced)."""
+    if ep > 1:
+        return f"\nEP {ep}, DPA {dpa}"
+    return f"\nDPA {dpa}" if dpa > 1 else ""
+
+
 def _launch_lines(console: Console, i: int, a, sg: str) -> None:
     """An answer's launch lines (those of the engines it has one for) and why it is expert-parallel."""
     lines = []
@@ -423,15 +430,7 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
             str(i),
             f"{a.num_gpus}x {a.gpu}",
             f"{a.tensor_parallel_size} x {a.pipeline_parallel_size} x {a.data_parallel_size}"
-            + (
-                (
-                    f"\nEP {a.expert_parallel_size}, DPA {a.attention_dp_size}"
-                    if a.expert_parallel_size > 1
-                    else f"\nDPA {a.attention_dp_size}"
-                )
-                if a.expert_parallel_size > 1 or a.attention_dp_size > 1
-                else ""
-            ),
+            + _parallel_label(a.expert_parallel_size, a.attention_dp_size),
             a.kv_cache_dtype,
             f"{a.max_model_len:,}",
             f"{a.max_concurrency:,}",
@@ -635,10 +634,7 @@ def render_solve_disaggregated(ans: Any, console: Console) -> None:
         a.kv_cache_dtype,
         f"TTFT p{p} {t.of(pre.result.ttft_ms):,.1f} ms + transfer {ans.transfer_ms:,.1f} ms = {ans.ttft_ms:,.1f} ms",
     )
-    ep = ""
-    if d.expert_parallel_size > 1 or d.attention_dp_size > 1:
-        ep = (f"\nEP {d.expert_parallel_size}, DPA {d.attention_dp_size}" if d.expert_parallel_size > 1
-              else f"\nDPA {d.attention_dp_size}")  # fmt: skip
+    ep = _parallel_label(d.expert_parallel_size, d.attention_dp_size)
     table.add_row(
         "decode",
         f"{d.num_gpus}x {d.gpu}",
