@@ -44,14 +44,12 @@ import fit_decode as fd  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
 from kvplan.plan.plan import PlanRequest, estimate  # noqa: E402
 from kvplan.request import Speculative  # noqa: E402
-from kvplan.specs.registry import load_gpu, load_model  # noqa: E402
+from kvplan.specs.registry import load_gpu  # noqa: E402
 from kvplan.speed import step_model as speed  # noqa: E402
 from kvplan.speed.plan_speed import spec_step  # noqa: E402
 from kvplan.speed.prefill import chunk_seconds, served_tpot_ms  # noqa: E402
 
 EP_SPEC_TSV = REPO / "tests" / "fixtures" / "bench" / "ep_spec_runs.tsv"
-CORPUS = REPO / "tests" / "fixtures" / "hf" / "corpus"
-EXTRA_SPECS = {"zai-org/GLM-5.2": CORPUS / "glm-5.2.json"}  # models fit_decode's table does not name
 
 
 @dataclass(frozen=True)
@@ -166,9 +164,6 @@ def read_decode_ep(excluded: list[str]) -> list[EpRow]:
 
 
 def _spec_of(row: EpRow):
-    for prefix, path in EXTRA_SPECS.items():
-        if row.model.startswith(prefix):
-            return load_model(str(path)), ("fp8" if row.label.startswith("fp8") else None)
     spec, dtype, note = fd._spec({"model": row.model, "weight_dtype": row.label, "gpu": row.gpu})
     if spec is None:
         raise KvplanError(note)

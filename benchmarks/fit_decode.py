@@ -216,6 +216,7 @@ def _spec(r: dict[str, str]) -> tuple[ModelSpec | None, str | None, str]:
     corpus = {  # models kvplan plans from a config.json in the HF corpus (tests/fixtures/hf/corpus)
         "google/gemma-4-31B-it": ("gemma-4-31b-it-nvfp4", "the NVFP4 checkpoint's config.json"),
         "zai-org/GLM-5.1": ("glm-5.1.json", "GLM-5.1's config.json"),
+        "zai-org/GLM-5.2": ("glm-5.2.json", "GLM-5.2's config.json"),
         "LiquidAI/LFM2.5-VL-1.6B": ("lfm2.5-vl-1.6b.json", "LFM2.5-VL-1.6B's config.json"),
         "meta-llama/Llama-2-13b": ("llama-2-13b.json", "Llama-2-13B's config.json"),
         "Qwen/Qwen2.5-7B": ("qwen2.5-7b.json", "Qwen2.5-7B's config.json"),
