@@ -306,12 +306,17 @@ def _batch(q: Query, par: Parallel, users: int) -> int:
     return ceil_div(users, par.dp) if q.engine == "vllm" else users
 
 
-def _step(q: Query, p: Plan, batch: int) -> step_model.StepTime:
-    """The step model at `batch` requests of one replica, each at the mean context of its decode when
-    the query gives the workload (as estimate's decode figures), else at max_model_len."""
+def _held(q: Query, p: Plan) -> tuple[float, int]:
+    """(KV bytes a request holds per GPU, its context) in the step: the mean context of its decode when
+    the query gives the workload (as estimate's decode figures), else max_model_len."""
     if q.has_workload:
-        return p.decode.step(batch, p.decode.kv_bytes_per_request_per_gpu, p.decode.context_tokens)
-    return p.decode.step(batch, p.kv_bytes_per_request_per_gpu, p.settings.max_model_len)
+        return p.decode.kv_bytes_per_request_per_gpu, p.decode.context_tokens
+    return p.kv_bytes_per_request_per_gpu, p.settings.max_model_len
+
+
+def _step(q: Query, p: Plan, batch: int) -> step_model.StepTime:
+    """The step model at `batch` requests of one replica (_held's context)."""
+    return p.decode.step(batch, *_held(q, p))
 
 
 def _tpot(q: Query, p: Plan, batch: int) -> float:
@@ -325,11 +330,7 @@ def _spec(q: Query, p: Plan, batch: int) -> plan_speed.SpecStep | None:
     if q.speculative is None:
         return None
     d = p.decode
-    if q.has_workload:
-        kv, ctx = d.kv_bytes_per_request_per_gpu, d.context_tokens
-    else:
-        kv, ctx = p.kv_bytes_per_request_per_gpu, p.settings.max_model_len
-    return plan_speed.spec_step(d.inputs, q.speculative, batch, kv, ctx, d.parts)
+    return plan_speed.spec_step(d.inputs, q.speculative, batch, *_held(q, p), d.parts)
 
 
 def _dtype_name(dtype: str, p: Plan) -> str:
@@ -645,22 +646,17 @@ def _why_expert_parallel(
 ) -> str:
     """Why an expert-parallel layout: the users one unit holds against plain TP over the same GPUs
     (when that fits), and what its all-to-all costs a step."""
-    unit = unit_gpus(q, tp, 1, par)
-    gpn = gpu.gpus_per_node
-    plain_tp = min(unit, gpn) if unit <= gpn else gpn
-    compared = ""
+    unit = unit_gpus(q, tp, 1, par)  # whole nodes: TP over a node, one PP stage a node beyond one
+    plain_tp = min(unit, gpu.gpus_per_node)
+    plain_pp = unit // plain_tp
     try:
-        plain_pp = max(1, unit // plain_tp)
         plain = _replica(q, gpu, plain_tp, plain_pp, dtype, p.settings.max_model_len)
-        plain_users = plain.max_concurrency * (unit // (plain_tp * plain_pp))
-        compared = f" vs {plain_users:,} on TP {plain_tp}" + (f" x PP {plain_pp}" if plain_pp > 1 else "")
+        compared = f" vs {plain.max_concurrency:,} on TP {plain_tp}" + (
+            f" x PP {plain_pp}" if plain_pp > 1 else ""
+        )
     except InfeasibleError:
-        compared = f" (TP {plain_tp} alone does not hold them)"
-    kv = (
-        "each of its DP attention ranks holds only its own requests' KV"
-        if p.kv_bytes_per_token_per_gpu == p.kv_bytes_per_token
-        else "each DP attention rank holds its own requests' KV"
-    )
+        compared = f" (TP {plain_tp}" + (f" x PP {plain_pp}" if plain_pp > 1 else "") + " does not hold them)"
+    kv = "each of its DP attention ranks holds only its own requests' KV"
     a2a = f"; the all-to-all adds {step.all_to_all_ms:.2f} ms a step" if step.all_to_all_ms else ""
     deploy = f"; {units} such deployments" if units > 1 else ""
     return f"{kv}, so {unit} {gpu.name} hold {p.max_concurrency:,} users{compared}{a2a}{deploy}"
