@@ -30,7 +30,7 @@ class Log:
         self.step = 0
         self.preempted_at: list[int] = []
 
-    def token(self, req, t_s):
+    def token(self, req, t_s, same_chunk=False):
         req.first_token_s = t_s if req.first_token_s is None else req.first_token_s
 
     def finished(self, req, t_s):

@@ -34,6 +34,12 @@ def simulate(
     calibration: e.Calibration = True,
     calibration_file: e.CalibrationFile = None,
     force_calibration: e.ForceCalibration = False,
+    speculative_config: o.SpeculativeConfig = None,
+    speculative_algorithm: o.SpeculativeAlgorithm = None,
+    speculative_num_steps: o.SpeculativeNumSteps = None,
+    speculative_num_draft_tokens: o.SpeculativeNumDraftTokens = None,
+    acceptance_length: o.AcceptanceLength = None,
+    speculative_draft_config: o.SpeculativeDraftConfig = None,
     enable_prefix_caching: Annotated[
         bool,
         typer.Option(

@@ -652,11 +652,6 @@ def solve_load(f: SolveFlags, load: LoadFlags) -> Any:
         )
     if load.ttft_ms is None or f.tpot_ms is None:
         raise UsageError("--request-rate/--max-rate need both targets: --ttft-ms and --tpot-ms")
-    if f.speculative_config or f.speculative_algorithm:
-        raise UsageError(
-            "--request-rate/--max-rate simulate plain decoding: speculative decoding is not simulated yet "
-            "(solve --users and estimate take it)"
-        )
     targets = rate.LoadTargets(load.ttft_ms, f.tpot_ms, load.percentile)
     if load.max_rate and not (f.gpus and parse_gpus(f.gpus.split(",")[0], f.gpus_flag)[0]):
         raise UsageError(

@@ -27,6 +27,7 @@ from kvplan.errors import InfeasibleError, KvplanError, NoAnswer
 from kvplan.model.parallel import DEFAULT_NETWORK
 from kvplan.plan.disagg import kv_transfer_seconds
 from kvplan.plan.plan import Plan, estimate
+from kvplan.request import Speculative
 from kvplan.search import rate
 from kvplan.search.solve import (
     PLAIN,
@@ -42,9 +43,11 @@ from kvplan.search.solve import (
     launch_line,
     layouts,
     rented,
+    speculative_flags,
     unit_gpus,
 )
 from kvplan.simulator import Workload
+from kvplan.speed import plan_speed
 
 SCHEMA = "kvplan.solve-disaggregated/1"
 PREFILL_TPOT_MS = 1e8  # a prefill instance emits one token: no TPOT target applies to it
@@ -133,14 +136,24 @@ def _transfer_ms(plan: Plan, inp: int, q: Query) -> float:
 
 
 def _little(
-    plan: Plan, per_replica: float, out: int, cap: int, ctx: int, kv: float, batch_of: Any = None
+    plan: Plan,
+    per_replica: float,
+    out: int,
+    cap: int,
+    ctx: int,
+    kv: float,
+    batch_of: Any = None,
+    spec: Speculative | None = None,
 ) -> tuple[float, float] | None:
     """(N, TPOT ms) of a decode replica receiving `per_replica` requests/s, or None when no N <= cap
     keeps up (the replica's throughput at its capacity is below the arrivals). `batch_of(n)`: the batch
-    the step model takes for n requests on the replica (vLLM's DP ranks: n / DP each)."""
+    the step model takes for n requests on the replica (vLLM's DP ranks: n / DP each). Under
+    speculative decoding TPOT is the draft + verify step over the tokens kept a step (spec_step)."""
 
     def tpot(n: int) -> float:
         b = max(1, n) if batch_of is None else max(1, batch_of(max(1, n)))
+        if spec is not None:
+            return plan_speed.spec_step(plan.decode.inputs, spec, b, kv, ctx, plan.decode.parts).tpot_ms
         return plan.decode.step(b, kv, ctx).tpot_ms
 
     def short(n: int) -> bool:  # fewer decoding than arrivals keep busy: the steady state lies above
@@ -164,7 +177,8 @@ def _decode_flags(q: Query, tp: int, pp: int, par: Parallel, deployments: int, p
     """One decode deployment's launch line for the searched engine (the KV connector not included)."""
     kv = SGLANG_KV_DTYPE.get(dtype, dtype) if q.engine == "sglang" else dtype
     return launch_line(q.engine, q.model.hf_id or q.model.name, tp, pp, deployments, par,
-                       plan.settings.max_model_len, [f"--kv-cache-dtype {kv}"], cap)  # fmt: skip
+                       plan.settings.max_model_len, [f"--kv-cache-dtype {kv}", *speculative_flags(q.engine, q.speculative)],
+                       cap)  # fmt: skip
 
 
 def _decode_pool(q: Query, req_rate: float, inp: int, out: int, tpot_target: float) -> DecodePool:
@@ -205,12 +219,12 @@ def _decode_pool(q: Query, req_rate: float, inp: int, out: int, tpot_target: flo
                     return _batch(q, par, n)
 
                 for dp in range(1, _max_dp(q, gpu, unit) + 1):
-                    got = _little(plan, req_rate / dp, out, cap, ctx, kv, batch_of)
+                    got = _little(plan, req_rate / dp, out, cap, ctx, kv, batch_of, q.speculative)
                     if got is None or got[1] > tpot_target:
                         continue
                     dp2, n, nodes = rented(q, gpu, unit, dp)
                     if dp2 != dp:
-                        got = _little(plan, req_rate / dp2, out, cap, ctx, kv, batch_of) or got
+                        got = _little(plan, req_rate / dp2, out, cap, ctx, kv, batch_of, q.speculative) or got
                     key = (_cost(q, gpu, n), n, pp, par.on, tp)
                     if best is None or key < best[0]:
                         flags = _decode_flags(q, tp, pp, par, dp2, plan, dtype, cap)

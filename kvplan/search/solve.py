@@ -370,6 +370,33 @@ def launch_line(
     return " ".join(parts)
 
 
+# kvplan's method name -> SGLang's --speculative-algorithm (commands/inputs.py SGLANG_SPEC, reversed)
+SGLANG_ALGORITHM = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "ngram": "NGRAM"}
+DRAFT_PLACEHOLDER = "DRAFT_MODEL_PATH"  # the draft checkpoint when kvplan read only its config.json
+
+
+def speculative_flags(engine: str, spec: Speculative | None) -> list[str]:
+    """The engine's flags for the speculative decoding a plan assumed (none without it): vLLM's
+    --speculative-config JSON, SGLang's --speculative-algorithm/-num-steps/-num-draft-tokens."""
+    if spec is None:
+        return []
+    draft = (spec.draft.hf_id if spec.draft is not None else None) or DRAFT_PLACEHOLDER
+    needs_draft = spec.method in ("eagle", "eagle3")
+    if engine == "vllm":
+        cfg = f'"method": "{spec.method}", "num_speculative_tokens": {spec.draft_steps}'
+        if needs_draft:
+            cfg = f'"model": "{draft}", ' + cfg
+        return [f"--speculative-config '{{{cfg}}}'"]
+    out = [
+        f"--speculative-algorithm {SGLANG_ALGORITHM[spec.method]}",
+        f"--speculative-num-steps {spec.draft_steps}",
+        f"--speculative-num-draft-tokens {spec.verify_tokens}",
+    ]
+    if needs_draft:
+        out.append(f"--speculative-draft-model-path {draft}")
+    return out
+
+
 def _launch(engine: str, model: str, a: Answer, per_replica: int, extra: list[str]) -> str:
     par = Parallel(a.attention_dp_size, a.expert_parallel_size)
     return launch_line(engine, model, a.tensor_parallel_size, a.pipeline_parallel_size, a.data_parallel_size,
@@ -381,8 +408,10 @@ def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str | None, str | 
     per_replica = ceil_div(q.users, a.data_parallel_size)
     util = p.settings.gpu_memory_utilization or vllm_default_utilization(engines.ENGINES["vllm"].latest)
     vllm_extra = [f"--kv-cache-dtype {a.kv_cache_dtype}", f"--gpu-memory-utilization {util:g}"]
+    vllm_extra += speculative_flags("vllm", q.speculative)
     sg_dtype = SGLANG_KV_DTYPE.get(a.kv_cache_dtype, a.kv_cache_dtype)
     sg_extra = [f"--kv-cache-dtype {sg_dtype}", f"--mem-fraction-static {mfs:g}"]
+    sg_extra += speculative_flags("sglang", q.speculative)
     if a.expert_parallel_size > 1 or a.attention_dp_size > 1:
         # an expert-parallel layout is the searched engine's own; the other engine's line would be a
         # different layout (vLLM's DP cores are GPUs beyond TP, SGLang's DP ranks sit inside TP)

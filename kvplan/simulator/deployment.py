@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from kvplan.engines import engine_class
 from kvplan.errors import InfeasibleError
 from kvplan.simulator.sglang_engine import SglangEngine
-from kvplan.simulator.step import EngineSim, Recorder
+from kvplan.simulator.step import EngineSim, Recorder, SpecDecode
 from kvplan.simulator.steptime import PlanSteps, StepModel
 from kvplan.simulator.vllm_engine import VllmEngine
 
@@ -40,16 +40,17 @@ class Deployment:
     steps: StepModel = field(repr=False, compare=False)
     data_parallel_size: int = 1
     assumptions: tuple[str, ...] = ()
+    speculative: SpecDecode | None = None  # speculative decoding as the scheduler sees it
 
     def new_engine(self, recorder: Recorder) -> EngineSim:
         if self.engine == "sglang":
             return SglangEngine(
                 self.pool_tokens, self.block_size, self.chunked_prefill_size, self.max_prefill_tokens,
-                self.max_num_seqs, self.enable_prefix_caching, recorder,
+                self.max_num_seqs, self.enable_prefix_caching, recorder, self.speculative,
             )  # fmt: skip
         return VllmEngine(
             self.num_gpu_blocks, self.block_size, self.max_num_batched_tokens, self.max_num_seqs,
-            self.max_model_len, self.enable_prefix_caching, recorder,
+            self.max_model_len, self.enable_prefix_caching, recorder, self.speculative,
         )  # fmt: skip
 
     def blocks_for(self, tokens: int) -> int:
@@ -70,6 +71,13 @@ class Deployment:
             "max_model_len": self.max_model_len,
             "enable_prefix_caching": self.enable_prefix_caching,
             "data_parallel_size": self.data_parallel_size,
+            "speculative": None
+            if self.speculative is None
+            else {
+                "draft_tokens": self.speculative.draft_tokens,
+                "lookahead_slots": self.speculative.lookahead,
+                "tokens_per_step": self.speculative.tokens_per_step,
+            },
         }
 
 
@@ -123,11 +131,25 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
     d = plan.decode
     per_token = d.kv_bytes_per_request_per_gpu / d.context_tokens if d.context_tokens else 0.0
     per_token = per_token or float(plan.kv_bytes_per_token_per_gpu)
+    spec, sim_spec = req.speculative, None
+    if spec is not None:
+        # vllm/v1/core/sched/scheduler.py (v0.11.0): EAGLE-style drafters (eagle, eagle3, mtp) also hold
+        # num_lookahead_tokens = num_speculative_tokens slots; n-gram holds none
+        lookahead = spec.verify_tokens - 1 if s.engine == "vllm" and spec.method != "ngram" else 0
+        sim_spec = SpecDecode(spec.verify_tokens - 1, lookahead, spec.acceptance_length)
+        notes.append(
+            f"speculative decoding ({spec.method}): a decoding request verifies {spec.verify_tokens} tokens a "
+            f"step and keeps {spec.acceptance_length:.2f} on average ({spec.acceptance_source}); kept tokens "
+            "accrue evenly (mean-field), not drawn at random; the step is the draft passes plus the verify "
+            "step (plan_speed.spec_step); the draft's own prefill is not timed"
+        )
     steps = PlanSteps(
         decode_step=d.step,
         kv_bytes_per_token=per_token,
         inputs=d.inputs,
         work=plan.prefill.work,
+        speculative=spec,
+        parts=d.parts,
     )
     c = plan.cluster
     if c.data_parallel_size > 1:
@@ -157,4 +179,5 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
         steps=steps,
         data_parallel_size=c.data_parallel_size,
         assumptions=tuple(notes),
+        speculative=sim_spec,
     )

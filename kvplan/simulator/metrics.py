@@ -59,11 +59,14 @@ class Recorder:
         self.kv: list[tuple[float, float]] = []
         self.output_tokens = 0
 
-    def token(self, req: SimRequest, t_s: float) -> None:
+    def token(self, req: SimRequest, t_s: float, same_chunk: bool = False) -> None:
+        """One output token at t_s; `same_chunk`: a further token of the same step (speculative
+        decoding), which reaches the client in the same streamed chunk and adds no ITL sample
+        (vllm/benchmarks/serve.py appends one ITL per chunk)."""
         self.output_tokens += 1
         if req.first_token_s is None:
             req.first_token_s = t_s
-        else:
+        elif not same_chunk:
             self.itl.append((t_s - req.last_token_s, 1))
         req.last_token_s = t_s
 

@@ -44,6 +44,7 @@ class SimRequest:
     node: object = None  # SGLang: the radix node it locks
     prefix_len: int = 0  # SGLang: tokens held through the radix tree
     private_tokens: int = 0  # SGLang: tokens allocated outside the tree
+    spec_credit: float = 0.0  # speculative decoding: accepted tokens owed beyond those emitted (< 1)
 
     @property
     def num_tokens(self) -> int:

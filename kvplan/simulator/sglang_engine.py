@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kvplan.simulator.radix import Node, RadixCache, Run
 from kvplan.simulator.request import SimRequest
-from kvplan.simulator.step import Recorder, Step, emit_token
+from kvplan.simulator.step import Recorder, SpecDecode, Step, emit_token, emit_tokens
 from kvplan.units import ceil_div
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)
@@ -58,8 +58,11 @@ class SglangEngine:
         max_running_requests: int,
         enable_radix_cache: bool,
         recorder: Recorder,
+        speculative: SpecDecode | None = None,
     ) -> None:
         self.pool_tokens = pool_tokens
+        self.spec = speculative
+        self._kept: dict[int, int] = {}  # speculative decoding: tokens each decode of this step keeps
         self.page_size = page_size
         self.chunked_prefill_size = chunked_prefill_size
         self.max_prefill_tokens = max_prefill_tokens
@@ -141,7 +144,11 @@ class SglangEngine:
         if self.running:
             self._check_decode_memory()
             for req in self.running:
-                self._alloc(req, self._decode_tokens(req))
+                if self.spec is None:
+                    self._alloc(req, self._decode_tokens(req))
+                else:  # the slots of the tokens it keeps (the rejected drafts' are freed after verify)
+                    kept = self._kept[id(req)] = self.spec.accepted(req)
+                    self._alloc(req, self._decode_tokens(req, kept))
             step.decodes = list(self.running)
         return step
 
@@ -262,23 +269,30 @@ class SglangEngine:
     def _take_prefill(req: SimRequest, n: int, step: Step) -> None:
         step.prefills.append((req, req.num_computed, n))
 
-    def _decode_tokens(self, req: SimRequest) -> int:
-        """new_page_count_next_decode x page size: a page when the sequence crosses into one."""
-        if self.page_size == 1:
-            return 1
-        return self.page_size if (req.num_tokens - 1) % self.page_size == 0 else 0
+    def _decode_tokens(self, req: SimRequest, n: int = 1) -> int:
+        """new_page_count_next_decode x page size: a page when the sequence crosses into one; for n
+        tokens in one step (speculative decoding) the pages they reach."""
+        t, page = req.num_tokens - 1, self.page_size
+        if n == 1:
+            return 1 if page == 1 else (page if t % page == 0 else 0)
+        return (ceil_div(t + n, page) - ceil_div(t, page)) * page
+
+    def _decode_need(self, req: SimRequest) -> int:
+        """Slots a decode needs free this step: one token, or under speculative decoding every token it
+        verifies (kvplan's reading: the drafts hold slots until verification)."""
+        return self._decode_tokens(req, 1 + self.spec.draft_tokens) if self.spec else self._decode_tokens(req)
 
     # --- decode memory (update_running_batch, check_decode_mem, retract_decode) -------------------
 
     def _check_decode_memory(self) -> None:
-        need = sum(self._decode_tokens(r) for r in self.running)
+        need = sum(self._decode_need(r) for r in self.running)
         if self._fits(need):
             self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay, self.min_new_token_ratio)
             return
         # retract: the request with the fewest outputs (then the longest prompt) goes first
         order = sorted(self.running, key=lambda r: (r.num_output, -r.spec.prompt_tokens), reverse=True)
         first = True
-        while first or not self._fits(sum(self._decode_tokens(r) for r in order)):
+        while first or not self._fits(sum(self._decode_need(r) for r in order)):
             if len(order) == 1:
                 break
             first = False
@@ -309,8 +323,9 @@ class SglangEngine:
     def complete(self, step: Step, t_s: float) -> None:
         done: list[SimRequest] = []
         for req in step.decodes:
-            req.num_computed += 1
-            emit_token(self.rec, req, t_s, done)
+            n = self._kept.pop(id(req), 1)
+            req.num_computed += n
+            emit_tokens(self.rec, req, n, t_s, done)
         for req, _, n in step.prefills:
             req.num_computed += n
             req.prefill_tokens += n
@@ -337,8 +352,8 @@ class SglangEngine:
         """(decode steps in a row with nothing else changing, whether an arrival would end them):
         no chunked prefill pending, and no prefill can be formed (nothing waits, or the batch is
         marked full, which only a finished or retracted request clears)."""
-        if not self.running or self.chunked is not None:
-            return 0, False
+        if not self.running or self.chunked is not None or self.spec is not None:
+            return 0, False  # speculative steps keep a varying number of tokens: stepped one by one
         if self.waiting and not self.batch_is_full:
             return 0, False
         n = min(r.remaining_output for r in self.running)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from kvplan.simulator.step import Step
+from kvplan.speed import plan_speed
 from kvplan.speed import step_model as speed
 from kvplan.speed.prefill import PrefillWork, chunk_seconds
 from kvplan.speed.step_model import moe_prefill_stream_seconds
@@ -59,6 +60,10 @@ class PlanSteps:
     kv_bytes_per_token: float  # per GPU, on the stage with the most KV
     inputs: speed.DecodeInputs  # the plan's decode inputs (links, stages)
     work: PrefillWork  # a prompt token's FLOPs on the plan's GPUs
+    # speculative decoding (kvplan.request.Speculative): a decode step is the draft passes plus the
+    # target verifying each request's tokens (plan_speed.spec_step), with the profile parts it uses
+    speculative: Any = None
+    parts: Any = None
     _decode_cache: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
 
     def decode_seconds(self, batch: int, mean_context_tokens: int) -> float:
@@ -67,8 +72,13 @@ class PlanSteps:
         seconds = self._decode_cache.get(key)
         if seconds is None:
             ctx = (lo + hi) // 2
+            kv = self.kv_bytes_per_token * ctx
+            if self.speculative is not None and batch:
+                spec = plan_speed.spec_step(self.inputs, self.speculative, batch, kv, ctx, self.parts)
+                seconds = self._decode_cache[key] = spec.step_ms / 1e3
+                return seconds
             # a step of prefill chunks alone still streams the weights once: a one-row pass, no KV read
-            step = self.decode_step(max(batch, 1), self.kv_bytes_per_token * ctx, ctx)
+            step = self.decode_step(max(batch, 1), kv, ctx)
             seconds = self._decode_cache[key] = step.tpot_ms / 1e3
         return seconds
 

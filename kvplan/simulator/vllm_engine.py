@@ -10,7 +10,7 @@ from collections import deque
 
 from kvplan.simulator.blocks import BlockPool, block_keys
 from kvplan.simulator.request import SimRequest
-from kvplan.simulator.step import Recorder, Step, emit_token
+from kvplan.simulator.step import Recorder, SpecDecode, Step, emit_token, emit_tokens
 from kvplan.units import ceil_div
 
 
@@ -24,8 +24,10 @@ class VllmEngine:
         max_model_len: int,
         enable_prefix_caching: bool,
         recorder: Recorder,
+        speculative: SpecDecode | None = None,
     ) -> None:
         self.pool = BlockPool(num_gpu_blocks, enable_prefix_caching)
+        self.spec = speculative
         self.block_size = block_size
         self.token_budget = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
@@ -48,10 +50,14 @@ class VllmEngine:
 
     # --- allocation (kv_cache_manager.py: allocate_slots) ------------------------------------------
 
-    def _allocate(self, req: SimRequest, num_new_tokens: int, hit_keys: list[int] | None = None) -> bool:
+    def _allocate(
+        self, req: SimRequest, num_new_tokens: int, hit_keys: list[int] | None = None, lookahead: int = 0
+    ) -> bool:
         hits = len(hit_keys) if hit_keys else 0
-        # num_tokens_need_slot = min(computed + new hits + new tokens, max_model_len)
-        need_tokens = min(req.num_computed + hits * self.block_size + num_new_tokens, self.max_model_len)
+        # num_tokens_need_slot = min(computed + new hits + new tokens + lookahead, max_model_len)
+        need_tokens = min(
+            req.num_computed + hits * self.block_size + num_new_tokens + lookahead, self.max_model_len
+        )
         num_new_blocks = ceil_div(need_tokens, self.block_size) - hits - len(req.blocks)
         evictable = self.pool.evictable_among(hit_keys) if hit_keys else 0
         if num_new_blocks + evictable > self.pool.num_free:
@@ -100,11 +106,16 @@ class VllmEngine:
         running = self.running
         while i < len(running) and budget > 0:
             req = running[i]
-            n = min(req.num_tokens - req.num_computed, budget, self.max_model_len - 1 - req.num_computed)
+            # num_tokens_with_spec - num_computed_tokens: a decoding request also verifies its drafts
+            drafts = self.spec.draft_tokens if self.spec and self._decoding(req) else 0
+            n = min(
+                req.num_tokens + drafts - req.num_computed, budget, self.max_model_len - 1 - req.num_computed
+            )
             if n <= 0:
                 i += 1
                 continue
-            while not self._allocate(req, n):
+            lookahead = self.spec.lookahead if self.spec else 0  # allocate_slots(num_lookahead_tokens)
+            while not self._allocate(req, n, lookahead=lookahead):
                 victim = running.pop()
                 self._preempt(victim)
                 self._preempted_this_step = True
@@ -153,8 +164,12 @@ class VllmEngine:
             req.queried_tokens = req.spec.prompt_tokens
             req.hit_tokens = min(hit_tokens, req.spec.prompt_tokens)
 
+    @staticmethod
+    def _decoding(req: SimRequest) -> bool:
+        return req.num_computed >= req.num_tokens - 1 and req.num_output > 0
+
     def _record(self, step: Step, req: SimRequest, n: int) -> None:
-        if req.num_computed >= req.num_tokens - 1 and req.num_output:
+        if self._decoding(req):
             step.decodes.append(req)
         else:
             step.prefills.append((req, req.num_computed, n))
@@ -164,8 +179,10 @@ class VllmEngine:
     def complete(self, step: Step, t_s: float) -> None:
         done: list[SimRequest] = []
         for req in step.decodes:
-            req.num_computed += 1
-            emit_token(self.rec, req, t_s, done)
+            # update_from_output: the verified token plus the accepted drafts stay computed
+            n = self.spec.accepted(req) if self.spec else 1
+            req.num_computed += n
+            emit_tokens(self.rec, req, n, t_s, done)
         for req, _, n in step.prefills:
             req.num_computed += n
             req.prefill_tokens += n
@@ -188,8 +205,8 @@ class VllmEngine:
         and nothing waiting can start (none waits, max_num_seqs are running, or the head found no
         blocks: decodes only take blocks, so it stays blocked until a request finishes)."""
         running = self.running
-        if not running or len(running) > self.token_budget:
-            return 0, False
+        if not running or len(running) > self.token_budget or self.spec is not None:
+            return 0, False  # speculative steps keep a varying number of tokens: stepped one by one
         if any(r.num_computed != r.num_tokens - 1 or not r.num_output for r in running):
             return 0, False
         full = len(running) >= self.max_num_seqs
