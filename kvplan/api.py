@@ -24,6 +24,7 @@ from kvplan.errors import UsageError
 if TYPE_CHECKING:
     from kvplan.commands.comparisons import TableResult
     from kvplan.logs.checklog import CheckResult
+    from kvplan.plan.disagg import Disaggregated
     from kvplan.plan.plan import Plan
     from kvplan.search.solve import Answer, Query
     from kvplan.simulator import Deployment, SimResult, Workload
@@ -47,7 +48,14 @@ def _flags(cls: type, given: dict[str, Any], command: str) -> Any:
     return cls(**kwargs)
 
 
-def estimate(model: str, **flags: Any) -> Plan:
+def estimate(
+    model: str,
+    *,
+    disaggregated: bool = False,
+    prefill_gpus: str | None = None,
+    decode_gpus: str | None = None,
+    **flags: Any,
+) -> Plan | Disaggregated:
     """How `model` fits on GPUs (`kvplan estimate`): a Plan of weights, KV budget, KV per token, pool
     tokens and concurrent requests; `Plan.to_dict()` is `estimate --json`.
 
@@ -59,9 +67,23 @@ def estimate(model: str, **flags: Any) -> Plan:
       ("51.02GiB", "40GB" or an integer); tensor_parallel_size / pipeline_parallel_size: counts;
       shared_prefix_tokens: tokens; prefix_hit_rate: a fraction; calibration=False ignores what
       this machine measured. Spec warnings are issued with `warnings.warn`.
+    disaggregated=True with prefill_gpus and decode_gpus (and input_len/output_len): the two pools, the
+    KV each request moves and which pool binds, as `estimate --disaggregated` (a Disaggregated).
     """
     from kvplan.commands import inputs
     from kvplan.plan.plan import estimate as run_estimate
+
+    if disaggregated or prefill_gpus is not None or decode_gpus is not None:
+        from kvplan.plan.disagg import disaggregate
+
+        if not disaggregated:
+            raise UsageError("estimate: prefill_gpus and decode_gpus need disaggregated=True")
+        if "gpus" in flags:
+            raise UsageError("estimate: with disaggregated=True the pools are prefill_gpus and decode_gpus")
+        f = _flags(inputs.EstimateFlags, {"model": model, **flags}, "estimate")
+        p_req, d_req = inputs.disaggregated_requests(f, prefill_gpus, decode_gpus)
+        assert prefill_gpus is not None and decode_gpus is not None  # disaggregated_requests checked
+        return disaggregate(p_req, d_req, prefill_gpus, decode_gpus)
 
     req = inputs.plan_request(_flags(inputs.EstimateFlags, {"model": model, **flags}, "estimate"))
     for warning in req.model.warnings:

@@ -214,3 +214,17 @@ def test_speculative_launch_flags_per_engine():
     assert speculative_flags("sglang", eagle)[-1] == "--speculative-draft-model-path DRAFT_MODEL_PATH"
     assert '"model": "DRAFT_MODEL_PATH"' in speculative_flags("vllm", eagle)[0]
     assert speculative_flags("vllm", None) == []
+
+
+def test_disaggregated_decode_pool_is_timed_at_the_speculative_step():
+    args = ["solve", "-m", "deepseek-v3", "-g", "H200", "--request-rate", "2", "--ttft-ms", "3000",
+            "--tpot-ms", "30", "--input-len", "2048", "--output-len", "512", "--max-model-len", "8K",
+            "--num-prompts", "200", "--disaggregated", "--json"]  # fmt: skip
+    plain = json.loads(run_cli(*args).stdout)
+    r = run_cli(*args, "--speculative-config", MTP2)
+    assert r.exit_code == 0, r.stderr
+    spec = json.loads(r.stdout)
+    # the decode pool's TPOT is spec_step's per-token figure: below the plain step at the same load
+    assert spec["decode"]["tpot_ms"] < plain["decode"]["tpot_ms"] / 1.5
+    assert any("decode TPOT under speculative decoding (mtp)" in a for a in spec["assumptions"])
+    assert "--speculative-config" in spec["decode"]["launch"]

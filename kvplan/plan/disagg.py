@@ -1,7 +1,9 @@
 """Disaggregated prefill/decode (issue 23): a prefill pool and a decode pool, each planned as a normal
 deployment of its own GPUs, and the KV cache each request moves from one to the other.
 
-  KV moved      input tokens x the plan's whole-model KV bytes per token (bytes a request)
+  KV moved      input tokens x the KV bytes per token the replica's GPUs hold, summed over them: each GPU
+                sends its own shard, so KV heads replicated over TP ranks (TP > KV heads) and MLA's
+                latent (whole on every TP rank) are sent once per copy (bytes a request)
   transfer      KV moved / (the --network link per GPU x one prefill replica's GPUs): a request's KV
                 leaves the replica that computed it, each GPU its own shard over its own link;
                 the pool's replicas send side by side (transfer_requests_per_s)
@@ -53,10 +55,12 @@ class DecodePool:
 class Disaggregated:
     input_tokens: int
     output_tokens: int
-    kv_bytes_per_token: float  # whole model, the prefill plan's
+    kv_bytes_per_token: float  # moved per token: the prefill replica's per-GPU KV summed over its GPUs
+    kv_bytes_per_token_source: str  # how that relates to the model's own KV bytes per token
     kv_bytes_per_request: float  # input tokens x kv_bytes_per_token: what the prefill pool sends
     network: str
     link_bytes_per_s: float  # one GPU's link x one prefill replica's GPUs
+    link_source: str  # --network as given, or the default (assumed)
     transfer_ms: float  # kv_bytes_per_request / link_bytes_per_s
     transfer_requests_per_s: float  # what the links alone sustain: replicas / transfer
     prefill: PrefillPool
@@ -67,6 +71,14 @@ class Disaggregated:
     assumptions: list[str]
     prefill_plan: Plan
     decode_plan: Plan
+
+    def __repr__(self) -> str:
+        p, d = self.prefill, self.decode
+        return (
+            f"Disaggregated({self.prefill_plan.model.name}: prefill {p.gpus}, decode {d.gpus}; "
+            f"{self.input_tokens:,} in / {self.output_tokens:,} out; KV moved {self.kv_bytes_per_request / 1e9:,.2f} GB "
+            f"a request in {self.transfer_ms:,.1f} ms; {self.binding_pool} pool binds at {self.requests_per_s:,.2f} req/s)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         skip = ("prefill", "decode", "prefill_plan", "decode_plan")
@@ -85,10 +97,21 @@ def replica_link_bytes_per_s(prefill: Plan, net: Network) -> float:
     return net.bytes_per_s * c.tensor_parallel_size * c.pipeline_parallel_size
 
 
+def kv_moved_bytes_per_token(plan: Plan) -> float:
+    """KV bytes a token moves between the pools: what each GPU of one replica holds of it (every
+    pipeline stage, each of a request's attention-TP ranks), summed. The engines' connectors send each
+    rank's own KV pages (SGLang python/sglang/srt/disaggregation/mooncake/conn.py, send_kvcache per
+    rank), so copies count: Mooncake's measurement of Qwen3-235B at TP 8 (4 KV heads, each held by two
+    ranks) moves 12.62 GB for 32,768 tokens, twice the model's 6.31 GB (Mooncake docs,
+    performance/sglang/sglang-benchmark-results-v1.md)."""
+    ranks = plan.cluster.attention_tp_size or plan.cluster.tensor_parallel_size
+    return sum(s.kv_bits_per_token_per_gpu for s in plan.stages) / 8 * ranks
+
+
 def kv_transfer_seconds(prefill: Plan, input_tokens: int, net: Network) -> float:
-    """A request's KV (its input tokens x the model's KV bytes per token, every layer) moved from the
-    prefill replica that computed it to the decode pool."""
-    return input_tokens * prefill.kv_bytes_per_token / replica_link_bytes_per_s(prefill, net)
+    """A request's KV (its input tokens x kv_moved_bytes_per_token) moved from the prefill replica that
+    computed it to the decode pool."""
+    return input_tokens * kv_moved_bytes_per_token(prefill) / replica_link_bytes_per_s(prefill, net)
 
 
 def disaggregate(
@@ -104,7 +127,14 @@ def disaggregate(
     # the decode pool also reports its concurrency at a request's final context, input + output
     d = estimate(dataclasses.replace(decode_req, avg_context_tokens=inp + out))
 
-    kv_token = p.kv_bytes_per_token
+    kv_token = kv_moved_bytes_per_token(p)
+    copies = kv_token / p.kv_bytes_per_token if p.kv_bytes_per_token else 1.0
+    kv_source = (
+        "the model's KV per token, each GPU of a prefill replica sending its own shard"
+        if abs(copies - 1) < 1e-9
+        else f"{copies:g} x the model's {p.kv_bytes_per_token:,.0f} bytes: the KV is held {copies:g} times over "
+        "a prefill replica's GPUs (KV heads or MLA's latent replicated over TP ranks), each GPU sending its copy"
+    )
     kv_request = inp * kv_token
     net = prefill_req.network or DEFAULT_NETWORK
     link = replica_link_bytes_per_s(p, net)
@@ -131,8 +161,8 @@ def disaggregate(
         f"link between the pools: {net.name}, {net.what}, {net.bytes_per_s / 1e9:g} GB/s per GPU ({how}), "
         f"summed over one prefill replica's {p.cluster.tensor_parallel_size * p.cluster.pipeline_parallel_size} "
         "GPU(s), the replicas sending side by side; its latency and any overlap with compute not counted",
-        f"KV moved = --input-len {inp:,} x {kv_token:,.0f} bytes a token (the whole model's KV, "
-        "every layer; a sliding window's cap not applied)",
+        f"KV moved = --input-len {inp:,} x {kv_token:,.0f} bytes a token ({kv_source}; every layer, a "
+        "sliding window's cap not applied)",
         "prefill rate: prompts one after another on each replica, a bare forward pass (prefill_fit.yaml; "
         "no serving overhead, no batching of prompts)",
         f"decode rate: the requests that fit at input + output = {inp + out:,} tokens each, stepping at the "
@@ -142,9 +172,11 @@ def disaggregate(
         input_tokens=inp,
         output_tokens=out,
         kv_bytes_per_token=kv_token,
+        kv_bytes_per_token_source=kv_source,
         kv_bytes_per_request=kv_request,
         network=net.name,
         link_bytes_per_s=link,
+        link_source=how,
         transfer_ms=transfer_s * 1e3,
         transfer_requests_per_s=p.cluster.data_parallel_size / transfer_s,
         prefill=PrefillPool(

@@ -673,56 +673,59 @@ def render_disaggregated(r: Disaggregated, console: Console) -> None:
     )
     console.print()
     p, d = r.prefill, r.decode
-    rows = _table("Disaggregated prefill/decode", "", "value", "rests on")
+    cells: list[tuple[str, str, str]] = []
     for pool in (p, d):
         name = "prefill" if pool is p else "decode"
-        rows.add_row(
+        cells.append((
             f"{name} pool",
             f"{pool.gpus}",
             f"{pool.replicas} replica(s) of TP {pool.tensor_parallel_size} x PP {pool.pipeline_parallel_size}",
-        )
-    rows.add_row(
-        "KV per token", f"{r.kv_bytes_per_token:,.0f} bytes", "the plan's whole-model KV bytes per token"
-    )
-    rows.add_row("KV moved per request", fmt_bytes(r.kv_bytes_per_request), "input tokens x KV per token")
-    rows.add_row(
-        "link, prefill -> decode",
-        f"{r.link_bytes_per_s / 1e9:,.1f} GB/s",
-        f"--network {r.network} per GPU x {p.tensor_parallel_size * p.pipeline_parallel_size} GPU(s) of a "
-        "prefill replica (assumed)",
-    )
-    rows.add_row("KV transfer per request", f"{r.transfer_ms:,.3f} ms", "KV moved / link")
-    rows.add_row(
-        "links alone sustain",
-        f"{r.transfer_requests_per_s:,.1f} req/s",
-        f"{p.replicas} replica(s) / transfer",
-    )
-    rows.add_row(
-        "prefill of one prompt", f"{p.prefill_ms:,.2f} ms", f"{r.input_tokens:,} tokens, bare forward pass"
-    )
-    rows.add_row(
-        "prefill pool sustains", f"{p.requests_per_s:,.2f} req/s", f"{p.replicas} replica(s) / prefill"
-    )
-    rows.add_row(
-        "decode concurrency",
-        f"{d.concurrency:,} requests",
-        f"{d.concurrency_per_replica:,} a replica at {d.context_tokens:,} tokens each",
-    )
-    rows.add_row(
-        "decode step",
-        f"{d.step_ms:,.2f} ms",
-        f"batch {d.concurrency_per_replica:,} at {d.step_context_tokens:,} tokens",
-    )
-    rows.add_row(
-        "decode pool sustains",
-        f"{d.requests_per_s:,.2f} req/s",
-        f"concurrency / ({r.output_tokens:,} tokens x step)",
-    )
-    rows.add_row(
-        "prefill / decode rate",
-        f"{r.prefill_to_decode_ratio:,.2f}",
-        f"the {r.binding_pool} pool binds at {r.requests_per_s:,.2f} req/s",
-    )
+        ))  # fmt: skip
+    cells += [
+        ("KV per token moved", f"{r.kv_bytes_per_token:,.0f} bytes", r.kv_bytes_per_token_source),
+        ("KV moved per request", fmt_bytes(r.kv_bytes_per_request), "input tokens x KV per token moved"),
+        (
+            "link, prefill -> decode",
+            f"{r.link_bytes_per_s / 1e9:,.1f} GB/s",
+            f"--network {r.network} per GPU x {p.tensor_parallel_size * p.pipeline_parallel_size} GPU(s) of a "
+            f"prefill replica ({r.link_source})",
+        ),
+        ("KV transfer per request", f"{r.transfer_ms:,.2f} ms", "KV moved / link"),
+        (
+            "links alone sustain",
+            f"{r.transfer_requests_per_s:,.1f} req/s",
+            f"{p.replicas} replica(s) / transfer",
+        ),
+        ("prefill of one prompt", f"{p.prefill_ms:,.2f} ms", f"{r.input_tokens:,} tokens, bare forward pass"),
+        ("prefill pool sustains", f"{p.requests_per_s:,.2f} req/s", f"{p.replicas} replica(s) / prefill"),
+        (
+            "decode concurrency",
+            f"{d.concurrency:,} requests",
+            f"{d.concurrency_per_replica:,} a replica at {d.context_tokens:,} tokens each",
+        ),
+        (
+            "decode step",
+            f"{d.step_ms:,.2f} ms",
+            f"batch {d.concurrency_per_replica:,} at {d.step_context_tokens:,} tokens",
+        ),
+        (
+            "decode pool sustains",
+            f"{d.requests_per_s:,.2f} req/s",
+            f"concurrency / ({r.output_tokens:,} tokens x step)",
+        ),
+        (
+            "prefill / decode rate",
+            f"{r.prefill_to_decode_ratio:,.2f}",
+            f"the {r.binding_pool} pool binds at {r.requests_per_s:,.2f} req/s",
+        ),
+    ]
+    # the label and the value are never cut; the explanation wraps (issue 24: no number cut at 80 columns)
+    rows = plain_table("Disaggregated prefill/decode")
+    rows.add_column("", justify="left", no_wrap=True, min_width=max(len(c[0]) for c in cells))
+    rows.add_column("value", justify="right", no_wrap=True, min_width=max(len(c[1]) for c in cells))
+    rows.add_column("rests on", justify="left", overflow="fold", ratio=1)
+    for cell in cells:
+        rows.add_row(*cell)
     console.print(rows)
     console.print()
     console.print("[bold]Assumptions[/]")

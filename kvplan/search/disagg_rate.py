@@ -300,6 +300,15 @@ def solve_disaggregated(
         f"the mean context {decode.step_context_tokens:,}; a pure decode step is the same for every request "
         "in it, so its TPOT is that step at every percentile (the batch varies around N)",
         f"lengths: the workload's means, {inp:,} in / {out:,} out",
+        *(
+            [
+                f"decode TPOT under speculative decoding ({q.speculative.method}): the draft passes and the verify "
+                f"step over {q.speculative.verify_tokens} tokens a request, / {q.speculative.acceptance_length:.2f} "
+                f"tokens kept a step ({q.speculative.acceptance_source})"
+            ]
+            if q.speculative is not None
+            else []
+        ),
         "the launch lines omit the KV connector each engine's disaggregated mode needs (vLLM "
         "--kv-transfer-config, SGLang --disaggregation-mode prefill/decode)",
     ]
