@@ -114,6 +114,44 @@ def check() -> list[dict]:
     return sorted(out.values(), key=lambda x: (x["engine"], x["input_len"]))
 
 
+# llm-d's guide (guides/pd-disaggregation/README.md @027a0532, disagg_quotes.md): gpt-oss-120b on 16 H200,
+# 8 prefill instances at TP 1 and 2 decode instances at TP 4, 45 requests/s of 5,000 in / 250 out;
+# measured 42.58 requests/s, TTFT p90 1.587 s (mean 1.157 s), time per output token p90 7.84 ms (mean 5.70 ms)
+LLMD = {
+    "gpus": 16, "prefill": (8, 1), "decode": (2, 4), "rate": 45.0, "input": 5000, "output": 250,
+    "requests_per_s": 42.58097793003138, "ttft_p90_ms": 1587.1762204682462, "ttft_mean_ms": 1156.8768169119075,
+    "tpot_p90_ms": 7.838766581131792, "tpot_mean_ms": 5.698083638427052,
+}  # fmt: skip
+
+
+def llmd_check() -> dict:
+    """`solve --disaggregated` asked for llm-d's rate with its measured p90s as the targets (TTFT 1.6 s,
+    TPOT 8 ms): the GPUs and layout it answers, and its requests/s per GPU against the measured."""
+    from kvplan import api
+
+    r = api.solve(
+        "gpt-oss-120b", gpus="H200", request_rate=LLMD["rate"], ttft_ms=1600, tpot_ms=8,
+        input_len=LLMD["input"], output_len=LLMD["output"], max_model_len="8K", num_prompts=1000,
+        disaggregated=True,
+    )  # fmt: skip
+    d = r.to_dict()
+    pre, dec = d["prefill"]["answer"], d["decode"]
+    per_gpu = LLMD["rate"] / d["num_gpus"]
+    measured = LLMD["requests_per_s"] / LLMD["gpus"]
+    return {
+        "num_gpus": d["num_gpus"],
+        "prefill": [pre["data_parallel_size"], pre["tensor_parallel_size"]],
+        "decode": [dec["data_parallel_size"], dec["tensor_parallel_size"]],
+        "requests_per_s_per_gpu": per_gpu,
+        "published_requests_per_s_per_gpu": measured,
+        "requests_per_s_per_gpu_error": per_gpu / measured - 1,
+        "ttft_p90_ms": d["ttft_ms"],
+        "published_ttft_p90_ms": LLMD["ttft_p90_ms"],
+        "tpot_ms": dec["tpot_ms"],
+        "published_tpot_p90_ms": LLMD["tpot_p90_ms"],
+    }
+
+
 def _err(rec: dict, what: str) -> float | None:
     pub = rec.get(f"published_{what}")
     return None if pub is None else rec[what] / pub - 1
@@ -147,10 +185,21 @@ def main() -> None:
                 for w, v in s.items()
             ),
         )
+    llmd = llmd_check()
+    print(
+        f"llm-d gpt-oss-120b at 45 req/s: kvplan answers {llmd['num_gpus']} H200 (prefill {llmd['prefill'][0]} x TP "
+        f"{llmd['prefill'][1]}, decode {llmd['decode'][0]} x TP {llmd['decode'][1]}; llm-d ran 16: 8 x TP 1, 2 x TP 4), "
+        f"{llmd['requests_per_s_per_gpu']:.2f} req/s per GPU against {llmd['published_requests_per_s_per_gpu']:.2f} "
+        f"measured ({llmd['requests_per_s_per_gpu_error']:+.1%}); TTFT p90 {llmd['ttft_p90_ms']:.0f} ms "
+        f"(measured {llmd['published_ttft_p90_ms']:.0f}), TPOT {llmd['tpot_ms']:.1f} ms (measured p90 "
+        f"{llmd['published_tpot_p90_ms']:.1f})"
+    )
     OUT.write_text(
-        "# kvplan's disaggregated arithmetic against Mooncake's published 1P1D runs (benchmarks/disagg_check.py)\n"
+        "# kvplan's disaggregated arithmetic against Mooncake's published 1P1D runs and llm-d's 16 x H200 guide\n"
+        "# (benchmarks/disagg_check.py)\n"
         + yaml.safe_dump(
-            {"schema": "kvplan.disagg-check/1", "summary": summary, "records": recs}, sort_keys=False
+            {"schema": "kvplan.disagg-check/1", "summary": summary, "llm_d": llmd, "records": recs},
+            sort_keys=False,
         ),
         encoding="utf-8",
     )
