@@ -29,6 +29,10 @@ Exclusion rules, written before any error was looked at and applied to every row
   Per metric: the dennislee rows' TTFT is not compared: prefix caching was on with vLLM's seeded
   random dataset and the engine logs show hit rates of tens of percent (earlier runs' prompts
   repeated), a saving of unknown size that only the TTFT feels first-hand.
+GPUs without peer-to-peer: a source whose own startup logs (tests/fixtures/logs/real, SOURCES.tsv) say
+vLLM disabled its custom all-reduce because "your platform lacks GPU P2P capability" has its same-node
+TP > 1 rows planned on the GPU's PCIe card (kvplan's PCIe all-reduce: NCCL through host memory, no
+NVLink), since GPUs that cannot reach each other's memory have no NVLink between them (NO_P2P below).
 Kept and stated, not excluded: --async-scheduling (not modelled: the simulator's steps are
 serial), vLLM 0.10.x and SGLang 0.5.4-0.5.7 rows (simulated with the v0.11.0 / v0.5.3 scheduler
 rules), SGLang bench_serving's range ratio 0 (lengths uniform in [1, len]: replayed as len/2 with
@@ -67,7 +71,7 @@ from fit_decode import is_frozen  # noqa: E402
 
 from kvplan import api  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
-from kvplan.specs.registry import load_model  # noqa: E402
+from kvplan.specs.registry import load_gpu, load_model  # noqa: E402
 
 TSV = REPO / "tests" / "fixtures" / "bench" / "serving_runs.tsv"
 OUT = REPO / "benchmarks" / "results" / "serving_check.yaml"
@@ -143,6 +147,24 @@ class Case:
     @property
     def bucket(self) -> tuple[str, str, str]:
         return (self.gpu, self.engine, self.kind)
+
+
+# source key -> the startup logs of that source that show no GPU peer-to-peer (tests/fixtures/logs/real)
+NO_P2P = {
+    "https://github.com/dennislee22/": (
+        "vllm_0.10.1.1_qwen2-7b-instruct_a100-80gb_tp2.log",
+        "vllm_0.10.1.1_qwen2-7b-instruct_a100-80gb_tp2_util0.25.log",
+    ),
+}
+NO_P2P_LINE = "Custom allreduce is disabled because your platform lacks GPU P2P capability"
+
+
+def _has_gpu(name: str) -> bool:
+    try:
+        load_gpu(name)
+    except KvplanError:
+        return False
+    return True
 
 
 def source_of(url: str) -> str:
@@ -274,6 +296,11 @@ def _case(line: int, r: dict[str, str]) -> Case:
     if re.search(r"TP\d across (?:\d+|different) nodes", text) and pp == 1:  # one GPU per node
         flags["gpus"] = f"{tp}x1x{gpu}"
         notes.append("TP across nodes, one GPU each: the network is not stated (kvplan's default, 400G)")
+    elif tp * pp > 1 and source_of(r["source_url"]) in NO_P2P and _has_gpu(f"{gpu}-PCIe"):
+        flags["gpus"] = f"{tp * pp}x{gpu}-PCIe"
+        notes.append(
+            f"no GPU peer-to-peer (the source's startup logs: '{NO_P2P_LINE}'): planned on {gpu}-PCIe"
+        )
     if m := re.search(r"(?:max_model_len|--max-model-len) (\d+)", text):
         flags["max_model_len"] = m[1]
     if m := re.search(r"KV ([\d.]+) GiB", text):
