@@ -65,8 +65,8 @@ def test_the_assumed_model_on_the_usable_rows(bench, rows):
     ok, _ = rows
     err = {p.row.line: bench.predict_ms(p, prefill_coefficients()) / p.row.prefill_ms - 1 for p in ok}
     # NIM 1.8.0, Llama-3.3-70B fp8 on 2x H100, TTFT at concurrency 1: 406.8 ms at 5,000 tokens, 47.8 at 500
-    # (README, Prefill: +4.5% and -5.8%)
-    assert err[35] == pytest.approx(0.045, abs=0.005) and err[36] == pytest.approx(-0.058, abs=0.005)
+    # (README, Prefill: +4.5% and -4.9%)
+    assert err[35] == pytest.approx(0.045, abs=0.005) and err[36] == pytest.approx(-0.049, abs=0.005)
     # SGLang bench_one_batch, DeepSeek-V3.1 fp8 on 8x H200, 16 x 512 tokens: 288.9 ms published; kvplan's
     # dense-GEMM efficiency makes the MoE prefill about twice too fast (256 tokens per expert run far
     # below a large GEMM's efficiency): a known miss, asserted so a change to it is seen
