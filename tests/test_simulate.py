@@ -3,6 +3,7 @@ prefix cache against an exact replay of a real trace, and the command line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -312,3 +313,43 @@ def test_api_simulate_returns_a_typed_result_with_a_short_repr():
     assert "\n" not in text and len(text) < 240 and "TTFT p50" in text
     with pytest.raises(kvplan.errors.UsageError):
         kvplan.simulate("llama3-8b", num_prompts=0)
+
+
+def test_dp_attention_simulates_one_rank_dealt_every_nth_request():
+    # SGLang DP attention, 8 ranks: each rank its own scheduler and pool; one is simulated on requests
+    # 0, 8, 16, ... and its step is the step model at 8 x its batch (the other ranks as loaded)
+    from kvplan.commands import inputs
+    from kvplan.plan.plan import estimate
+    from kvplan.simulator import from_plan
+
+    req = inputs.plan_request(inputs.EstimateFlags(model="deepseek-v3", gpus="8xH200", max_model_len="8K",
+                                                   engine="sglang", enable_dp_attention=True,
+                                                   data_parallel_size=8, max_running_requests=64))  # fmt: skip
+    plan = estimate(req)
+    d = from_plan(plan, req)
+    assert d.attention_ranks == 8 and d.max_num_seqs == 64 // 8
+    assert d.pool_tokens == plan.engine.kv_cache_tokens  # one rank's pool, as SGLang logs it per rank
+    ctx = 1000  # bucket [992, 1008): timed at its middle, 1000
+    step = plan.decode.step(3 * 8, d.steps.kv_bytes_per_token * 1000, 1000)
+    assert d.steps.decode_seconds(3, ctx) == pytest.approx(step.tpot_ms / 1e3)
+    assert any("one of the replica's 8 attention-DP ranks is simulated" in a for a in d.assumptions)
+
+    w = synthetic(num_prompts=160, input_len=512, output_len=64, request_rate=2.0, seed=3)
+    r = simulate(d, w)
+    alone = simulate(dataclasses.replace(d, attention_ranks=1), Workload(w.requests[::8], None, "rank 0"))
+    # the rank's latencies are the replica's; its 20 requests stand for 160, throughput for all 8 ranks
+    assert r.completed == 160 and alone.completed == 20
+    assert r.ttft_ms == alone.ttft_ms and r.tpot_ms == alone.tpot_ms
+    assert r.output_token_throughput == pytest.approx(8 * alone.output_token_throughput)
+    assert r.to_dict()["deployment"]["attention_dp_ranks"] == 8
+
+
+def test_dp_attention_holds_more_than_the_replicated_pool_at_the_same_load():
+    # DeepSeek-V3 on 8x H200, SGLang, 4 requests/s of 2,048 in / 512 out: under TP 8 every GPU holds
+    # every request's latent; with DP attention each rank holds its own, so KV use per GPU falls
+    kw = {"gpus": "8xH200", "max_model_len": "8K", "engine": "sglang", "num_prompts": 200,
+          "request_rate": 4, "input_len": 2048, "output_len": 512}  # fmt: skip
+    tp = kvplan.simulate("deepseek-v3", **kw)
+    dpa = kvplan.simulate("deepseek-v3", enable_dp_attention=True, data_parallel_size=8, **kw)
+    assert dpa.kv_usage_peak < tp.kv_usage_peak
+    assert dpa.completed == tp.completed == 200

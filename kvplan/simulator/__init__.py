@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from kvplan.simulator.deployment import Deployment, from_plan
 from kvplan.simulator.loop import simulate_run
-from kvplan.simulator.result import SimResult, build_result
+from kvplan.simulator.result import SimResult, build_result, scale_ranks
 from kvplan.simulator.traces import read_trace
 from kvplan.simulator.workload import Workload, synthetic
 
@@ -27,6 +27,18 @@ def simulate(
     tpot_ms: float | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
-    """Serve `workload` on `deployment`; the metrics a benchmark client would report."""
-    run, _ = simulate_run(deployment, workload, progress)
-    return build_result(run, deployment, workload, ttft_ms, tpot_ms)
+    """Serve `workload` on `deployment`; the metrics a benchmark client would report. Under SGLang's DP
+    attention one rank is simulated on every N-th request (round-robin), the others taken to carry the
+    same load: latencies are that rank's, throughput and goodput the N ranks' together."""
+    ranks = deployment.attention_ranks
+    if ranks <= 1:
+        run, _ = simulate_run(deployment, workload, progress)
+        return build_result(run, deployment, workload, ttft_ms, tpot_ms)
+    cap = workload.max_concurrency
+    mine = Workload(
+        workload.requests[::ranks],
+        None if cap is None else -(-cap // ranks),
+        f"{workload.description}; rank 0 of {ranks} attention-DP ranks: every {ranks}th request",
+    )
+    run, _ = simulate_run(deployment, mine, progress)
+    return scale_ranks(build_result(run, deployment, mine, ttft_ms, tpot_ms), ranks)

@@ -41,6 +41,9 @@ class Deployment:
     data_parallel_size: int = 1
     assumptions: tuple[str, ...] = ()
     speculative: SpecDecode | None = None  # speculative decoding as the scheduler sees it
+    # SGLang DP attention: ranks of one replica, each its own scheduler and KV pool, stepping together
+    # (the MoE layers join them); one rank is simulated (simulator.simulate deals the requests)
+    attention_ranks: int = 1
 
     def new_engine(self, recorder: Recorder) -> EngineSim:
         if self.engine == "sglang":
@@ -71,6 +74,7 @@ class Deployment:
             "max_model_len": self.max_model_len,
             "enable_prefix_caching": self.enable_prefix_caching,
             "data_parallel_size": self.data_parallel_size,
+            "attention_dp_ranks": self.attention_ranks,
             "speculative": None
             if self.speculative is None
             else {
@@ -81,12 +85,15 @@ class Deployment:
         }
 
 
-def _sglang_max_running(plan: Plan, pool_tokens: int) -> int:
+def _sglang_max_running(plan: Plan, pool_tokens: int, ranks: int = 1) -> int:
     """tp_worker.py: min(max_total_num_tokens // 2 (or --max-running-requests), the request pool),
-    model_runner.py: the request pool min(max(pool / context_len x 512, 2048), 4096)."""
+    model_runner.py: the request pool min(max(pool / context_len x 512, 2048), 4096). Under DP
+    attention each rank's scheduler takes --max-running-requests // dp_size (server_args.py 0.5.x)."""
     s = plan.settings
     req_pool = min(max(int(pool_tokens / s.max_model_len * 512), 2048), 4096)
-    given = s.max_running_requests
+    given = (
+        s.max_running_requests if s.max_running_requests is None else max(1, s.max_running_requests // ranks)
+    )
     return max(1, min(pool_tokens // 2 if given is None else given, req_pool))
 
 
@@ -106,10 +113,13 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
     """The deployment `estimate` planned (from `req`), one data-parallel replica of it."""
     s = plan.settings
     notes = []
+    ranks = max(1, plan.cluster.attention_dp_size) if s.engine == "sglang" else 1
     if s.engine == "sglang":
-        pool_tokens = plan.engine.kv_cache_tokens or plan.kv_pool_tokens
+        pool_tokens = (
+            plan.engine.kv_cache_tokens or plan.kv_pool_tokens
+        )  # one attention-DP rank's under DP attention
         num_blocks = pool_tokens // s.block_size
-        max_seqs = _sglang_max_running(plan, pool_tokens)
+        max_seqs = _sglang_max_running(plan, pool_tokens, ranks)
         chunk = s.chunked_prefill_size if s.chunked_prefill_size and s.chunked_prefill_size > 0 else None
         notes.append(
             f"SGLang {s.engine_version}: pool {pool_tokens:,} tokens (page {s.block_size}), chunked prefill "
@@ -150,8 +160,17 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
         work=plan.prefill.work,
         speculative=spec,
         parts=d.parts,
+        ranks=ranks,
     )
     c = plan.cluster
+    if ranks > 1:
+        notes.append(
+            f"DP attention: one of the replica's {ranks} attention-DP ranks is simulated (its own scheduler, "
+            f"its pool of {pool_tokens:,} tokens, max running {max_seqs:,}); it is dealt every {ranks}th request "
+            "(round-robin, SGLang's default --load-balance-method) and the other ranks are taken to carry the "
+            f"same load, their decodes and chunks in the same steps (the step model at {ranks} x this rank's "
+            f"batch); throughput and goodput are the {ranks} ranks' together"
+        )
     if c.data_parallel_size > 1:
         notes.append(
             f"one of {c.data_parallel_size} data-parallel replicas is simulated: every request goes to it "
@@ -180,4 +199,5 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
         data_parallel_size=c.data_parallel_size,
         assumptions=tuple(notes),
         speculative=sim_spec,
+        attention_ranks=ranks,
     )

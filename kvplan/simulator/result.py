@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,4 +143,17 @@ def build_result(
         kv_usage_mean=mean,
         steps=run.engine_steps,
         assumptions=list(deployment.assumptions),
+    )
+
+
+def scale_ranks(r: SimResult, ranks: int) -> SimResult:
+    """One attention-DP rank's result as the replica's: its latencies, and throughput, goodput and
+    completed requests of the `ranks` ranks together (each taken to carry the same load)."""
+    return dataclasses.replace(
+        r,
+        completed=r.completed * ranks,
+        request_throughput=r.request_throughput * ranks,
+        output_token_throughput=r.output_token_throughput * ranks,
+        total_token_throughput=r.total_token_throughput * ranks,
+        goodput=None if r.goodput is None else r.goodput * ranks,
     )

@@ -64,6 +64,8 @@ class PlanSteps:
     # target verifying each request's tokens (plan_speed.spec_step), with the profile parts it uses
     speculative: Any = None
     parts: Any = None
+    # SGLang DP attention: the ranks stepping together, each taken to hold this rank's batch (mean-field)
+    ranks: int = 1
     _decode_cache: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
 
     def decode_seconds(self, batch: int, mean_context_tokens: int) -> float:
@@ -73,12 +75,13 @@ class PlanSteps:
         if seconds is None:
             ctx = (lo + hi) // 2
             kv = self.kv_bytes_per_token * ctx
+            total = batch * self.ranks  # the step model splits a replica's batch over its attention-DP ranks
             if self.speculative is not None and batch:
-                spec = plan_speed.spec_step(self.inputs, self.speculative, batch, kv, ctx, self.parts)
+                spec = plan_speed.spec_step(self.inputs, self.speculative, total, kv, ctx, self.parts)
                 seconds = self._decode_cache[key] = spec.step_ms / 1e3
                 return seconds
             # a step of prefill chunks alone still streams the weights once: a one-row pass, no KV read
-            step = self.decode_step(max(batch, 1), kv, ctx)
+            step = self.decode_step(max(total, 1), kv, ctx)
             seconds = self._decode_cache[key] = step.tpot_ms / 1e3
         return seconds
 
@@ -87,7 +90,7 @@ class PlanSteps:
 
     def expert_stream_seconds(self, decodes: int, prefill_tokens: int) -> float:
         """The routed experts the step's prefill tokens touch beyond its decodes' (an MoE model)."""
-        return moe_prefill_stream_seconds(self.inputs, decodes, prefill_tokens)
+        return moe_prefill_stream_seconds(self.inputs, decodes * self.ranks, prefill_tokens * self.ranks)
 
 
 @dataclass(frozen=True)
