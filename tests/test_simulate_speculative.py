@@ -228,3 +228,53 @@ def test_disaggregated_decode_pool_is_timed_at_the_speculative_step():
     assert spec["decode"]["tpot_ms"] < plain["decode"]["tpot_ms"] / 1.5
     assert any("decode TPOT under speculative decoding (mtp)" in a for a in spec["assumptions"])
     assert "--speculative-config" in spec["decode"]["launch"]
+
+
+def test_solve_at_a_rate_weighs_dp_attention_for_an_moe_model():
+    # SGLang, DeepSeek-V3 on H200 at 8 requests/s of 2,048 in / 512 out within TTFT 2 s / TPOT 40 ms:
+    # two TP 8 units with DP attention (8 ranks each) meet it, each simulated at 4 requests/s
+    r = run_cli("solve", "-m", "deepseek-v3", "-g", "H200", "--request-rate", "8", "--ttft-ms", "2000",
+                "--tpot-ms", "40", "--input-len", "2048", "--output-len", "512", "--max-model-len", "8K",
+                "--num-prompts", "400", "--engine", "sglang", "--json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    a = d["answer"]
+    assert (a["num_gpus"], a["tensor_parallel_size"], a["data_parallel_size"], a["attention_dp_size"]) == (
+        16,
+        8,
+        2,
+        8,
+    )
+    assert d["per_replica_rate"] == pytest.approx(4.0)
+    assert "--enable-dp-attention --dp-size 8" in a["sglang_flags"]
+    assert a["why_expert_parallel"].startswith(
+        "each of its DP attention ranks holds only its own requests' KV"
+    )
+    assert d["tpot_ms"]["p90"] <= 40 and d["goodput"] <= 8
+
+
+def test_vllm_expert_parallel_cores_are_candidates_at_their_share_of_the_rate():
+    from kvplan.commands import inputs
+    from kvplan.search import rate
+
+    q = inputs.solve_query(inputs.SolveFlags(model="deepseek-v3", gpus="H200", users=1, max_model_len="8K",
+                                             input_len=2048, output_len=512, tpot_ms=40))  # fmt: skip
+    w = kvplan_synthetic(200)
+    s = rate.Search(q, w, rate.LoadTargets(2000, 40, 90))
+    cands = s.candidates()
+    ep = [c for c in cands if c.par.on and c.dtype == "auto"]
+    # one node of 8 H200 per unit (each KV dtype): TP 1 x DP 8, 2 x 4, 4 x 2, each core its own scheduler
+    assert sorted((c.tp, c.par.dp, c.split, c.unit) for c in ep) == [(1, 8, 8, 8), (2, 4, 4, 8), (4, 2, 2, 8)]
+    # plain TP 8 ranks before the expert-parallel units of the same cost
+    assert not cands[0].par.on and cands[0].unit == 8
+    c = next(c for c in ep if c.tp == 4)
+    s.run(c, 8 / (2 * c.split))
+    # two units at 8 requests/s: each of the 4 cores simulated at 2 requests/s, counted back to 8
+    assert [p.rate for p in s.points(c, 2)] == [pytest.approx(8.0)]
+    assert c.label == "H200 TP 4 x DP 2, EP 8, KV auto"
+
+
+def kvplan_synthetic(n: int):
+    from kvplan.simulator import synthetic
+
+    return synthetic(num_prompts=n, input_len=2048, output_len=512, request_rate=1.0, seed=0)

@@ -97,15 +97,6 @@ def test_max_gpus_bounds_both_pools_together():
     assert two.num_gpus == 2 and two.prefill.layout.num_gpus == 1 and two.decode.num_gpus == 1
 
 
-def test_rate_answers_for_moe_models_say_ep_is_not_simulated():
-    r = run_cli("solve", "-m", "mixtral-8x7b", "--request-rate", "2", "--ttft-ms", "2000", "--tpot-ms", "80",
-                "--max-model-len", "8K", "--num-prompts", "100", "--json")  # fmt: skip
-    assert any("expert parallelism and DP attention are not" in a for a in r.json()["assumptions"])
-    dense = run_cli("solve", "-m", "llama3-8b", "--request-rate", "2", "--ttft-ms", "2000", "--tpot-ms", "80",
-                    "--max-model-len", "8K", "--num-prompts", "100", "--json")  # fmt: skip
-    assert not any("expert parallelism" in a for a in dense.json()["assumptions"])
-
-
 def test_an_moe_decode_pool_may_be_an_expert_parallel_unit():
     """DeepSeek-V3 at 32K, 8K in / 1K out: at 3 requests/s TP 8 holds the ~137 decoding requests (151 fit
     in fp8); at 5 requests/s (~222) only DP attention's 424 keep one node."""

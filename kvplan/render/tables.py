@@ -588,13 +588,18 @@ def render_solve_load(ans: Any, console: Console) -> None:
         f"TPOT p{p} <= {t.tpot_ms:g} ms)",
         highlight=False,
     )
+    unit = _parallel_label(a.expert_parallel_size, a.attention_dp_size).strip()
     console.print(
         f"layout: TP {a.tensor_parallel_size} x PP {a.pipeline_parallel_size} x DP {a.data_parallel_size} "
-        f"({a.nodes} node{'s' if a.nodes > 1 else ''}), KV {a.kv_cache_dtype}, context {a.max_model_len:,}"
+        + (f"deployments of {unit} " if unit else "")
+        + f"({a.nodes} node{'s' if a.nodes > 1 else ''}), KV {a.kv_cache_dtype}, context {a.max_model_len:,}"
         + (f", {a.cost_per_hour:,.2f}/hour" if a.cost_per_hour is not None else ""),
         highlight=False,
     )
-    table = plain_table(f"one replica at {ans.per_replica_rate:.3g} req/s")
+    if a.why_expert_parallel:
+        console.print(f"why expert-parallel: {escape(a.why_expert_parallel)}", highlight=False)
+    who = "one engine" if ans.shares != a.data_parallel_size and ans.shares else "one replica"
+    table = plain_table(f"{who} at {ans.per_replica_rate:.3g} req/s")
     for col in ("", "mean", "p50", "p90", "p99"):
         table.add_column(col, justify="right" if col else "left")
     for name, s in (("TTFT (ms)", r.ttft_ms), ("TPOT (ms)", r.tpot_ms)):
@@ -602,14 +607,18 @@ def render_solve_load(ans: Any, console: Console) -> None:
     console.print(table)
     console.print(
         f"goodput {ans.goodput:,.3g} requests/s of {ans.request_rate:,.3g} (all replicas); output "
-        f"{r.output_token_throughput * a.data_parallel_size:,.0f} tokens/s; bounded by {escape(ans.limited_by)}",
+        f"{r.output_token_throughput * (ans.shares or a.data_parallel_size):,.0f} tokens/s; bounded by "
+        f"{escape(ans.limited_by)}",
         highlight=False,
     )
     console.print(
         f"{ans.simulations} simulations in {ans.wall_s:.1f} s; workload: {escape(r.workload['description'])}",
         highlight=False,
     )
-    console.print(f"vLLM:   {escape(a.vllm_flags)}", highlight=False, soft_wrap=True)
+    if a.vllm_flags:
+        console.print(f"vLLM:   {escape(a.vllm_flags)}", highlight=False, soft_wrap=True)
+    if a.sglang_flags:
+        console.print(f"SGLang: {escape(a.sglang_flags)}", highlight=False, soft_wrap=True)
     for note in [*r.assumptions, *ans.notes]:
         console.print(f"- {escape(note)}", highlight=False)
 

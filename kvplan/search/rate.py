@@ -26,14 +26,19 @@ from kvplan.errors import InfeasibleError, NoAnswer, UsageError
 from kvplan.search.solve import _PLANS as PLANS
 from kvplan.search.solve import (
     ENGINE_DTYPES,
+    PLAIN,
     Answer,
+    Parallel,
     Query,
     _answer,
     _cost,
+    _label,
     _replica,
     _request,
+    ep_layouts,
     layouts,
     rented,
+    unit_gpus,
 )
 from kvplan.search.solve import _max_dp as max_replicas
 from kvplan.simulator import Deployment, SimResult, Workload, from_plan, simulate
@@ -108,10 +113,14 @@ class Candidate:
     deployment: Deployment
     plan: Any  # Plan
     results: dict[float, SimResult] = field(default_factory=dict)  # per-replica rate -> result
+    par: Parallel = PLAIN  # an expert-parallel unit (DP attention ranks / vLLM DP engine cores)
+    unit: int = 0  # GPUs of one deployment (unit_gpus)
+    split: int = 1  # simulated shares of one deployment: vLLM's DP engine cores, each its own scheduler
+    layout: str = ""  # solve's label of the layout (TP x PP, or the expert-parallel unit)
 
     @property
     def label(self) -> str:
-        return f"{self.gpu.name} TP {self.tp} x PP {self.pp}, KV {self.dtype}"
+        return f"{self.gpu.name} {self.layout or f'TP {self.tp} x PP {self.pp}'}, KV {self.dtype}"
 
 
 @dataclass
@@ -127,6 +136,7 @@ class RateAnswer:
     wall_s: float
     limited_by: str  # what bounds the answer
     notes: list[str] = field(default_factory=list)  # what the search did not try, beside the simulation's
+    shares: int = 0  # simulated shares of the rate: deployments x vLLM DP engine cores (0: the layout's DP)
 
     def __repr__(self) -> str:
         """One line, as `solve --request-rate` / `--max-rate` sums it up (not every simulated point)."""
@@ -139,9 +149,13 @@ class RateAnswer:
         )
 
     @property
+    def _shares(self) -> int:
+        return self.shares or self.layout.data_parallel_size
+
+    @property
     def goodput(self) -> float:
         """Requests/s meeting both targets, all replicas together."""
-        return (self.result.goodput or 0.0) * self.layout.data_parallel_size
+        return (self.result.goodput or 0.0) * self._shares
 
     def to_dict(self) -> dict[str, Any]:
         a = self.layout.to_dict()
@@ -165,7 +179,7 @@ class RateAnswer:
             "ttft_ms": r.ttft_ms.to_dict(),
             "tpot_ms": r.tpot_ms.to_dict(),
             "goodput": self.goodput,
-            "output_token_throughput": r.output_token_throughput * self.layout.data_parallel_size,
+            "output_token_throughput": r.output_token_throughput * self._shares,
             "limited_by": self.limited_by,
             "workload": r.workload,
             "points": [dataclasses.asdict(p) for p in self.points],
@@ -186,28 +200,36 @@ class Search:
         self.reasons: list[str] = []
 
     def candidates(self) -> list[Candidate]:
-        """Every (GPU, KV dtype, TP, PP) solve would consider, cheapest replica first."""
+        """Every (GPU, KV dtype, TP, PP) solve would consider, and for an MoE model its expert-parallel
+        units (solve.ep_layouts: DP attention ranks, vLLM's DP engine cores over EP), cheapest
+        deployment first; at equal cost plain TP first, as `solve --users` ranks them."""
         out = []
-        for gpu in self.q.gpus:
-            for dtype in self.q.kv_dtypes:
-                for tp, pp in layouts(self.q, gpu, dtype):
-                    replica = tp * pp
-                    fixed = self.q.fixed_num_gpus
-                    if fixed is not None and (replica > fixed or fixed % replica):
+        q = self.q
+        for gpu in q.gpus:
+            for dtype in q.kv_dtypes:
+                shapes = [(tp, pp, PLAIN) for tp, pp in layouts(q, gpu, dtype)]
+                shapes += [(tp, 1, par) for tp, par in ep_layouts(q, gpu, dtype)]
+                for tp, pp, par in shapes:
+                    unit = unit_gpus(q, tp, pp, par)
+                    fixed = q.fixed_num_gpus
+                    if fixed is not None and (unit > fixed or fixed % unit):
                         continue
-                    if fixed is None and max_replicas(self.q, gpu, replica) < 1:
+                    if fixed is None and max_replicas(q, gpu, unit) < 1:
                         continue
-                    ctx = self.q.max_model_len or self.q.model.max_context
+                    ctx = q.max_model_len or q.model.max_context
                     try:
-                        plan = _replica(self.q, gpu, tp, pp, dtype, ctx)
-                        dep = from_plan(plan, _request(self.q, gpu, tp, pp, dtype, ctx))
+                        plan = _replica(q, gpu, tp, pp, dtype, ctx, par)
+                        dep = from_plan(plan, _request(q, gpu, tp, pp, dtype, ctx, par))
                     except InfeasibleError as exc:
-                        self.reasons.append(f"{gpu.name} TP {tp} x PP {pp} ({dtype}): {exc}")
+                        self.reasons.append(f"{gpu.name} {_label(q, tp, pp, par)} ({dtype}): {exc}")
                         continue
-                    out.append(Candidate(gpu, tp, pp, dtype, dep, plan))
+                    split = par.dp if par.on and q.engine == "vllm" else 1
+                    out.append(
+                        Candidate(gpu, tp, pp, dtype, dep, plan, {}, par, unit, split, _label(q, tp, pp, par))
+                    )
         quality = {d: i for i, d in enumerate(ENGINE_DTYPES)}
-        out.sort(key=lambda c: (_cost(self.q, c.gpu, rented(self.q, c.gpu, c.tp * c.pp, 1)[1]),
-                                quality.get(c.dtype, 9), c.pp, c.tp))  # fmt: skip
+        out.sort(key=lambda c: (_cost(q, c.gpu, rented(q, c.gpu, c.unit, 1)[1]),
+                                c.par.on, quality.get(c.dtype, 9), c.pp, c.tp))  # fmt: skip
         return out
 
     def run(self, c: Candidate, per_replica: float) -> SimResult:
@@ -226,7 +248,14 @@ class Search:
     def points(self, c: Candidate, dp: int) -> list[Point]:
         t = self.targets
         return [
-            Point(rate * dp, rate, t.of(r.ttft_ms), t.of(r.tpot_ms), self.meets(r), sum(r.failed.values()))
+            Point(
+                rate * dp * c.split,
+                rate,
+                t.of(r.ttft_ms),
+                t.of(r.tpot_ms),
+                self.meets(r),
+                sum(r.failed.values()),
+            )
             for rate, r in sorted(c.results.items())
             if rate > 0
         ]
@@ -261,20 +290,22 @@ class Search:
 
 def _answer_for(s: Search, c: Candidate, dp: int, n: int, nodes: int, rate: float, mode: str, start: float,
                 limited_by: str) -> RateAnswer:  # fmt: skip
-    per = rate / dp
+    shares = dp * c.split
+    per = rate / shares
     r = s.run(c, per)
+    held = shares * c.deployment.max_num_seqs * c.deployment.attention_ranks
     layout = _answer(
-        dataclasses.replace(s.q, users=dp * c.deployment.max_num_seqs),
-        c.gpu, c.plan, c.tp, c.pp, dp, c.dtype, s.targets.of(r.tpot_ms), n, nodes,
+        dataclasses.replace(s.q, users=held),
+        c.gpu, c.plan, c.tp, c.pp, dp, c.dtype, s.targets.of(r.tpot_ms), n, nodes, c.par,
     )  # fmt: skip
     notes = []
-    if s.q.model.moe is not None:
+    if c.split > 1:
         notes.append(
-            "only tensor/pipeline-parallel replicas are simulated: expert parallelism and DP attention are not "
-            "(`solve --users` weighs them for MoE models)"
+            f"each of the {dp} deployment(s) is {c.split} vLLM DP engine cores, each its own scheduler: one is "
+            f"simulated at {per:,.4g} requests/s, the others taken to carry the same load"
         )
     return RateAnswer(mode, layout, rate, per, s.targets, r, s.points(c, dp), s.simulations,
-                      time.perf_counter() - start, limited_by, notes)  # fmt: skip
+                      time.perf_counter() - start, limited_by, notes, shares)  # fmt: skip
 
 
 def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: float) -> RateAnswer:
@@ -289,7 +320,7 @@ def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: f
         best: tuple[tuple, Candidate, int, int, int] | None = None
         last_fail: tuple[tuple[int, float], Candidate, int, int, SimResult] | None = None  # the closest miss
         for c in cands:
-            replica = c.tp * c.pp
+            replica = c.unit
             options = sorted(
                 {rented(q, c.gpu, replica, k) for k in range(1, max_replicas(q, c.gpu, replica) + 1)}
             )
@@ -299,7 +330,7 @@ def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: f
             if not options:
                 continue
             top = options[-1]
-            r = s.run(c, rate / top[0])
+            r = s.run(c, rate / (top[0] * c.split))
             if not s.meets(r):
                 score = (
                     -top[1],
@@ -311,7 +342,7 @@ def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: f
             lo, hi = -1, len(options) - 1  # options[hi] meets; options[lo] (lo >= 0) does not
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if s.meets(s.run(c, rate / options[mid][0])):
+                if s.meets(s.run(c, rate / (options[mid][0] * c.split))):
                     hi = mid
                 else:
                     lo = mid
@@ -324,7 +355,7 @@ def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: f
                 p = targets.percentile
                 verdict = (
                     f"at {rate:g} requests/s the most replicas within --max-gpus {q.max_gpus} ({n}x {c.gpu.name}, "
-                    f"{c.label}, DP {dp}: {rate / dp:,.4g} requests/s each) reach TTFT p{p} "
+                    f"{c.label}, DP {dp}: {rate / dp:,.4g} requests/s each deployment) reach TTFT p{p} "
                     f"{targets.of(r.ttft_ms):,.0f} ms, TPOT p{p} {targets.of(r.tpot_ms):,.1f} ms"
                     + (f", {sum(r.failed.values())} requests refused" if r.failed else "")
                     + f" (targets {targets.ttft_ms:g} / {targets.tpot_ms:g} ms); allow more GPUs or relax the targets"
@@ -355,14 +386,14 @@ def max_rate(q: Query, workload: Workload, targets: LoadTargets) -> RateAnswer:
         for c in cands:
             if s.meets(s.run(c, 0)) is False:
                 continue
-            dp = q.fixed_num_gpus // (c.tp * c.pp)
-            got = _max_rate_of(s, c, dp, None if best is None else best[0])
+            dp = q.fixed_num_gpus // c.unit
+            got = _max_rate_of(s, c, dp * c.split, None if best is None else best[0])
             if got is not None and (best is None or got[0] > best[0]):
                 best = (got[0], c, got[1])
         if best is None:
             raise NoAnswer("no layout meets the targets at any rate")  # solo_verdict passed: not reached
         rate, c, why = best
-        dp = q.fixed_num_gpus // (c.tp * c.pp)
+        dp = q.fixed_num_gpus // c.unit
         n = q.fixed_num_gpus
         nodes = -(-n // c.gpu.gpus_per_node)
         return _answer_for(s, c, dp, n, nodes, rate, "max-rate", start, why)
@@ -370,8 +401,9 @@ def max_rate(q: Query, workload: Workload, targets: LoadTargets) -> RateAnswer:
         PLANS.clear()
 
 
-def _max_rate_of(s: Search, c: Candidate, dp: int, beat: float | None) -> tuple[float, str] | None:
-    """The highest rate (all replicas) at which `c` meets the targets, or None when it cannot beat `beat`.
+def _max_rate_of(s: Search, c: Candidate, shares: int, beat: float | None) -> tuple[float, str] | None:
+    """The highest rate (all replicas) at which `c` meets the targets, or None when it cannot beat `beat`;
+    `shares`: the simulated engines the rate is split over (deployments x vLLM's DP engine cores).
     The bracket's top is the replica's throughput with every request sent at once (a higher rate only
     queues); the bisection is geometric, to RATE_TOLERANCE."""
     n = len(s.work.base.requests)
@@ -380,25 +412,25 @@ def _max_rate_of(s: Search, c: Candidate, dp: int, beat: float | None) -> tuple[
     )
     s.simulations += 1
     saturated = simulate(c.deployment, flood).request_throughput
-    cap = saturated * dp
+    cap = saturated * shares
     if cap <= 0:
         return None
     if beat is not None:  # to replace the best so far (a better KV dtype, fewer stages), beat it clearly
         lo = beat * (1 + RATE_TOLERANCE)
-        if lo >= cap or not s.meets(s.run(c, lo / dp)):
+        if lo >= cap or not s.meets(s.run(c, lo / shares)):
             return None
     else:
         lo = cap / 2 ** max(4, math.ceil(math.log2(max(n, 2))))
-        while not s.meets(s.run(c, lo / dp)):  # the solo check passed: a low enough rate meets them
+        while not s.meets(s.run(c, lo / shares)):  # the solo check passed: a low enough rate meets them
             lo /= 4
             if lo < cap * 1e-9:
                 return None
     hi = cap
-    if s.meets(s.run(c, hi / dp)):
+    if s.meets(s.run(c, hi / shares)):
         return hi, f"the replicas' throughput ({saturated:.3g} requests/s each): a higher rate only queues"
     while hi / lo > 1 + RATE_TOLERANCE:
         mid = math.sqrt(lo * hi)
-        if s.meets(s.run(c, mid / dp)):
+        if s.meets(s.run(c, mid / shares)):
             lo = mid
         else:
             hi = mid
