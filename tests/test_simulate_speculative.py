@@ -264,13 +264,16 @@ def test_vllm_expert_parallel_cores_are_candidates_at_their_share_of_the_rate():
     cands = s.candidates()
     ep = [c for c in cands if c.par.on and c.dtype == "auto"]
     # one node of 8 H200 per unit (each KV dtype): TP 1 x DP 8, 2 x 4, 4 x 2, each core its own scheduler
-    assert sorted((c.tp, c.par.dp, c.split, c.unit) for c in ep) == [(1, 8, 8, 8), (2, 4, 4, 8), (4, 2, 2, 8)]
+    assert sorted((c.tp, c.par.dp, c.unit, c.deployment.shares) for c in ep) == [
+        (1, 8, 8, 8), (2, 4, 8, 4), (4, 2, 8, 2),
+    ]  # fmt: skip
     # plain TP 8 ranks before the expert-parallel units of the same cost
     assert not cands[0].par.on and cands[0].unit == 8
     c = next(c for c in ep if c.tp == 4)
-    s.run(c, 8 / (2 * c.split))
-    # two units at 8 requests/s: each of the 4 cores simulated at 2 requests/s, counted back to 8
+    r = s.run(c, 4.0)
+    # two units at 8 requests/s: each unit at 4, one of its 2 cores simulated on every other request
     assert [p.rate for p in s.points(c, 2)] == [pytest.approx(8.0)]
+    assert r.completed == 200 and r.workload["num_requests"] == 100
     assert c.label == "H200 TP 4 x DP 2, EP 8, KV auto"
 
 

@@ -598,8 +598,7 @@ def render_solve_load(ans: Any, console: Console) -> None:
     )
     if a.why_expert_parallel:
         console.print(f"why expert-parallel: {escape(a.why_expert_parallel)}", highlight=False)
-    who = "one engine" if ans.shares != a.data_parallel_size and ans.shares else "one replica"
-    table = plain_table(f"{who} at {ans.per_replica_rate:.3g} req/s")
+    table = plain_table(f"one replica at {ans.per_replica_rate:.3g} req/s")
     for col in ("", "mean", "p50", "p90", "p99"):
         table.add_column(col, justify="right" if col else "left")
     for name, s in (("TTFT (ms)", r.ttft_ms), ("TPOT (ms)", r.tpot_ms)):
@@ -607,7 +606,7 @@ def render_solve_load(ans: Any, console: Console) -> None:
     console.print(table)
     console.print(
         f"goodput {ans.goodput:,.3g} requests/s of {ans.request_rate:,.3g} (all replicas); output "
-        f"{r.output_token_throughput * (ans.shares or a.data_parallel_size):,.0f} tokens/s; bounded by "
+        f"{r.output_token_throughput * a.data_parallel_size:,.0f} tokens/s; bounded by "
         f"{escape(ans.limited_by)}",
         highlight=False,
     )

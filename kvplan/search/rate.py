@@ -114,8 +114,7 @@ class Candidate:
     plan: Any  # Plan
     results: dict[float, SimResult] = field(default_factory=dict)  # per-replica rate -> result
     par: Parallel = PLAIN  # an expert-parallel unit (DP attention ranks / vLLM DP engine cores)
-    unit: int = 0  # GPUs of one deployment (unit_gpus)
-    split: int = 1  # simulated shares of one deployment: vLLM's DP engine cores, each its own scheduler
+    unit: int = 0  # GPUs of one deployment (unit_gpus); simulate deals its requests over its schedulers
     layout: str = ""  # solve's label of the layout (TP x PP, or the expert-parallel unit)
 
     @property
@@ -136,7 +135,6 @@ class RateAnswer:
     wall_s: float
     limited_by: str  # what bounds the answer
     notes: list[str] = field(default_factory=list)  # what the search did not try, beside the simulation's
-    shares: int = 0  # simulated shares of the rate: deployments x vLLM DP engine cores (0: the layout's DP)
 
     def __repr__(self) -> str:
         """One line, as `solve --request-rate` / `--max-rate` sums it up (not every simulated point)."""
@@ -149,13 +147,9 @@ class RateAnswer:
         )
 
     @property
-    def _shares(self) -> int:
-        return self.shares or self.layout.data_parallel_size
-
-    @property
     def goodput(self) -> float:
         """Requests/s meeting both targets, all replicas together."""
-        return (self.result.goodput or 0.0) * self._shares
+        return (self.result.goodput or 0.0) * self.layout.data_parallel_size
 
     def to_dict(self) -> dict[str, Any]:
         a = self.layout.to_dict()
@@ -179,7 +173,7 @@ class RateAnswer:
             "ttft_ms": r.ttft_ms.to_dict(),
             "tpot_ms": r.tpot_ms.to_dict(),
             "goodput": self.goodput,
-            "output_token_throughput": r.output_token_throughput * self._shares,
+            "output_token_throughput": r.output_token_throughput * self.layout.data_parallel_size,
             "limited_by": self.limited_by,
             "workload": r.workload,
             "points": [dataclasses.asdict(p) for p in self.points],
@@ -223,9 +217,8 @@ class Search:
                     except InfeasibleError as exc:
                         self.reasons.append(f"{gpu.name} {_label(q, tp, pp, par)} ({dtype}): {exc}")
                         continue
-                    split = par.dp if par.on and q.engine == "vllm" else 1
                     out.append(
-                        Candidate(gpu, tp, pp, dtype, dep, plan, {}, par, unit, split, _label(q, tp, pp, par))
+                        Candidate(gpu, tp, pp, dtype, dep, plan, {}, par, unit, _label(q, tp, pp, par))
                     )
         quality = {d: i for i, d in enumerate(ENGINE_DTYPES)}
         out.sort(key=lambda c: (_cost(q, c.gpu, rented(q, c.gpu, c.unit, 1)[1]),
@@ -249,7 +242,7 @@ class Search:
         t = self.targets
         return [
             Point(
-                rate * dp * c.split,
+                rate * dp,
                 rate,
                 t.of(r.ttft_ms),
                 t.of(r.tpot_ms),
@@ -290,22 +283,15 @@ class Search:
 
 def _answer_for(s: Search, c: Candidate, dp: int, n: int, nodes: int, rate: float, mode: str, start: float,
                 limited_by: str) -> RateAnswer:  # fmt: skip
-    shares = dp * c.split
-    per = rate / shares
+    per = rate / dp
     r = s.run(c, per)
-    held = shares * c.deployment.max_num_seqs * c.deployment.attention_ranks
+    held = dp * c.deployment.max_num_seqs * c.deployment.shares
     layout = _answer(
         dataclasses.replace(s.q, users=held),
         c.gpu, c.plan, c.tp, c.pp, dp, c.dtype, s.targets.of(r.tpot_ms), n, nodes, c.par,
     )  # fmt: skip
-    notes = []
-    if c.split > 1:
-        notes.append(
-            f"each of the {dp} deployment(s) is {c.split} vLLM DP engine cores, each its own scheduler: one is "
-            f"simulated at {per:,.4g} requests/s, the others taken to carry the same load"
-        )
     return RateAnswer(mode, layout, rate, per, s.targets, r, s.points(c, dp), s.simulations,
-                      time.perf_counter() - start, limited_by, notes, shares)  # fmt: skip
+                      time.perf_counter() - start, limited_by)  # fmt: skip
 
 
 def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: float) -> RateAnswer:
@@ -330,7 +316,7 @@ def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: f
             if not options:
                 continue
             top = options[-1]
-            r = s.run(c, rate / (top[0] * c.split))
+            r = s.run(c, rate / top[0])
             if not s.meets(r):
                 score = (
                     -top[1],
@@ -342,7 +328,7 @@ def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: f
             lo, hi = -1, len(options) - 1  # options[hi] meets; options[lo] (lo >= 0) does not
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if s.meets(s.run(c, rate / (options[mid][0] * c.split))):
+                if s.meets(s.run(c, rate / options[mid][0])):
                     hi = mid
                 else:
                     lo = mid
@@ -387,7 +373,7 @@ def max_rate(q: Query, workload: Workload, targets: LoadTargets) -> RateAnswer:
             if s.meets(s.run(c, 0)) is False:
                 continue
             dp = q.fixed_num_gpus // c.unit
-            got = _max_rate_of(s, c, dp * c.split, None if best is None else best[0])
+            got = _max_rate_of(s, c, dp, None if best is None else best[0])
             if got is not None and (best is None or got[0] > best[0]):
                 best = (got[0], c, got[1])
         if best is None:
@@ -403,7 +389,7 @@ def max_rate(q: Query, workload: Workload, targets: LoadTargets) -> RateAnswer:
 
 def _max_rate_of(s: Search, c: Candidate, shares: int, beat: float | None) -> tuple[float, str] | None:
     """The highest rate (all replicas) at which `c` meets the targets, or None when it cannot beat `beat`;
-    `shares`: the simulated engines the rate is split over (deployments x vLLM's DP engine cores).
+    `shares`: the deployments the rate is split over (each simulated as `simulate` deals its requests).
     The bracket's top is the replica's throughput with every request sent at once (a higher rate only
     queues); the bisection is geometric, to RATE_TOLERANCE."""
     n = len(s.work.base.requests)

@@ -27,10 +27,11 @@ def simulate(
     tpot_ms: float | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
-    """Serve `workload` on `deployment`; the metrics a benchmark client would report. Under SGLang's DP
-    attention one rank is simulated on every N-th request (round-robin), the others taken to carry the
-    same load: latencies are that rank's, throughput and goodput the N ranks' together."""
-    ranks = deployment.attention_ranks
+    """Serve `workload` on `deployment`; the metrics a benchmark client would report. A deployment of N
+    schedulers (data-parallel replicas or vLLM DP engine cores, SGLang's attention-DP ranks) has one
+    simulated on every N-th request (round-robin), the others taken to carry the same load: latencies
+    are that one's, throughput, goodput and completed requests the N together."""
+    ranks = deployment.shares
     if ranks <= 1:
         run, _ = simulate_run(deployment, workload, progress)
         return build_result(run, deployment, workload, ttft_ms, tpot_ms)
@@ -38,7 +39,7 @@ def simulate(
     mine = Workload(
         workload.requests[::ranks],
         None if cap is None else -(-cap // ranks),
-        f"{workload.description}; rank 0 of {ranks} attention-DP ranks: every {ranks}th request",
+        f"{workload.description}; scheduler 0 of {ranks}: every {ranks}th request",
     )
     run, _ = simulate_run(deployment, mine, progress)
     return scale_ranks(build_result(run, deployment, mine, ttft_ms, tpot_ms), ranks)

@@ -56,6 +56,12 @@ class Deployment:
             self.max_model_len, self.enable_prefix_caching, recorder, self.speculative,
         )  # fmt: skip
 
+    @property
+    def shares(self) -> int:
+        """Schedulers the deployment's requests are dealt over, one simulated: its data-parallel
+        replicas (vLLM's DP engine cores, SGLang's --dp-size) x SGLang's attention-DP ranks."""
+        return max(1, self.data_parallel_size) * max(1, self.attention_ranks)
+
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
 
@@ -172,9 +178,14 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
             f"batch); throughput and goodput are the {ranks} ranks' together"
         )
     if c.data_parallel_size > 1:
+        what = (
+            "vLLM DP engine cores (the MoE group's other cores taken as equally loaded)"
+            if s.engine == "vllm" and c.expert_parallel_size > 1
+            else "data-parallel replicas"
+        )
         notes.append(
-            f"one of {c.data_parallel_size} data-parallel replicas is simulated: every request goes to it "
-            "(divide --request-rate by the replicas for an even split)"
+            f"one of {c.data_parallel_size} {what} is simulated, dealt every {c.data_parallel_size}th request "
+            "(round-robin); throughput, goodput and completed requests are all of them together"
         )
     notes.append(
         f"step time: decode step model ({d.bandwidth_source}) + each prefill chunk's GEMM FLOPs at "
