@@ -20,7 +20,11 @@ Exclusion rules, written before any error was looked at and applied to every row
   1. ShareGPT prompts: kvplan ships no ShareGPT length histogram.
   2. The dataset or the lengths are not stated (lengths only from token totals, output 'unknown').
   3. The parallel layout is not stated (TP 'unknown').
-  4. Expert parallelism, SGLang DP attention, speculative decoding (MTP/EAGLE): not modelled.
+  4. Speculative decoding whose method, draft tokens and acceptance length are not all stated (MTP/EAGLE).
+     (Until 2026-12-01 rule 4 excluded every expert-parallel, DP-attention and speculative row as not
+     modelled; `simulate` now runs them (DP ranks dealt round-robin, speculative steps), so they are
+     replayed with the flags their launch states: --enable-expert-parallel, --enable-dp-attention
+     with its --dp size (SGLang's default 1), MTP with its stated tokens and acceptance length.)
   5. No shipped GPU spec; no kvplan spec for the model (or an architecture twin, named).
   6. num_prompts, the request rate or the random range ratio not stated.
   7. Rows the collector flagged as unreliable: no --ignore-eos and the outputs fell short of the
@@ -119,6 +123,10 @@ MODELS = {
     ),
     "meta-llama/Llama-3.1-405B": ("llama3.1-405b", ""),
     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B": ("tests/fixtures/hf/corpus/nemotron-3-nano-30b-a3b.json", ""),
+    "zai-org/GLM-5.1": (
+        "tests/fixtures/hf/corpus/glm-5.1.json",
+        "GLM-5.1's config.json (the FP8 checkpoint's weights as fp8)",
+    ),
 }
 
 METRICS = ("ttft", "tpot", "throughput")
@@ -209,10 +217,8 @@ def exclusion(r: dict[str, str]) -> str | None:
         return f"dataset or lengths not stated (dataset {r['dataset']!r}, output {r['output_len']!r})"
     if not r["tp"].isdigit() or not r["pp"].isdigit():
         return "parallel layout not stated"
-    if "expert-parallel" in notes or "DP ATTENTION" in notes or "dp-attention" in notes:
-        return "expert parallelism or SGLang DP attention: not modelled"
-    if "MTP" in notes or "EAGLE" in notes or "speculative" in notes:
-        return "speculative decoding: not modelled"
+    if ("MTP" in notes or "EAGLE" in notes or "speculative" in notes) and _speculative(notes) is None:
+        return "speculative decoding: its method, draft tokens or acceptance length not stated"
     if r["gpu"] not in GPUS:
         return f"GPU {r['gpu']!r}: no shipped GPU spec"
     if not any(r["model"].startswith(p) for p in MODELS):
@@ -249,6 +255,37 @@ def _published(r: dict[str, str], metric: str) -> tuple[str, float] | None:
     return None
 
 
+def _speculative(notes: str) -> tuple[int, float] | None:
+    """(MTP draft tokens, acceptance length) when the row states both ('MTP with 3 speculative tokens',
+    'acceptance length 1.64'), else None."""
+    steps = re.search(r"MTP with (\d+) speculative tokens?", notes)
+    accept = re.search(r"acceptance length ([\d.]+)", notes)
+    if steps is None or accept is None:
+        return None
+    return int(steps[1]), float(accept[1])
+
+
+def _parallel_flags(notes: str, engine: str) -> dict[str, Any]:
+    """Expert parallelism and DP attention as the row's launch states them."""
+    flags: dict[str, Any] = {}
+    dp = re.search(r"--dp(?:-size)? (\d+)", notes)
+    if engine == "sglang" and ("DP ATTENTION" in notes or "--enable-dp-attention" in notes):
+        flags["enable_dp_attention"] = True
+        flags["data_parallel_size"] = int(dp[1]) if dp else 1  # SGLang's --dp-size default
+    if engine == "vllm" and "--enable-expert-parallel" in notes:
+        flags["enable_expert_parallel"] = True
+        if m := re.search(r"--data-parallel-size (\d+)", notes):
+            flags["data_parallel_size"] = int(m[1])
+    if (spec := _speculative(notes)) is not None:
+        steps, accept = spec
+        if engine == "vllm":
+            flags["speculative_config"] = f'{{"method": "mtp", "num_speculative_tokens": {steps}}}'
+        else:
+            flags["speculative_algorithm"], flags["speculative_num_steps"] = "NEXTN", steps
+        flags["acceptance_length"] = accept
+    return flags
+
+
 def _engine_flags(r: dict[str, str], engine: str) -> dict[str, Any]:
     """Dtypes, batch limits and prefix caching as the row states them (else the engine's defaults)."""
     flags: dict[str, Any] = {}
@@ -267,6 +304,7 @@ def _engine_flags(r: dict[str, str], engine: str) -> dict[str, Any]:
         else:
             flags["max_num_batched_tokens"] = str(n)
     flags["enable_prefix_caching"] = not r["prefix_caching"].startswith("off")
+    flags.update(_parallel_flags(r["notes"], engine))
     return flags
 
 

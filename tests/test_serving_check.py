@@ -69,3 +69,20 @@ def test_a_replayed_row_gives_the_files_figures(check, data, line):
         got = rec["metrics"][metric]
         assert got["published"] == m["published"]
         assert math.isclose(got["simulated"], m["simulated"], rel_tol=1e-9), (line, metric)
+
+
+def test_dp_attention_and_stated_mtp_rows_replay_with_their_launch_flags(check, data):
+    recs = {r["line"]: r for r in data["records"]}
+    # gpustack's DeepSeek-R1 SGLang rows launched '--tp 8 --enable-dp-attention' (no --dp: SGLang's 1)
+    for line in (247, 248, 249, 250):
+        assert recs[line]["flags"]["enable_dp_attention"] is True
+        assert recs[line]["flags"]["data_parallel_size"] == 1
+    # the GLM-5.1 recipe: MTP with 3 speculative tokens, acceptance length 1.64 stated by its block
+    glm = recs[85]["flags"]
+    assert glm["speculative_config"] == '{"method": "mtp", "num_speculative_tokens": 3}'
+    assert glm["acceptance_length"] == 1.64
+    # the Step-3.5-Flash recipe does not say whether its block ran MTP: still excluded
+    why = {e["line"]: e["reason"] for e in data["excluded_rows"]}
+    assert why[83].startswith("speculative decoding: its method, draft tokens or acceptance length")
+    assert check._speculative("MTP with 2 speculative tokens; acceptance length 2.5") == (2, 2.5)
+    assert check._speculative("MTP with 2 speculative tokens") is None
