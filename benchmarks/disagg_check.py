@@ -152,6 +152,29 @@ def llmd_check() -> dict:
     }
 
 
+def llmd_estimate() -> dict:
+    """`estimate --disaggregated` on llm-d's own layout (8 x TP 1 prefill, 2 x TP 4 decode on 16 H200):
+    what each pool sustains by kvplan's arithmetic (bare prefill one prompt after another; decode at the
+    pool's full concurrency, not at a latency target) against the measured requests/s."""
+    from kvplan import api
+
+    d = api.estimate(
+        "gpt-oss-120b", disaggregated=True, prefill_gpus="8xH200", decode_gpus="8xH200",
+        prefill_tensor_parallel_size=1, decode_tensor_parallel_size=4, input_len=LLMD["input"],
+        output_len=LLMD["output"], max_model_len="8K",
+    )  # fmt: skip
+    return {
+        "prefill_replicas": d.prefill.replicas,
+        "decode_replicas": d.decode.replicas,
+        "prefill_requests_per_s": d.prefill.requests_per_s,
+        "decode_requests_per_s": d.decode.requests_per_s,
+        "binding_pool": d.binding_pool,
+        "requests_per_s": d.requests_per_s,
+        "published_requests_per_s": LLMD["requests_per_s"],
+        "error": d.requests_per_s / LLMD["requests_per_s"] - 1,
+    }
+
+
 def _err(rec: dict, what: str) -> float | None:
     pub = rec.get(f"published_{what}")
     return None if pub is None else rec[what] / pub - 1
@@ -194,11 +217,23 @@ def main() -> None:
         f"(measured {llmd['published_ttft_p90_ms']:.0f}), TPOT {llmd['tpot_ms']:.1f} ms (measured p90 "
         f"{llmd['published_tpot_p90_ms']:.1f})"
     )
+    est = llmd_estimate()
+    print(
+        f"estimate --disaggregated on llm-d's layout: the {est['binding_pool']} pool binds at "
+        f"{est['requests_per_s']:.1f} req/s against {est['published_requests_per_s']:.1f} measured "
+        f"({est['error']:+.0%}: a bare forward pass a prompt, no serving overhead)"
+    )
     OUT.write_text(
         "# kvplan's disaggregated arithmetic against Mooncake's published 1P1D runs and llm-d's 16 x H200 guide\n"
         "# (benchmarks/disagg_check.py)\n"
         + yaml.safe_dump(
-            {"schema": "kvplan.disagg-check/1", "summary": summary, "llm_d": llmd, "records": recs},
+            {
+                "schema": "kvplan.disagg-check/1",
+                "summary": summary,
+                "llm_d": llmd,
+                "llm_d_estimate": est,
+                "records": recs,
+            },
             sort_keys=False,
         ),
         encoding="utf-8",

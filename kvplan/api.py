@@ -54,6 +54,8 @@ def estimate(
     disaggregated: bool = False,
     prefill_gpus: str | None = None,
     decode_gpus: str | None = None,
+    prefill_tensor_parallel_size: int | None = None,
+    decode_tensor_parallel_size: int | None = None,
     **flags: Any,
 ) -> Plan | Disaggregated:
     """How `model` fits on GPUs (`kvplan estimate`): a Plan of weights, KV budget, KV per token, pool
@@ -68,20 +70,24 @@ def estimate(
       shared_prefix_tokens: tokens; prefix_hit_rate: a fraction; calibration=False ignores what
       this machine measured. Spec warnings are issued with `warnings.warn`.
     disaggregated=True with prefill_gpus and decode_gpus (and input_len/output_len): the two pools, the
-    KV each request moves and which pool binds, as `estimate --disaggregated` (a Disaggregated).
+    KV each request moves and which pool binds, as `estimate --disaggregated` (a Disaggregated);
+    prefill_tensor_parallel_size / decode_tensor_parallel_size: each pool's own TP.
     """
     from kvplan.commands import inputs
     from kvplan.plan.plan import estimate as run_estimate
 
-    if disaggregated or prefill_gpus is not None or decode_gpus is not None:
+    pool_tps = (prefill_tensor_parallel_size, decode_tensor_parallel_size)
+    if disaggregated or prefill_gpus is not None or decode_gpus is not None or pool_tps != (None, None):
         from kvplan.plan.disagg import disaggregate
 
         if not disaggregated:
-            raise UsageError("estimate: prefill_gpus and decode_gpus need disaggregated=True")
+            raise UsageError(
+                "estimate: prefill_gpus, decode_gpus and the pools' tensor_parallel_size need disaggregated=True"
+            )
         if "gpus" in flags:
             raise UsageError("estimate: with disaggregated=True the pools are prefill_gpus and decode_gpus")
         f = _flags(inputs.EstimateFlags, {"model": model, **flags}, "estimate")
-        p_req, d_req = inputs.disaggregated_requests(f, prefill_gpus, decode_gpus)
+        p_req, d_req = inputs.disaggregated_requests(f, prefill_gpus, decode_gpus, *pool_tps)
         assert prefill_gpus is not None and decode_gpus is not None  # disaggregated_requests checked
         return disaggregate(p_req, d_req, prefill_gpus, decode_gpus)
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import kvplan
-from helpers import REPO
+from helpers import REPO, run_cli
 from kvplan.errors import UsageError
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -93,3 +93,16 @@ def test_solve_disaggregated_answers_llm_ds_published_layout():
     assert r["decode"][0] * r["decode"][1] == 8
     assert abs(r["requests_per_s_per_gpu_error"]) < 0.2
     assert r["published_requests_per_s_per_gpu"] == pytest.approx(42.58097793003138 / 16)
+
+
+def test_estimate_takes_each_pools_tp_and_sizes_llm_ds_layout():
+    est = disagg_check.llmd_estimate()
+    assert (est["prefill_replicas"], est["decode_replicas"]) == (8, 2)
+    # kvplan's arithmetic is a ceiling: the bare prefill of one prompt after another on each of the 8
+    # prefill GPUs binds above the 42.6 requests/s llm-d served (no serving overhead counted)
+    assert est["binding_pool"] == "prefill" and est["requests_per_s"] > est["published_requests_per_s"]
+    r = run_cli("estimate", "-m", "gpt-oss-120b", "--decode-tp", "4")
+    assert r.exit_code == 2 and "--decode-tp needs --disaggregated" in r.stderr
+    r = run_cli("estimate", "-m", "gpt-oss-120b", "--disaggregated", "--prefill-gpus", "8xH200",
+                "--decode-gpus", "8xH200", "--prefill-tp", "0", "--input-len", "1K", "--output-len", "64")  # fmt: skip
+    assert r.exit_code == 2 and "--prefill-tp must be between 1 and 1,024" in r.stderr

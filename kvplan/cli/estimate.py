@@ -191,6 +191,22 @@ DecodeGpus = Annotated[
     str | None,
     typer.Option("--decode-gpus", help="With --disaggregated: the decode pool, e.g. 8xH100."),
 ]
+PrefillTp = Annotated[
+    int | None,
+    typer.Option(
+        "--prefill-tensor-parallel-size",
+        "--prefill-tp",
+        help="With --disaggregated: the prefill pool's TP (default -tp), its GPUs in replicas of it.",
+    ),
+]
+DecodeTp = Annotated[
+    int | None,
+    typer.Option(
+        "--decode-tensor-parallel-size",
+        "--decode-tp",
+        help="With --disaggregated: the decode pool's TP (default -tp), its GPUs in replicas of it.",
+    ),
+]
 
 
 @reports_errors
@@ -259,13 +275,27 @@ def estimate(
     disaggregated: Disaggregated = False,
     prefill_gpus: PrefillGpus = None,
     decode_gpus: DecodeGpus = None,
+    prefill_tensor_parallel_size: PrefillTp = None,
+    decode_tensor_parallel_size: DecodeTp = None,
 ) -> None:
     """How a model fits on GPUs: weights, KV budget, KV per token, pool tokens, concurrent requests."""
-    pools = (disaggregated, prefill_gpus, decode_gpus)
+    pools = (
+        disaggregated,
+        prefill_gpus,
+        decode_gpus,
+        prefill_tensor_parallel_size,
+        decode_tensor_parallel_size,
+    )
     flags = {k: v for k, v in locals().items() if k not in ("json_out", "explain", "pools", *_DISAGG)}
     from kvplan.commands import inputs
 
-    if disaggregated or prefill_gpus or decode_gpus:
+    if (
+        disaggregated
+        or prefill_gpus
+        or decode_gpus
+        or prefill_tensor_parallel_size is not None
+        or decode_tensor_parallel_size is not None
+    ):
         from kvplan.errors import UsageError
 
         # nothing given is silently dropped: the pools replace --gpus, and --explain is one plan's
@@ -295,18 +325,37 @@ def estimate(
     render_plan(plan, console(), explain=explain)
 
 
-_DISAGG = ("disaggregated", "prefill_gpus", "decode_gpus")
+_DISAGG = (
+    "disaggregated",
+    "prefill_gpus",
+    "decode_gpus",
+    "prefill_tensor_parallel_size",
+    "decode_tensor_parallel_size",
+)
 
 
-def _disaggregated(flags: EstimateFlags, pools: tuple[bool, str | None, str | None], json_out: bool) -> None:
+def _disaggregated(
+    flags: EstimateFlags, pools: tuple[bool, str | None, str | None, int | None, int | None], json_out: bool
+) -> None:
     from kvplan.commands import inputs
     from kvplan.errors import UsageError
     from kvplan.plan.disagg import disaggregate
 
-    on, prefill_gpus, decode_gpus = pools
+    on, prefill_gpus, decode_gpus, prefill_tp, decode_tp = pools
     if not on:
-        raise UsageError("--prefill-gpus and --decode-gpus need --disaggregated")
-    p_req, d_req = inputs.disaggregated_requests(flags, prefill_gpus, decode_gpus)
+        given = [
+            flag
+            for flag, v in (
+                ("--prefill-gpus", prefill_gpus), ("--decode-gpus", decode_gpus),
+                ("--prefill-tp", prefill_tp), ("--decode-tp", decode_tp),
+            )
+            if v is not None
+        ]  # fmt: skip
+        verb = "needs" if len(given) == 1 else "need"
+        raise UsageError(
+            f"{', '.join(given[:-1])}{' and ' if len(given) > 1 else ''}{given[-1]} {verb} --disaggregated"
+        )
+    p_req, d_req = inputs.disaggregated_requests(flags, prefill_gpus, decode_gpus, prefill_tp, decode_tp)
     for warning in p_req.model.warnings:  # one model: its warnings once
         typer.echo(f"warning: {warning}", err=True)
     for req in (p_req, d_req):

@@ -369,16 +369,29 @@ def plan_request(f: EstimateFlags, gpus_flag: str = "--gpus") -> PlanRequest:
 
 
 def disaggregated_requests(
-    f: EstimateFlags, prefill_gpus: str | None, decode_gpus: str | None
+    f: EstimateFlags,
+    prefill_gpus: str | None,
+    decode_gpus: str | None,
+    prefill_tp: int | None = None,
+    decode_tp: int | None = None,
 ) -> tuple[PlanRequest, PlanRequest]:
     """`estimate --disaggregated`: the prefill pool's and the decode pool's requests, the same flags
-    with each pool's GPUs (--gpus is not used)."""
+    with each pool's GPUs (--gpus is not used) and, when given, each pool's own TP."""
     if not prefill_gpus or not decode_gpus:
         raise UsageError("--disaggregated needs --prefill-gpus NxGPU and --decode-gpus MxGPU, e.g. 8xH100")
     if f.input_len is None or f.output_len is None:
         raise UsageError("--disaggregated needs --input-len and --output-len (a request's prompt and output)")
-    prefill = plan_request(dataclasses.replace(f, gpus=prefill_gpus), "--prefill-gpus")
-    decode = plan_request(dataclasses.replace(f, gpus=decode_gpus), "--decode-gpus")
+    for tp, flag in ((prefill_tp, "--prefill-tp"), (decode_tp, "--decode-tp")):
+        if tp is not None and not 1 <= tp <= 1024:
+            raise UsageError(f"{flag} must be between 1 and 1,024, got {tp}")
+    p_tp = prefill_tp or f.tensor_parallel_size
+    d_tp = decode_tp or f.tensor_parallel_size
+    prefill = plan_request(
+        dataclasses.replace(f, gpus=prefill_gpus, tensor_parallel_size=p_tp), "--prefill-gpus"
+    )
+    decode = plan_request(
+        dataclasses.replace(f, gpus=decode_gpus, tensor_parallel_size=d_tp), "--decode-gpus"
+    )
     return prefill, decode
 
 
