@@ -499,3 +499,53 @@ def test_fuzz_solve_disaggregated(flag, value):
             "solve", "-m", "llama3-8b", "--disaggregated", *[x for kv in args.items() for x in kv], "--json"
         )
     )
+
+
+# --- simulate's speculative and DP-attention flags; estimate --disaggregated's per-pool TP ---
+
+
+@FUZZ
+@given(
+    flag=st.sampled_from(["--acceptance-length", "--speculative-config", "--data-parallel-size"]),
+    value=NUMBERS
+    | st.sampled_from(
+        ['{"method": "mtp", "num_speculative_tokens": 99999}', '{"method": "ngram"}', "{}", "[1]"]
+    ),
+)
+def test_fuzz_simulate_moe_flags(flag, value):
+    args = {"--max-model-len": "8K", "--num-prompts": "10", "-g": "8xH200", "--input-len": "256",
+            "--output-len": "16"}  # fmt: skip
+    if flag == "--acceptance-length":
+        args["--speculative-config"] = '{"method": "mtp", "num_speculative_tokens": 2}'
+    if flag == "--data-parallel-size":
+        args["--engine"] = "sglang"
+        args["--enable-dp-attention"] = ""
+    args[flag] = value
+    argv = [x for kv in args.items() for x in kv if x != ""]
+    _ok(invoke("simulate", "-m", "deepseek-v3", *argv, "--json"))
+
+
+@FUZZ
+@given(flag=st.sampled_from(["--prefill-tp", "--decode-tp"]), value=NUMBERS)
+def test_fuzz_estimate_disaggregated_pool_tp(flag, value):
+    _ok(
+        invoke(
+            "estimate",
+            "-m",
+            "llama3-8b",
+            "--disaggregated",
+            "--prefill-gpus",
+            "8xH100",
+            "--decode-gpus",
+            "8xH100",
+            "--input-len",
+            "1K",
+            "--output-len",
+            "64",
+            "--max-model-len",
+            "8K",
+            flag,
+            value,
+            "--json",
+        )  # fmt: skip
+    )

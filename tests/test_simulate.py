@@ -353,3 +353,20 @@ def test_dp_attention_holds_more_than_the_replicated_pool_at_the_same_load():
     dpa = kvplan.simulate("deepseek-v3", enable_dp_attention=True, data_parallel_size=8, **kw)
     assert dpa.kv_usage_peak < tp.kv_usage_peak
     assert dpa.completed == tp.completed == 200
+
+
+def test_simulate_cli_takes_the_parallel_flags():
+    r = run_cli("simulate", "-m", "deepseek-v3", "-g", "8xH200", "--max-model-len", "8K", "--engine", "sglang",
+                "--enable-dp-attention", "-dp", "8", "--num-prompts", "40", "--input-len", "512",
+                "--output-len", "32")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    head = " ".join(r.stdout.split())
+    assert (
+        "DP attention 8, sglang" in head and "each of 8 schedulers:" in head and "blocks of 1 token (" in head
+    )
+    r = run_cli("simulate", "-m", "deepseek-v3", "-g", "8xH200", "--max-model-len", "8K", "-tp", "1", "-dp", "8",
+                "--enable-expert-parallel", "--num-prompts", "40", "--input-len", "512", "--output-len", "32",
+                "--json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)["deployment"]
+    assert (d["data_parallel_size"], d["attention_dp_ranks"]) == (8, 1)

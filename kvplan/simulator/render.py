@@ -46,9 +46,14 @@ def render(result: SimResult, console: Console) -> None:
     from rich.table import Table
 
     d, w = result.deployment, result.workload
+    dp, ranks = d.get("data_parallel_size", 1) or 1, d.get("attention_dp_ranks", 1) or 1
+    unit = "token" if d["block_size"] == 1 else "tokens"
+    scheds = dp * ranks
+    where = (f" x DP {dp}" if dp > 1 else "") + (f", DP attention {ranks}" if ranks > 1 else "")
+    each = f"each of {scheds} schedulers: " if scheds > 1 else ""
     console.print(
-        f"{d['model']} on {d['gpus']}, {d['engine']} {d['engine_version']}: {d['num_gpu_blocks']:,} KV blocks "
-        f"of {d['block_size']} tokens ({d['pool_tokens']:,} tokens), max {d['max_num_seqs']:,} running, "
+        f"{d['model']} on {d['gpus']}{where}, {d['engine']} {d['engine_version']}: {each}{d['num_gpu_blocks']:,} "
+        f"KV blocks of {d['block_size']} {unit} ({d['pool_tokens']:,} tokens), max {d['max_num_seqs']:,} running, "
         f"prefix caching {'on' if d['enable_prefix_caching'] else 'off'}",
         highlight=False,
     )
