@@ -30,7 +30,6 @@ from kvplan.plan.plan import Plan, estimate
 from kvplan.request import Speculative
 from kvplan.search import rate
 from kvplan.search.solve import (
-    PLAIN,
     SGLANG_KV_DTYPE,
     Parallel,
     Query,
@@ -39,10 +38,9 @@ from kvplan.search.solve import (
     _label,
     _max_dp,
     _request,
-    ep_layouts,
     launch_line,
-    layouts,
     rented,
+    shapes,
     speculative_flags,
     unit_gpus,
 )
@@ -189,9 +187,7 @@ def _decode_pool(q: Query, req_rate: float, inp: int, out: int, tpot_target: flo
     length = q.max_model_len or q.model.max_context
     for gpu in q.gpus:
         for dtype in q.kv_dtypes:
-            shapes = [(tp, pp, PLAIN) for tp, pp in layouts(q, gpu, dtype)]
-            shapes += [(tp, 1, par) for tp, par in ep_layouts(q, gpu, dtype)]
-            for tp, pp, par in shapes:
+            for tp, pp, par in shapes(q, gpu, dtype):
                 unit = unit_gpus(q, tp, pp, par)
                 try:
                     # capacity at a request's final context; the step at the mean context of its decode

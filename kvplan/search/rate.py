@@ -35,9 +35,8 @@ from kvplan.search.solve import (
     _label,
     _replica,
     _request,
-    ep_layouts,
-    layouts,
     rented,
+    shapes,
     unit_gpus,
 )
 from kvplan.search.solve import _max_dp as max_replicas
@@ -201,9 +200,7 @@ class Search:
         q = self.q
         for gpu in q.gpus:
             for dtype in q.kv_dtypes:
-                shapes = [(tp, pp, PLAIN) for tp, pp in layouts(q, gpu, dtype)]
-                shapes += [(tp, 1, par) for tp, par in ep_layouts(q, gpu, dtype)]
-                for tp, pp, par in shapes:
+                for tp, pp, par in shapes(q, gpu, dtype):
                     unit = unit_gpus(q, tp, pp, par)
                     fixed = q.fixed_num_gpus
                     if fixed is not None and (unit > fixed or fixed % unit):

@@ -285,6 +285,14 @@ def ep_layouts(q: Query, gpu: GpuSpec, dtype: str) -> list[tuple[int, Parallel]]
     return []
 
 
+def shapes(q: Query, gpu: GpuSpec, dtype: str) -> list[tuple[int, int, Parallel]]:
+    """(TP, PP, Parallel) of every layout to search: plain TP x PP, then an MoE model's expert-parallel
+    units (ep_layouts)."""
+    return [(tp, pp, PLAIN) for tp, pp in layouts(q, gpu, dtype)] + [
+        (tp, 1, par) for tp, par in ep_layouts(q, gpu, dtype)
+    ]
+
+
 def _ep_shapes(q: Query, tps: list[int], unit: int, experts: int) -> list[tuple[int, Parallel]]:
     out: list[tuple[int, Parallel]] = []
     for t in sorted(tps):
