@@ -68,6 +68,7 @@ def test_the_assumed_model_on_the_usable_rows(bench, rows):
     # (README, Prefill: +4.5% and -4.9%)
     assert err[35] == pytest.approx(0.045, abs=0.005) and err[36] == pytest.approx(-0.049, abs=0.005)
     # SGLang bench_one_batch, DeepSeek-V3.1 fp8 on 8x H200, 16 x 512 tokens: 288.9 ms published; kvplan's
-    # dense-GEMM efficiency makes the MoE prefill about twice too fast (256 tokens per expert run far
-    # below a large GEMM's efficiency): a known miss, asserted so a change to it is seen
-    assert err[43] < -0.4 and err[44] < -0.4
+    # dense-GEMM efficiency makes the MoE prefill far too fast (256 tokens per expert run below a large
+    # GEMM's efficiency); the fused MoE's activation buffers took it from below -40% to -39%: a known
+    # miss, asserted so a change to it is seen
+    assert err[43] == pytest.approx(-0.393, abs=0.005) and err[44] == pytest.approx(-0.392, abs=0.005)

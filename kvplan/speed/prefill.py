@@ -9,6 +9,10 @@ earlier chunks of a chunked prefill), one GPU of each pipeline stage, stages one
              (QK^T and PV), at `attention_mfu` of the bf16 dense peak (FlashAttention runs bf16)
   comm       two all-reduces of tokens x hidden x 2 bytes per layer under TP (the decode step's links);
              one activation hop per pipeline boundary
+  MoE acts   the fused MoE's activation buffers per token-expert pair, each written and read once:
+             gate_up's output, the activation's, and down's (tokens x top-k x hidden, summed per token
+             by moe_sum): vllm/model_executor/layers/fused_moe/fused_moe.py (v0.11.0, fused_experts_impl:
+             intermediate_cache1/2/3), at the weight stream's share of HBM bandwidth
 Under DP attention a prompt's attention GEMMs and FLOPs run on one attention-DP rank (attn_tp GPUs) and
 its attention output is all-reduced over them; under expert parallelism with an all-to-all, the MoE
 layers dispatch and combine its tokens instead of all-reducing them.
@@ -93,6 +97,7 @@ class PrefillTime:
     overhead_ms: float
     total_ms: float
     compute_bound: bool  # GEMM FLOPs, not the weight stream, set gemm_ms
+    moe_activation_ms: float = 0.0  # the fused MoE's activation buffers written and read (MoE acts)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,6 +111,7 @@ class _Work:
     comm_s: float
     comm_latency_s: float  # the all-reduces' and hops' fixed cost, which a step pays once for all its tokens
     launch_s: float
+    moe_act_s: float = 0.0  # the fused MoE's activation buffers (MoE acts)
 
 
 def _work(
@@ -151,7 +157,22 @@ def _work(
         (layers - a2a_layers) * inp.tp_link.latency_s(c) if tp > 1 else 0.0
     )
     fixed += sum(link.latency_s(c) for link in inp.pp_links)
-    return _Work(compute, stream, attention, comm, fixed, layers * c.launch_per_layer_s)
+    return _Work(compute, stream, attention, comm, fixed, layers * c.launch_per_layer_s, _moe_acts(inp, n, c))
+
+
+def _moe_acts(inp: DecodeInputs, tokens: int, c: Coefficients) -> float:
+    """Seconds the fused MoE's activation buffers take for `tokens` tokens on one GPU: per token-expert
+    pair, gate_up's output (its N slice), the activation's (half of it) and down's (hidden), each
+    written and read once; every GPU of a TP group holds all of a token's pairs (its slice of each),
+    and under expert parallelism each GPU takes as many pairs from the group (its ranks as loaded)."""
+    total = 0.0
+    for s in inp.stages:
+        e = s.experts
+        if e is None or not s.moe_layers:
+            continue
+        per_pair = 2 * inp.activation_bytes * (e.gate_up.n + e.down.k + e.down.n)
+        total += s.moe_layers * tokens * e.experts_per_token * per_pair
+    return total / (c.gemm_efficiency * inp.hbm_bytes_per_s)
 
 
 def _attention_side_params(inp: DecodeInputs) -> int:
@@ -178,7 +199,7 @@ def prefill_time(
     w = _work(inp, work, prompts, tokens, cached_tokens, c, p)
     gemm = max(w.compute_s, w.stream_s)
     overhead = p.ttft_overhead_s if served else 0.0
-    total = gemm + w.attention_s + w.comm_s + w.launch_s + overhead
+    total = gemm + w.attention_s + w.comm_s + w.launch_s + w.moe_act_s + overhead
     return PrefillTime(
         tokens=tokens,
         cached_tokens=cached_tokens,
@@ -189,6 +210,7 @@ def prefill_time(
         overhead_ms=overhead * 1e3,
         total_ms=total * 1e3,
         compute_bound=w.compute_s >= w.stream_s,
+        moe_activation_ms=w.moe_act_s * 1e3,
     )
 
 
@@ -210,7 +232,7 @@ def chunk_seconds(
     p = p or prefill_coefficients()
     w = _work(inp, work, 1, tokens, cached_tokens, c, p)
     experts = 0.0 if decode_batch is None else moe_prefill_stream_seconds(inp, decode_batch, tokens, c)
-    return w.compute_s + w.attention_s + max(0.0, w.comm_s - w.comm_latency_s) + experts
+    return w.compute_s + w.attention_s + max(0.0, w.comm_s - w.comm_latency_s) + w.moe_act_s + experts
 
 
 def weight_bytes_per_gpu(inp: DecodeInputs) -> int:
