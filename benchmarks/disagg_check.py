@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kvplan.model.parallel import Network  # noqa: E402
+from kvplan.commands.inputs import parse_network  # noqa: E402
 from kvplan.plan.disagg import kv_moved_bytes_per_token, kv_transfer_seconds  # noqa: E402
 from kvplan.plan.plan import PlanRequest, estimate  # noqa: E402
 from kvplan.specs.registry import load_gpu, load_model  # noqa: E402
@@ -72,7 +72,8 @@ def rows() -> list[dict[str, str]]:
 
 
 def check() -> list[dict]:
-    net = Network("200G", 200.0, None, "a 200 Gb/s share of the node's RoCE links per GPU (200 GB/s a node)")
+    net = parse_network(None, 200.0)  # the docs' 200 GB/s a node (4 x 400GbE), 200 Gb/s a GPU
+    assert net is not None
     out: dict[tuple[str, int], dict] = {}
     for r in rows():
         doc = _doc(r)
@@ -114,14 +115,24 @@ def check() -> list[dict]:
     return sorted(out.values(), key=lambda x: (x["engine"], x["input_len"]))
 
 
-# llm-d's guide (guides/pd-disaggregation/README.md @027a0532, disagg_quotes.md): gpt-oss-120b on 16 H200,
-# 8 prefill instances at TP 1 and 2 decode instances at TP 4, 45 requests/s of 5,000 in / 250 out;
-# measured 42.58 requests/s, TTFT p90 1.587 s (mean 1.157 s), time per output token p90 7.84 ms (mean 5.70 ms)
-LLMD = {
-    "gpus": 16, "prefill": (8, 1), "decode": (2, 4), "rate": 45.0, "input": 5000, "output": 250,
-    "requests_per_s": 42.58097793003138, "ttft_p90_ms": 1587.1762204682462, "ttft_mean_ms": 1156.8768169119075,
-    "tpot_p90_ms": 7.838766581131792, "tpot_mean_ms": 5.698083638427052,
-}  # fmt: skip
+# llm-d's guide (guides/pd-disaggregation/README.md @027a0532; disagg_runs.tsv, disagg_quotes.md): gpt-oss-120b
+# on 16 H200, 8 prefill instances at TP 1 and 2 decode instances at TP 4, 45 requests/s of 5,000 in / 250 out
+LLMD_SETUP = {"gpus": 16, "rate": 45.0, "input": 5000, "output": 250}
+
+
+def llmd_published() -> dict[str, float]:
+    """llm-d's measured figures, read from disagg_runs.tsv: requests/s, TTFT p90 (ms), TPOT p90 (ms)."""
+    with TSV.open(encoding="utf-8") as fh:
+        got = {
+            r["metric_name"]: float(r["metric_value"])
+            for r in csv.DictReader(fh, delimiter="\t")
+            if "llm-d/llm-d" in r["source_url"]
+        }
+    return {
+        "requests_per_s": got["request throughput"],
+        "ttft_p90_ms": got["TTFT p90"] * 1e3,
+        "tpot_p90_ms": got["TPOT p90"] * 1e3,
+    }
 
 
 def llmd_check() -> dict:
@@ -130,14 +141,15 @@ def llmd_check() -> dict:
     from kvplan import api
 
     r = api.solve(
-        "gpt-oss-120b", gpus="H200", request_rate=LLMD["rate"], ttft_ms=1600, tpot_ms=8,
-        input_len=LLMD["input"], output_len=LLMD["output"], max_model_len="8K", num_prompts=1000,
+        "gpt-oss-120b", gpus="H200", request_rate=LLMD_SETUP["rate"], ttft_ms=1600, tpot_ms=8,
+        input_len=LLMD_SETUP["input"], output_len=LLMD_SETUP["output"], max_model_len="8K", num_prompts=1000,
         disaggregated=True,
     )  # fmt: skip
     d = r.to_dict()
     pre, dec = d["prefill"]["answer"], d["decode"]
-    per_gpu = LLMD["rate"] / d["num_gpus"]
-    measured = LLMD["requests_per_s"] / LLMD["gpus"]
+    pub = llmd_published()
+    per_gpu = LLMD_SETUP["rate"] / d["num_gpus"]
+    measured = pub["requests_per_s"] / LLMD_SETUP["gpus"]
     return {
         "num_gpus": d["num_gpus"],
         "prefill": [pre["data_parallel_size"], pre["tensor_parallel_size"]],
@@ -146,9 +158,9 @@ def llmd_check() -> dict:
         "published_requests_per_s_per_gpu": measured,
         "requests_per_s_per_gpu_error": per_gpu / measured - 1,
         "ttft_p90_ms": d["ttft_ms"],
-        "published_ttft_p90_ms": LLMD["ttft_p90_ms"],
+        "published_ttft_p90_ms": pub["ttft_p90_ms"],
         "tpot_ms": dec["tpot_ms"],
-        "published_tpot_p90_ms": LLMD["tpot_p90_ms"],
+        "published_tpot_p90_ms": pub["tpot_p90_ms"],
     }
 
 
@@ -160,8 +172,8 @@ def llmd_estimate() -> dict:
 
     d = api.estimate(
         "gpt-oss-120b", disaggregated=True, prefill_gpus="8xH200", decode_gpus="8xH200",
-        prefill_tensor_parallel_size=1, decode_tensor_parallel_size=4, input_len=LLMD["input"],
-        output_len=LLMD["output"], max_model_len="8K",
+        prefill_tensor_parallel_size=1, decode_tensor_parallel_size=4, input_len=LLMD_SETUP["input"],
+        output_len=LLMD_SETUP["output"], max_model_len="8K",
     )  # fmt: skip
     return {
         "prefill_replicas": d.prefill.replicas,
@@ -170,14 +182,14 @@ def llmd_estimate() -> dict:
         "decode_requests_per_s": d.decode.requests_per_s,
         "binding_pool": d.binding_pool,
         "requests_per_s": d.requests_per_s,
-        "published_requests_per_s": LLMD["requests_per_s"],
-        "error": d.requests_per_s / LLMD["requests_per_s"] - 1,
+        "published_requests_per_s": llmd_published()["requests_per_s"],
+        "error": d.requests_per_s / llmd_published()["requests_per_s"] - 1,
     }
 
 
-def _err(rec: dict, what: str) -> float | None:
-    pub = rec.get(f"published_{what}")
-    return None if pub is None else rec[what] / pub - 1
+def _err(rec: dict, what: str) -> float:
+    """kvplan's figure against the published one (every Mooncake length publishes all three)."""
+    return rec[what] / rec[f"published_{what}"] - 1
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from kvplan.errors import UsageError
 
@@ -46,6 +46,14 @@ def _flags(cls: type, given: dict[str, Any], command: str) -> Any:
             value = str(value)  # max_model_len=8192 as the CLI's "8192"
         kwargs[name] = value
     return cls(**kwargs)
+
+
+@overload
+def estimate(model: str, *, disaggregated: Literal[False] = False, **flags: Any) -> Plan: ...
+
+
+@overload
+def estimate(model: str, *, disaggregated: Literal[True], **flags: Any) -> Disaggregated: ...
 
 
 def estimate(

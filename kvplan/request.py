@@ -41,7 +41,18 @@ MTP_SOURCE = (
     "MTP: each draft token accepted at 85%, the low end of DeepSeek-V3's 85-90% for its second-token "
     "prediction (arXiv:2412.19437, 5.4.3); the same rate assumed for every further draft token"
 )
-SPEC_METHODS = ("eagle", "eagle3", "mtp", "ngram")  # draft-free or one-layer drafts kvplan can time
+SPEC_METHODS = ("eagle", "eagle3", "mtp", "ngram")
+# SGLang --speculative-algorithm as kvplan names the method (server_args.py 0.5.x: NEXTN is DeepSeek's MTP)
+SGLANG_SPEC = {
+    "EAGLE": "eagle",
+    "EAGLE3": "eagle3",
+    "NEXTN": "mtp",
+    "STANDALONE": "draft_model",
+    "NGRAM": "ngram",
+}
+SGLANG_ALGORITHM = {
+    method: algo for algo, method in SGLANG_SPEC.items()
+}  # the method's SGLang name  # draft-free or one-layer drafts kvplan can time
 
 
 @dataclass(frozen=True)

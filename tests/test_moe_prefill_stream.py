@@ -97,3 +97,25 @@ def test_served_tpot_under_dp_attention_counts_the_ranks_own_prompts():
     )  # fmt: skip
     s = plan.decode.served
     assert s.tpot_ms == pytest.approx(s.step_ms + (math.ceil(s.batch / 8) - 1) * s.chunk_ms / 512)
+
+
+def test_a_prefill_pays_the_fused_moes_activation_buffers_by_hand(deepseek):
+    # DeepSeek-V3 at TP 8: per token-expert pair one GPU writes and reads gate_up's output (2 x 2048 / 8
+    # = 512 values), the activation's (256) and down's (hidden 7,168), bf16: 2 x 2 x 7,936 = 31,744 bytes;
+    # 8 pairs a token, 58 MoE layers (vLLM fused_experts_impl: intermediate_cache1/2/3)
+    inp = deepseek.decode.inputs
+    s, c = inp.stages[0], coefficients()
+    assert (s.experts.gate_up.n, s.experts.down.k, s.experts.down.n, s.moe_layers) == (512, 256, 7168, 58)
+    from kvplan.speed.prefill import prefill_time
+
+    t = prefill_time(inp, deepseek.prefill.work, 4096, served=False)
+    want = 58 * 4096 * 8 * 31_744 / (c.gemm_efficiency * inp.hbm_bytes_per_s)
+    assert t.moe_activation_ms == pytest.approx(want * 1e3, rel=1e-9)
+    assert t.total_ms == pytest.approx(
+        t.gemm_ms + t.attention_ms + t.communication_ms + t.launch_ms + t.moe_activation_ms, rel=1e-9
+    )
+    # a chunk riding in a decode step pays it too; a dense model pays nothing
+    with_acts = chunk_seconds(inp, deepseek.prefill.work, 4096)
+    assert with_acts > want
+    dense = kvplan.estimate("llama3-70b", gpus="8xH100", max_model_len="8K")
+    assert prefill_time(dense.decode.inputs, dense.prefill.work, 4096).moe_activation_ms == 0.0

@@ -86,3 +86,24 @@ def test_dp_attention_and_stated_mtp_rows_replay_with_their_launch_flags(check, 
     assert why[83].startswith("speculative decoding: its method, draft tokens or acceptance length")
     assert check._speculative("MTP with 2 speculative tokens; acceptance length 2.5") == (2, 2.5)
     assert check._speculative("MTP with 2 speculative tokens") is None
+
+
+def test_the_no_p2p_rule_rests_on_the_logs_it_names(check):
+    # the rule cites the source's own startup logs: each holds vLLM's warning, word for word (one of them
+    # wraps it over two lines)
+    logs = ROOT / "tests" / "fixtures" / "logs" / "real"
+    for source, files in check.NO_P2P.items():
+        for name in files:
+            text = " ".join((logs / name).read_text(encoding="utf-8").split())
+            assert check.NO_P2P_LINE in text, (source, name)
+    data = check.load()
+    pcie = [r for r in data["records"] if r["source"] in check.NO_P2P and "PCIe" in r["flags"]["gpus"]]
+    # every same-node TP 2 row of that source, none of its TP 1 or cross-node rows
+    assert pcie and all(
+        r["flags"]["tensor_parallel_size"] == 2 and "1x" not in r["flags"]["gpus"] for r in pcie
+    )
+    assert not any(
+        r["flags"]["tensor_parallel_size"] == 1 and "PCIe" in r["flags"]["gpus"]
+        for r in data["records"]
+        if r["source"] in check.NO_P2P
+    )

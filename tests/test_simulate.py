@@ -360,10 +360,18 @@ def test_simulate_cli_takes_the_parallel_flags():
                 "--enable-dp-attention", "-dp", "8", "--num-prompts", "40", "--input-len", "512",
                 "--output-len", "32")  # fmt: skip
     assert r.exit_code == 0, r.stderr
-    head = " ".join(r.stdout.split())
+    head = " ".join(r.stdout.split())  # the header's wording: "1 token", the ranks named
     assert (
         "DP attention 8, sglang" in head and "each of 8 schedulers:" in head and "blocks of 1 token (" in head
     )
+    d = json.loads(run_cli("simulate", "-m", "deepseek-v3", "-g", "8xH200", "--max-model-len", "8K", "--engine",
+                           "sglang", "--enable-dp-attention", "-dp", "8", "--max-running-requests", "64",
+                           "--num-prompts", "40", "--input-len", "512", "--output-len", "32",
+                           "--json").stdout)  # fmt: skip
+    dep = d["deployment"]
+    # one rank's scheduler: its own pool, --max-running-requests / 8; 40 requests counted for all 8 ranks
+    assert (dep["attention_dp_ranks"], dep["max_num_seqs"], d["completed"]) == (8, 8, 40)
+    assert d["workload"]["num_requests"] == 5
     r = run_cli("simulate", "-m", "deepseek-v3", "-g", "8xH200", "--max-model-len", "8K", "-tp", "1", "-dp", "8",
                 "--enable-expert-parallel", "--num-prompts", "40", "--input-len", "512", "--output-len", "32",
                 "--json")  # fmt: skip

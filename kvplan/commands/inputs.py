@@ -135,16 +135,6 @@ class EstimateFlags:
     speculative_draft_config: str | None = None  # the draft checkpoint's config.json (EAGLE heads)
 
 
-# SGLang --speculative-algorithm as kvplan names the method (server_args.py 0.5.x: NEXTN is DeepSeek's MTP)
-SGLANG_SPEC = {
-    "EAGLE": "eagle",
-    "EAGLE3": "eagle3",
-    "NEXTN": "mtp",
-    "STANDALONE": "draft_model",
-    "NGRAM": "ngram",
-}
-
-
 def _json_flag(text: str, flag: str) -> Any:
     import json
 
@@ -160,7 +150,7 @@ def parse_speculative(f: EstimateFlags | SolveFlags) -> Any:
     """--speculative-config (vLLM) or --speculative-algorithm/-num-steps/-num-draft-tokens (SGLang), and
     --acceptance-length: a request.Speculative, or None."""
 
-    from kvplan.request import Speculative
+    from kvplan.request import SGLANG_SPEC, Speculative
 
     sglang = f.speculative_algorithm is not None
     sglang_extra = f.speculative_num_steps is not None or f.speculative_num_draft_tokens is not None

@@ -618,7 +618,7 @@ def render_solve_load(ans: Any, console: Console) -> None:
         console.print(f"vLLM:   {escape(a.vllm_flags)}", highlight=False, soft_wrap=True)
     if a.sglang_flags:
         console.print(f"SGLang: {escape(a.sglang_flags)}", highlight=False, soft_wrap=True)
-    for note in [*r.assumptions, *ans.notes]:
+    for note in r.assumptions:
         console.print(f"- {escape(note)}", highlight=False)
 
 

@@ -133,7 +133,6 @@ class RateAnswer:
     simulations: int  # runs in the whole search
     wall_s: float
     limited_by: str  # what bounds the answer
-    notes: list[str] = field(default_factory=list)  # what the search did not try, beside the simulation's
 
     def __repr__(self) -> str:
         """One line, as `solve --request-rate` / `--max-rate` sums it up (not every simulated point)."""
@@ -178,7 +177,7 @@ class RateAnswer:
             "points": [dataclasses.asdict(p) for p in self.points],
             "simulations": self.simulations,
             "wall_s": self.wall_s,
-            "assumptions": [*r.assumptions, *self.notes],
+            "assumptions": list(r.assumptions),
         }
 
 
@@ -238,14 +237,7 @@ class Search:
     def points(self, c: Candidate, dp: int) -> list[Point]:
         t = self.targets
         return [
-            Point(
-                rate * dp,
-                rate,
-                t.of(r.ttft_ms),
-                t.of(r.tpot_ms),
-                self.meets(r),
-                sum(r.failed.values()),
-            )
+            Point(rate * dp, rate, t.of(r.ttft_ms), t.of(r.tpot_ms), self.meets(r), sum(r.failed.values()))
             for rate, r in sorted(c.results.items())
             if rate > 0
         ]
@@ -384,9 +376,8 @@ def max_rate(q: Query, workload: Workload, targets: LoadTargets) -> RateAnswer:
         PLANS.clear()
 
 
-def _max_rate_of(s: Search, c: Candidate, shares: int, beat: float | None) -> tuple[float, str] | None:
-    """The highest rate (all replicas) at which `c` meets the targets, or None when it cannot beat `beat`;
-    `shares`: the deployments the rate is split over (each simulated as `simulate` deals its requests).
+def _max_rate_of(s: Search, c: Candidate, dp: int, beat: float | None) -> tuple[float, str] | None:
+    """The highest rate (all replicas) at which `c` meets the targets, or None when it cannot beat `beat`.
     The bracket's top is the replica's throughput with every request sent at once (a higher rate only
     queues); the bisection is geometric, to RATE_TOLERANCE."""
     n = len(s.work.base.requests)
@@ -395,25 +386,25 @@ def _max_rate_of(s: Search, c: Candidate, shares: int, beat: float | None) -> tu
     )
     s.simulations += 1
     saturated = simulate(c.deployment, flood).request_throughput
-    cap = saturated * shares
+    cap = saturated * dp
     if cap <= 0:
         return None
     if beat is not None:  # to replace the best so far (a better KV dtype, fewer stages), beat it clearly
         lo = beat * (1 + RATE_TOLERANCE)
-        if lo >= cap or not s.meets(s.run(c, lo / shares)):
+        if lo >= cap or not s.meets(s.run(c, lo / dp)):
             return None
     else:
         lo = cap / 2 ** max(4, math.ceil(math.log2(max(n, 2))))
-        while not s.meets(s.run(c, lo / shares)):  # the solo check passed: a low enough rate meets them
+        while not s.meets(s.run(c, lo / dp)):  # the solo check passed: a low enough rate meets them
             lo /= 4
             if lo < cap * 1e-9:
                 return None
     hi = cap
-    if s.meets(s.run(c, hi / shares)):
+    if s.meets(s.run(c, hi / dp)):
         return hi, f"the replicas' throughput ({saturated:.3g} requests/s each): a higher rate only queues"
     while hi / lo > 1 + RATE_TOLERANCE:
         mid = math.sqrt(lo * hi)
-        if s.meets(s.run(c, mid / shares)):
+        if s.meets(s.run(c, mid / dp)):
             lo = mid
         else:
             hi = mid

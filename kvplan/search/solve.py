@@ -39,7 +39,7 @@ from kvplan.errors import (
 )
 from kvplan.model.parallel import Network, valid_tps
 from kvplan.plan.plan import Plan, PlanRequest, estimate
-from kvplan.request import Speculative
+from kvplan.request import SGLANG_ALGORITHM, Speculative
 from kvplan.specs.models import GpuSpec, ModelSpec
 from kvplan.speed import plan_speed, step_model
 from kvplan.units import ceil_div
@@ -378,8 +378,6 @@ def launch_line(
     return " ".join(parts)
 
 
-# kvplan's method name -> SGLang's --speculative-algorithm (commands/inputs.py SGLANG_SPEC, reversed)
-SGLANG_ALGORITHM = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "ngram": "NGRAM"}
 DRAFT_PLACEHOLDER = "DRAFT_MODEL_PATH"  # the draft checkpoint when kvplan read only its config.json
 
 

@@ -13,9 +13,10 @@ from collections.abc import Callable
 
 from kvplan.simulator.deployment import Deployment, from_plan
 from kvplan.simulator.loop import simulate_run
-from kvplan.simulator.result import SimResult, build_result, scale_ranks
+from kvplan.simulator.result import SimResult, build_result, scale_shares
 from kvplan.simulator.traces import read_trace
 from kvplan.simulator.workload import Workload, synthetic
+from kvplan.units import ceil_div
 
 __all__ = ["Deployment", "SimResult", "Workload", "from_plan", "read_trace", "simulate", "synthetic"]
 
@@ -31,15 +32,15 @@ def simulate(
     schedulers (data-parallel replicas or vLLM DP engine cores, SGLang's attention-DP ranks) has one
     simulated on every N-th request (round-robin), the others taken to carry the same load: latencies
     are that one's, throughput, goodput and completed requests the N together."""
-    ranks = deployment.shares
-    if ranks <= 1:
+    shares = deployment.shares
+    if shares <= 1:
         run, _ = simulate_run(deployment, workload, progress)
         return build_result(run, deployment, workload, ttft_ms, tpot_ms)
     cap = workload.max_concurrency
     mine = Workload(
-        workload.requests[::ranks],
-        None if cap is None else -(-cap // ranks),
-        f"{workload.description}; scheduler 0 of {ranks}: every {ranks}th request",
+        workload.requests[::shares],
+        None if cap is None else ceil_div(cap, shares),
+        f"{workload.description}; scheduler 0 of {shares}: every {shares}th request",
     )
     run, _ = simulate_run(deployment, mine, progress)
-    return scale_ranks(build_result(run, deployment, mine, ttft_ms, tpot_ms), ranks)
+    return scale_shares(build_result(run, deployment, mine, ttft_ms, tpot_ms), shares)

@@ -146,14 +146,15 @@ def build_result(
     )
 
 
-def scale_ranks(r: SimResult, ranks: int) -> SimResult:
-    """One attention-DP rank's result as the replica's: its latencies, and throughput, goodput and
-    completed requests of the `ranks` ranks together (each taken to carry the same load)."""
+def scale_shares(r: SimResult, shares: int) -> SimResult:
+    """One scheduler's result as its deployment's (Deployment.shares: DP replicas or engine cores x
+    attention-DP ranks): its latencies, and the throughput, goodput and completed requests of all
+    `shares` together (each taken to carry the same load)."""
     return dataclasses.replace(
         r,
-        completed=r.completed * ranks,
-        request_throughput=r.request_throughput * ranks,
-        output_token_throughput=r.output_token_throughput * ranks,
-        total_token_throughput=r.total_token_throughput * ranks,
-        goodput=None if r.goodput is None else r.goodput * ranks,
+        completed=r.completed * shares,
+        request_throughput=r.request_throughput * shares,
+        output_token_throughput=r.output_token_throughput * shares,
+        total_token_throughput=r.total_token_throughput * shares,
+        goodput=None if r.goodput is None else r.goodput * shares,
     )
