@@ -519,10 +519,7 @@ def summary(errs: list[float]) -> tuple[float, float]:
 
 def arch_of(p: Prepared) -> str:
     """dense, moe or hybrid (layers without a KV cache: Mamba, linear attention) for the buckets."""
-    stage = p.inputs.stages[0]
-    if stage.attention_layers < stage.layers:
-        return "hybrid"
-    return "moe" if stage.experts is not None else "dense"
+    return p.inputs.kind
 
 
 def bucket_of(p: Prepared) -> tuple[str, str, str]:

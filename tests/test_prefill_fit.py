@@ -72,3 +72,69 @@ def test_the_assumed_model_on_the_usable_rows(bench, rows):
     # GEMM's efficiency); the fused MoE's activation buffers took it from below -40% to -39%: a known
     # miss, asserted so a change to it is seen
     assert err[43] == pytest.approx(-0.393, abs=0.005) and err[44] == pytest.approx(-0.392, abs=0.005)
+
+
+def test_the_evidence_per_model_kind_is_the_shipped_model_against_every_usable_row(bench, rows):
+    """prefill_fit.yaml's `evidence` is what fit_prefill.py computes: each dev row by a model that never
+    saw its source (here the assumed coefficients, nothing fitted), each frozen row by the shipped ones."""
+    import yaml
+
+    ok, _ = rows
+    dev, frozen = bench.split(ok)
+    kinds = bench.evidence(
+        dev + frozen, bench.errors(dev, bench.ASSUMED) + bench.errors(frozen, bench.ASSUMED)
+    )
+    data = yaml.safe_load((ROOT / "kvplan" / "data" / "prefill_fit.yaml").read_text())
+    assert [(k["kind"], k["rows"], k["sources"], k["gpus"]) for k in kinds] == [
+        (e["kind"], e["rows"], e["sources"], e["gpus"]) for e in data["evidence"]
+    ]
+    for k, e in zip(kinds, data["evidence"], strict=True):
+        assert k["median_signed"] == pytest.approx(e["median_signed"], abs=1e-4)
+    by = {e["kind"]: e for e in data["evidence"]}
+    # the SGLang DeepSeek bench_one_batch rows on 8x H200 (lines 43/44, 56, 67/68): published 4.1x kvplan's
+    assert (by["moe"]["rows"], by["moe"]["sources"]) == (5, 3)
+    assert by["moe"]["median_signed"] == pytest.approx(-0.754, abs=0.001)
+    assert by["dense"]["median_signed"] == pytest.approx(-0.113, abs=0.001)
+
+
+def test_a_caveat_only_where_the_published_prefills_of_that_kind_call_for_one():
+    from kvplan.speed.prefill import Evidence, prefill_caveat
+
+    moe = Evidence("moe", 5, 3, ("H200",), -0.754)
+    assert moe.caveat() == (
+        "published prefill times of MoE models ran 4.1x kvplan's estimate at the median (5 rows from 3 "
+        "sources on H200; prefill_fit.yaml): this TTFT is likely too low"
+    )
+    # a rate is the other way round
+    assert moe.caveat("the rate is", rate=True).endswith("the rate is likely too high")
+    # kvplan too slow: published 1 / 1.5 = 67% of the estimate
+    assert (
+        Evidence("dense", 4, 2, ("A100-80GB", "H100"), 0.5)
+        .caveat()
+        .endswith(
+            "ran 33% under kvplan's estimate at the median (4 rows from 2 sources on A100-80GB, H100; "
+            "prefill_fit.yaml): this TTFT is likely too high"
+        )
+    )
+    # the rule fixed before the evidence was read: 25% at the median, 3 rows at least
+    assert Evidence("dense", 16, 3, ("H100",), -0.249).caveat() is None
+    assert Evidence("hybrid", 2, 1, ("B200",), -0.70).caveat() is None
+    # the shipped evidence: MoE yes (5 rows), dense no (-11%), hybrid no (2 rows), an unknown kind no
+    assert prefill_caveat("moe") is not None
+    assert (
+        prefill_caveat("dense") is None and prefill_caveat("hybrid") is None and prefill_caveat("x") is None
+    )
+
+
+def test_estimate_and_simulate_carry_the_moe_caveat_and_a_dense_model_none():
+    from kvplan import estimate, simulate
+
+    moe = estimate("deepseek-v3", gpus="8xH200", max_model_len=8192, engine="sglang")
+    assert moe.prefill.caveat is not None and "4.1x kvplan's estimate" in moe.prefill.caveat
+    dense = estimate("llama3-70b", gpus="4xH100", max_model_len=8192)
+    assert dense.prefill.caveat is None
+    sim = simulate(
+        "qwen3-235b-a22b", gpus="8xH100", max_model_len=4096, num_prompts=20, input_len=500, output_len=50,
+        max_concurrency=4,
+    )  # fmt: skip
+    assert any(n.startswith("prefill: published prefill times of MoE models") for n in sim.assumptions)

@@ -22,7 +22,7 @@ from typing import Any
 from kvplan.errors import UsageError
 from kvplan.model.parallel import DEFAULT_NETWORK, Network
 from kvplan.plan.plan import Plan, PlanRequest, estimate
-from kvplan.speed.prefill import prefill_time
+from kvplan.speed.prefill import prefill_caveat, prefill_time
 
 
 @dataclass(frozen=True)
@@ -168,6 +168,9 @@ def disaggregate(
         f"decode rate: the requests that fit at input + output = {inp + out:,} tokens each, stepping at the "
         f"mean context {d.decode.context_tokens:,} (decode_fit.yaml), each emitting {out:,} tokens",
     ]
+    caveat = prefill_caveat(p.decode.inputs.kind, "the prefill pool's rate is", rate=True)
+    if caveat:
+        notes.append(f"prefill: {caveat}")
     return Disaggregated(
         input_tokens=inp,
         output_tokens=out,

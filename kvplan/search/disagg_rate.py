@@ -46,6 +46,7 @@ from kvplan.search.solve import (
 )
 from kvplan.simulator import Workload
 from kvplan.speed import plan_speed
+from kvplan.speed.prefill import prefill_caveat
 
 SCHEMA = "kvplan.solve-disaggregated/1"
 PREFILL_TPOT_MS = 1e8  # a prefill instance emits one token: no TPOT target applies to it
@@ -308,6 +309,9 @@ def solve_disaggregated(
         "the launch lines omit the KV connector each engine's disaggregated mode needs (vLLM "
         "--kv-transfer-config, SGLang --disaggregation-mode prefill/decode)",
     ]
+    caveat = prefill_caveat(prefill.layout.plan.decode.inputs.kind, "the prefill pool's TTFT and size are")
+    if caveat:
+        notes.append(f"prefill: {caveat}")
     return DisaggregatedAnswer(
         req_rate, inp, out, targets, prefill, transfer, ttft, decode,
         prefill.layout.num_gpus + decode.num_gpus, together, verdict, notes,

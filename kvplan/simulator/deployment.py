@@ -12,6 +12,7 @@ from kvplan.simulator.sglang_engine import SglangEngine
 from kvplan.simulator.step import EngineSim, Recorder, SpecDecode
 from kvplan.simulator.steptime import PlanSteps, StepModel
 from kvplan.simulator.vllm_engine import VllmEngine
+from kvplan.speed.prefill import prefill_caveat
 
 if TYPE_CHECKING:
     from kvplan.plan.plan import Plan
@@ -192,6 +193,9 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
         f"{plan.prefill.mfu:.0%} of {plan.prefill.peak_dtype} peak, attention and all-reduce bytes "
         f"({plan.prefill.source}); decode timed at the batch's mean context, in ~1/32 buckets"
     )
+    caveat = prefill_caveat(d.inputs.kind, "TTFT, and TPOT where prompts share steps with decodes, are")
+    if caveat:
+        notes.append(f"prefill: {caveat}")
     return Deployment(
         engine=s.engine,
         engine_version=s.engine_version,

@@ -26,6 +26,7 @@ from kvplan.speed.prefill import (
     PrefillTime,
     PrefillWork,
     chunk_seconds,
+    prefill_caveat,
     prefill_coefficients,
     prefill_time,
     served_tpot_ms,
@@ -239,6 +240,9 @@ class Prefill:
     terms: PrefillTime
     work: PrefillWork
     source: str  # where the coefficients come from
+    caveat: str | None = (
+        None  # published prefills of this model kind differ from the model (prefill.Evidence)
+    )
 
 
 def attention_width(spec: ModelSpec) -> int:
@@ -651,7 +655,15 @@ def plan_speed(
     peak_dtype = "fp8" if work.gemm_flops_per_gpu != gpu.bf16_dense_flops else "bf16"
     source = prefill_source(pc)
     return decode, Prefill(
-        max_len, terms.total_ms, pc.gemm_mfu, peak_dtype, work.gemm_flops_per_gpu, terms, work, source
+        max_len,
+        terms.total_ms,
+        pc.gemm_mfu,
+        peak_dtype,
+        work.gemm_flops_per_gpu,
+        terms,
+        work,
+        source,
+        prefill_caveat(inp.kind),
     )
 
 

@@ -74,6 +74,60 @@ def prefill_coefficients() -> PrefillCoefficients:
     return PrefillCoefficients.from_dict(yaml.safe_load(text)["coefficients"])
 
 
+# written 2026-12-01 before the evidence was read per model kind: a kind whose published prefill times
+# (prefill_fit.yaml `evidence`: at least CAVEAT_MIN_ROWS rows) differ from the shipped model by
+# CAVEAT_AT or more at the median gets a caveat wherever a TTFT is printed
+CAVEAT_AT, CAVEAT_MIN_ROWS = 0.25, 3
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The shipped prefill model against published prefill times of one model kind (prefill_fit.yaml)."""
+
+    kind: str  # dense, moe or hybrid
+    rows: int
+    sources: int
+    gpus: tuple[str, ...]
+    median_signed: float  # kvplan / published - 1, median over the rows
+
+    def caveat(self, subject: str = "this TTFT is", rate: bool = False) -> str | None:
+        """One line when the published times differ from the model by CAVEAT_AT or more, else None;
+        `subject` names what it makes too low or too high (a `rate`: the other way round)."""
+        if self.rows < CAVEAT_MIN_ROWS or abs(self.median_signed) < CAVEAT_AT:
+            return None
+        ratio = 1 / (1 + self.median_signed)  # published / kvplan
+        how = f"{ratio:.1f}x kvplan's estimate" if ratio > 1 else f"{1 - ratio:.0%} under kvplan's estimate"
+        name = "MoE" if self.kind == "moe" else self.kind
+        return (
+            f"published prefill times of {name} models ran {how} at the median ({self.rows} rows from "
+            f"{self.sources} sources on {', '.join(self.gpus)}; prefill_fit.yaml): {subject} likely too "
+            f"{'low' if (ratio > 1) != rate else 'high'}"
+        )
+
+
+@functools.cache
+def prefill_evidence() -> dict[str, Evidence]:
+    """The shipped prefill model's median error per model kind on published prefill times, read once."""
+    text = resources.files("kvplan").joinpath("data").joinpath(FIT_FILE).read_text(encoding="utf-8")
+    rows = yaml.safe_load(text).get("evidence") or []
+    return {
+        str(r["kind"]): Evidence(
+            str(r["kind"]),
+            int(r["rows"]),
+            int(r["sources"]),
+            tuple(str(g) for g in r["gpus"]),
+            float(r["median_signed"]),
+        )  # fmt: skip
+        for r in rows
+    }
+
+
+def prefill_caveat(kind: str, subject: str = "this TTFT is", rate: bool = False) -> str | None:
+    """The caveat for a model of this kind (dense, moe, hybrid), if its published prefills call for one."""
+    ev = prefill_evidence().get(kind)
+    return ev.caveat(subject, rate) if ev is not None else None
+
+
 @dataclass(frozen=True)
 class PrefillWork:
     """What one token of a prompt costs in FLOPs, whole model, and the peaks it runs at (per GPU)."""

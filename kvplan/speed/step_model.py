@@ -245,6 +245,15 @@ class DecodeInputs:
         """Requests the busiest attention-DP rank runs."""
         return math.ceil(batch / max(1, self.parallel.attn_dp))
 
+    @property
+    def kind(self) -> str:
+        """dense, moe or hybrid (layers without a KV cache: Mamba, linear attention): the model kinds
+        every accuracy figure is reported by."""
+        stage = self.stages[0]
+        if stage.attention_layers < stage.layers:
+            return "hybrid"
+        return "moe" if stage.experts is not None else "dense"
+
 
 # --- the result ----------------------------------------------------------------------------------
 
