@@ -68,6 +68,14 @@ class Case:
 
 # log -> the model config and GPU, mapped by hand (the GPU from SOURCES.tsv)
 CASES: dict[str, Case] = {
+    "sglang_0.5.8.post1_kimi-k2.5_mi355x_tp8.md": Case(
+        "kimi-k2.5",
+        "MI355X",
+        "the log's model_path moonshotai/Kimi-K2.5 (kvplan's shipped spec, from its config.json); MI355X from the file "
+        "name and the image tag rocm720-mi35x (SOURCES.tsv); launch command shown in the file: only --tp 8 bears "
+        "on memory (mem_fraction_static 0.826 is SGLang's own)",
+        typed=(("tp_size", "8"),),
+    ),
     "sglang_0.4.3.post4_qwq-32b_l4_tp4.log": Case(
         str(HF / "corpus" / "qwen2.5-32b-instruct.json"),
         "L4",
@@ -339,6 +347,11 @@ def source_key(text: str) -> str:
     raise SystemExit(f"{SOURCES_TSV.name}: no source key rule matches {text[:80]!r}")
 
 
+def real_logs() -> list[Path]:
+    """Every real log: plain .log files and issue pages (.md) that hold a log whole."""
+    return sorted([*LOGS.glob("*.log"), *LOGS.glob("*.md")])
+
+
 def sources() -> dict[str, str]:
     """log file -> its source key (SOURCES.tsv)."""
     out = {}
@@ -393,6 +406,17 @@ CONSTANTS: dict[str, Constant] = {
         "SGLang: NCCL without NVLS (0.05 GiB)",
         "hand-derived from one log's figure: QwQ-32B on 4x L4",
     ),
+    "SGLANG_ROCM_CONTEXT_BYTES": Constant(
+        (("kvplan.engines.sglang_memory", "ROCM_CONTEXT_BYTES"),),
+        "SGLang on ROCm: the HIP context and torch before torch.distributed (0.61 GiB)",
+        "hand-derived from the 'avail mem' and 'Init torch distributed ends' lines of the Kimi-K2.5 8x MI355X "
+        "log (and a GLM-5-FP8 log of the same author, not in the fixtures)",
+    ),
+    "SGLANG_RCCL_BYTES_PER_RANK": Constant(
+        (("kvplan.engines.sglang_memory", "RCCL_BYTES_PER_RANK"),),
+        "SGLang on ROCm: RCCL and the all-reduce buffers, per rank (3.81 GiB at TP 8)",
+        "hand-derived from the same lines of the same log",
+    ),
     "SGLANG_WEIGHT_LOAD_BYTES": Constant(
         (("kvplan.engines.sglang_memory", "WEIGHT_LOAD_BYTES"),),
         "SGLang: weight loading beyond the parameters (0.2 GiB)",
@@ -411,6 +435,7 @@ FITTED: dict[str, tuple[str, ...]] = {
     "vllm_0.12.0_qwen3-30b-a3b_h100_tp2.log": ("NCCL_NVLS_BYTES_PER_RANK",),
     "vllm_0.10.1.1_qwen2-7b-instruct_a100-80gb_tp2.log": ("NCCL_OTHER_BYTES",),
     "vllm_0.22.1_qwen3-30b-a3b-instruct-2507-fp8_h100_tp1.log": ("CUDA_GRAPH_BYTES",),
+    "sglang_0.5.8.post1_kimi-k2.5_mi355x_tp8.md": ("SGLANG_ROCM_CONTEXT_BYTES", "SGLANG_RCCL_BYTES_PER_RANK"),
     "sglang_0.4.3.post4_qwq-32b_l4_tp4.log": (
         "SGLANG_CUDA_CONTEXT_BYTES",
         "SGLANG_NCCL_OTHER_BYTES",

@@ -66,13 +66,13 @@ BOUNDS = {"fit": (0.02, 0.04), "held-out": (0.025, 0.18)}
 
 
 def test_every_real_log_is_evaluated_or_skipped_with_a_reason():
-    logs = {p.name for p in lp.LOGS.glob("*.log")}
+    logs = {p.name for p in lp.real_logs()}
     assert logs == set(lp.CASES) | set(lp.SKIPPED)
     assert not set(lp.CASES) & set(lp.SKIPPED)
     assert all(why for why in lp.SKIPPED.values())
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in lp.LOGS.glob("*.log")))
+@pytest.mark.parametrize("name", sorted(p.name for p in lp.real_logs()))
 def test_every_real_log_parses(name):
     from kvplan.logs.logparse import found_numbers, parse
 
@@ -205,7 +205,7 @@ def evaluation():
 
 def test_every_log_has_a_source_key():
     keys = lp.sources()
-    logs = {p.name for p in lp.LOGS.glob("*.log")}
+    logs = {p.name for p in lp.real_logs()}
     assert logs <= set(keys)
     assert all(k.split(":")[0] in ("github", "author", "code-index") for k in keys.values())
     # one repository is one source, whatever the commit or the file

@@ -110,6 +110,7 @@ def memory_settings(
     chunked_prefill_size: int | None = None,
     release: Release | None = None,
     dp_attention: int = 1,
+    vit: list[int] | None = None,
 ) -> SglangMemory:
     """SGLang's default --mem-fraction-static for this card and release (None: the newest rule).
     From 0.5.3 (server_args.py _handle_gpu_memory_settings): chunked_prefill_size and cuda_graph_max_bs
@@ -125,6 +126,9 @@ def memory_settings(
         return SglangMemory(mem_fraction_static, True, chunk, graph_bs, None)
     if not newest and release is not None:
         fraction, reserved_mib, source = sglang_memory.legacy_fraction(release, gpu_mib, tp, pp)
+        if vit is not None and release >= VLM_FRACTION_FROM:
+            factor = vlm_fraction_factor(*vit)
+            fraction, source = fraction * factor, f"{source}; x {factor:.4f} {VLM_FRACTION_SOURCE}"
         return SglangMemory(fraction, False, chunk, graph_bs, reserved_mib, source)
     # reserved MiB: metadata 512 + activations 1.5 x chunk (chunking off: x --max-prefill-tokens)
     # + CUDA graphs 2 x max bs + parallelism
@@ -135,12 +139,29 @@ def memory_settings(
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     source = "server_args.py 0.5.3+: (card - reserve from chunked_prefill_size, cuda_graph_max_bs) / card"
-    return SglangMemory(round((gpu_mib - reserved) / gpu_mib, 3), False, chunk, graph_bs, reserved, source)
+    fraction = round((gpu_mib - reserved) / gpu_mib, 3)
+    if vit is not None:
+        factor = vlm_fraction_factor(*vit)
+        fraction, source = fraction * factor, f"{source}; x {factor:.4f} {VLM_FRACTION_SOURCE}"
+    return SglangMemory(fraction, False, chunk, graph_bs, reserved, source)
+
+
+# server_args.py v0.5.2 adjust_mem_fraction_for_vlm (arg_groups/memory_hook.py by 0.5.23, unchanged where the
+# pool is sized before graph capture): a multimodal model's default fraction x 0.95 x clamp(1 - 0.1 x
+# (layers x hidden^2 / (24 x 1024^2) - 1), 0.8, 1.05), from its vision_config (ViT-L/14 as the baseline)
+VLM_FRACTION_FROM: Release = (0, 5, 2, 0)
+VLM_FRACTION_SOURCE = "for the vision encoder (server_args.py v0.5.2 adjust_mem_fraction_for_vlm)"
+
+
+def vlm_fraction_factor(layers: int, hidden: int) -> float:
+    """What SGLang multiplies a multimodal model's default --mem-fraction-static by."""
+    ratio = layers * hidden**2 / (24 * 1024**2)
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
 
 
 def startup_bytes(gpu: GpuSpec, tp: int, pp: int) -> int:
     """Estimated memory already taken when SGLang reads the free memory it calls total."""
-    return sglang_memory.startup_bytes(tp, pp, has_nvls(gpu))
+    return sglang_memory.startup_bytes(tp, pp, has_nvls(gpu), gpu.vendor == "amd")
 
 
 def hybrid_swa(spec: ModelSpec, disabled: bool) -> bool:
@@ -528,6 +549,7 @@ class Sglang(Engine):
             self.req.chunked_prefill_size,
             self.release,
             self.dp_attention_size,
+            spec.vision_vit,
         )
         given = self.req.reserve_bytes
         reserve = (
@@ -548,10 +570,18 @@ class Sglang(Engine):
             source = f" ({self.req.reserve_source})" if self.req.reserve_source else ""
             notes = [f"memory in use at startup per GPU given as {fmt_gib(r.total)}{source}"]
         else:
+            amd = gpu.vendor == "amd"
+            what = ("HIP context" + (", RCCL" if tp * pp > 1 else "")) if amd else (
+                "CUDA context" + (", NCCL" if tp * pp > 1 else ""))  # fmt: skip
+            seen = (
+                " (measured at TP 8 on MI355X, SGLang 0.5.8.post1; other sizes scaled per rank)"
+                if amd and tp * pp != 8
+                else (" (measured at TP 8 on MI355X, SGLang 0.5.8.post1)" if amd else "")
+            )
             notes = [
-                f"memory in use when SGLang starts (CUDA context{', NCCL' if tp * pp > 1 else ''}) estimated at "
-                f"{fmt_gib(r.total)} per GPU, and {fmt_gib(sglang_memory.WEIGHT_LOAD_BYTES)} taken by weight "
-                "loading beside the parameters; override with --reserve-memory or calibrate with check-log"
+                f"memory in use when SGLang starts ({what}) estimated at {fmt_gib(r.total)} per GPU{seen}, and "
+                f"{fmt_gib(sglang_memory.WEIGHT_LOAD_BYTES)} taken by weight loading beside the parameters; "
+                "override with --reserve-memory or calibrate with check-log"
             ]
         mem = self.memory
         if mem is not None and not mem.given:

@@ -123,10 +123,19 @@ def legacy_fraction(release: Release, gpu_mib: float, tp: int, pp: int) -> tuple
 CUDA_CONTEXT_BYTES = int(0.35 * GiB)
 NCCL_OTHER_BYTES = int(0.05 * GiB)
 NCCL_NVLS_BYTES_PER_RANK = int(0.176 * GiB)
+# AMD Instinct (ROCm), from the two SGLang 0.5.8.post1 logs on 8x MI355X in
+# tests/fixtures/logs/real/SOURCES.tsv (Kimi-K2.5 and GLM-5-FP8, TP 8, rank 0): "Init torch distributed
+# ends. mem usage=3.81 GB" (RCCL and the all-reduce buffers) and "Load weight begin. avail mem=283.56 GB"
+# of 287.98 GiB (283.50 in the other), so 4.42 GiB in use, 0.61 of it the HIP context and torch; the
+# distributed part is taken per rank (3.81 / 8) at other TP sizes, an assumption: no other TP seen
+ROCM_CONTEXT_BYTES = int(0.61 * GiB)
+RCCL_BYTES_PER_RANK = int(3.81 / 8 * GiB)
 
 
-def startup_bytes(tp: int, pp: int, nvls: bool) -> int:
+def startup_bytes(tp: int, pp: int, nvls: bool, amd: bool = False) -> int:
     """Memory already in use on each GPU when SGLang measures the free memory it calls total."""
+    if amd:
+        return ROCM_CONTEXT_BYTES + (RCCL_BYTES_PER_RANK * tp * pp if tp * pp > 1 else 0)
     if tp * pp == 1:
         return CUDA_CONTEXT_BYTES
     return CUDA_CONTEXT_BYTES + (NCCL_NVLS_BYTES_PER_RANK * tp if nvls else NCCL_OTHER_BYTES)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvplan import engines
+from kvplan.engines import vllm_memory as vm
 from kvplan.errors import UsageError
 from kvplan.formats import normalize_dtype_name
 from kvplan.limits import MAX_GPUS, MAX_TOKENS
@@ -288,6 +289,10 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
         arows = _arithmetic_rows(f, arith, slack, req)
     notes: list[str] = []
     rows, measured = _prediction_rows(f, pred, engine, notes)
+    if engine.name == "vllm" and req.gpu.vendor == "amd" and f.get("weights_bytes") is not None:
+        v = engine.parse_version(eng.version)
+        if vm.ROCM_DEVICE_WIDE_LOADING[0] <= v < vm.ROCM_DEVICE_WIDE_LOADING[1]:
+            notes.append(vm.ROCM_LOADING_NOTE)
     s, c = pred.settings, pred.cluster
     setup = CheckSetup(
         model=req.model.name,

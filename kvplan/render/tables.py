@@ -235,6 +235,8 @@ def _render_speed(plan: Plan, console: Console) -> None:
         highlight=False,
         markup=False,
     )
+    if pf.caveat:
+        console.print(f"  caveat: {pf.caveat}", highlight=False, markup=False)
     console.print()
 
 
@@ -339,9 +341,14 @@ def render_check(result, console: Console, source: str, saved) -> None:
     ):
         if not rows:
             continue
-        t = _table(title, "", "log", "kvplan", "difference", "likely cause")
-        t.columns[4].no_wrap = False
-        t.columns[4].justify = "left"
+        # under 110 columns the causes go below the table, one line each, so no flag or figure is cut
+        # (issue 24); wider, they are the table's last column
+        below = console.width < 110
+        t = _table(title, "", "log", "kvplan", "difference", *([] if below else ["likely cause"]))
+        if not below:
+            t.columns[4].no_wrap = False
+            t.columns[4].justify = "left"
+            t.columns[4].overflow = "fold"
         for r in rows:
             d = r.difference
             t.add_row(
@@ -349,9 +356,13 @@ def render_check(result, console: Console, source: str, saved) -> None:
                 _cell(r.unit, r.log),
                 _cell(r.unit, r.kvplan),
                 "-" if d is None else f"{d:+.1%}",
-                r.cause,
+                *([] if below else [r.cause]),
             )
         console.print(t)
+        if below:
+            for r in rows:
+                if r.cause:
+                    console.print(f"- {r.quantity}: {r.cause}", highlight=False, markup=False)
         console.print()
     for note in result.notes:
         console.print(f"note: {note}", highlight=False, markup=False)

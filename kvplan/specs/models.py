@@ -280,6 +280,9 @@ class ModelSpec(_Strict):
     pooling_config: bool = False  # a sentence-transformers modules.json with a Pooling module beside it
     vision_encoder: bool = False  # config.json has a vision_config: the engine also profiles an image encoder
     vision_tower: VisionTower | None = None  # the vision_config kvplan can count (None: it cannot)
+    # config.json's vision_config (num_hidden_layers, hidden_size) as SGLang's server_args reads them
+    # (defaults 24, 1024); it lowers --mem-fraction-static by them (engines/sglang.py vlm_fraction_factor)
+    vision_vit: Annotated[list[PositiveInt], Field(min_length=2, max_length=2)] | None = None
     aliases: list[str] = []
     sources: Annotated[list[str], Field(min_length=1)]
     notes: list[str] = []

@@ -74,6 +74,25 @@ _QUANT_IN_NAME = re.compile(
 )
 
 
+def _vision_vit(top: dict) -> list[int] | None:
+    """vision_config's (num_hidden_layers, hidden_size) as SGLang's adjust_mem_fraction_for_vlm reads them
+    (server_args.py v0.5.2: getattr with defaults 24 and 1024); Kimi-K2.5's remote-code config holds them
+    as vt_num_hidden_layers / vt_hidden_size (its SGLang log's mem_fraction_static 0.826 shows 27 x 1152)."""
+    vc = top.get("vision_config")
+    if not isinstance(vc, dict):
+        return None
+    out = []
+    for names, default in (
+        (("num_hidden_layers", "vt_num_hidden_layers"), 24),
+        (("hidden_size", "vt_hidden_size"), 1024),
+    ):
+        v = next((vc[n] for n in names if n in vc), default)
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 < v < 1_000_000:
+            return None
+        out.append(v)
+    return out
+
+
 def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise SpecError(f"{path}: expected a JSON object (a Hugging Face config.json)")
@@ -169,6 +188,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "pooling_config": q.has_pooling_config(path),
         "vision_encoder": isinstance(top.get("vision_config"), dict),
         "vision_tower": vision_tower.tower(top, path),
+        "vision_vit": _vision_vit(top),
         "activation_dtype": act,
         "config_dtype": config_dtype,
         "layer_types": layer_types,
