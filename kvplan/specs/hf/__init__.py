@@ -76,8 +76,9 @@ _QUANT_IN_NAME = re.compile(
 
 def _vision_vit(top: dict) -> list[int] | None:
     """vision_config's (num_hidden_layers, hidden_size) as SGLang's adjust_mem_fraction_for_vlm reads them
-    (server_args.py v0.5.2: getattr with defaults 24 and 1024); Kimi-K2.5's remote-code config holds them
-    as vt_num_hidden_layers / vt_hidden_size (its SGLang log's mem_fraction_static 0.826 shows 27 x 1152)."""
+    (server_args.py v0.5.2: getattr with defaults 24 and 1024). Kimi-K2.5's config.json names them
+    vt_num_hidden_layers / vt_hidden_size; SGLang's own KimiK25VisionConfig (configs/kimi_k25.py, 0.5.23)
+    has num_hidden_layers 27 and hidden_size 1152, the same figures (its log's 0.826 shows 27 x 1152)."""
     vc = top.get("vision_config")
     if not isinstance(vc, dict):
         return None
