@@ -415,9 +415,7 @@ def main(argv: list[str]) -> None:
     kinds = evidence(dev + frozen, (l_errs if beats else a_errs) + errors(frozen, shipped))
     print("the shipped coefficients per model kind (each row held out of what predicts it):")
     for k in kinds:
-        caveat = pf.Evidence(
-            k["kind"], k["rows"], k["sources"], tuple(k["gpus"]), k["median_signed"]
-        ).caveat()
+        caveat = pf.Evidence(k["kind"], k["rows"], k["sources"], list(k["gpus"]), k["median_signed"]).caveat()
         print(f"  {k['kind']:<7} {k['rows']:>3} rows {k['sources']:>2} srcs median {k['median_signed']:+.1%}"
               f"{': ' + caveat if caveat else ''}")  # fmt: skip
     if "--check" not in argv:

@@ -100,7 +100,7 @@ def test_the_evidence_per_model_kind_is_the_shipped_model_against_every_usable_r
 def test_a_caveat_only_where_the_published_prefills_of_that_kind_call_for_one():
     from kvplan.speed.prefill import Evidence, prefill_caveat
 
-    moe = Evidence("moe", 5, 3, ("H200",), -0.754)
+    moe = Evidence("moe", 5, 3, ["H200"], -0.754)
     assert moe.caveat() == (
         "published prefill times of MoE models ran 4.1x kvplan's estimate at the median (5 rows from 3 "
         "sources on H200; prefill_fit.yaml): this TTFT is likely too low"
@@ -109,7 +109,7 @@ def test_a_caveat_only_where_the_published_prefills_of_that_kind_call_for_one():
     assert moe.caveat("the rate is", rate=True).endswith("the rate is likely too high")
     # kvplan too slow: published 1 / 1.5 = 67% of the estimate
     assert (
-        Evidence("dense", 4, 2, ("A100-80GB", "H100"), 0.5)
+        Evidence("dense", 4, 2, ["A100-80GB", "H100"], 0.5)
         .caveat()
         .endswith(
             "ran 33% under kvplan's estimate at the median (4 rows from 2 sources on A100-80GB, H100; "
@@ -117,8 +117,8 @@ def test_a_caveat_only_where_the_published_prefills_of_that_kind_call_for_one():
         )
     )
     # the rule fixed before the evidence was read: 25% at the median, 3 rows at least
-    assert Evidence("dense", 16, 3, ("H100",), -0.249).caveat() is None
-    assert Evidence("hybrid", 2, 1, ("B200",), -0.70).caveat() is None
+    assert Evidence("dense", 16, 3, ["H100"], -0.249).caveat() is None
+    assert Evidence("hybrid", 2, 1, ["B200"], -0.70).caveat() is None
     # the shipped evidence: MoE yes (5 rows), dense no (-11%), hybrid no (2 rows), an unknown kind no
     assert prefill_caveat("moe") is not None
     assert (
@@ -127,12 +127,24 @@ def test_a_caveat_only_where_the_published_prefills_of_that_kind_call_for_one():
 
 
 def test_estimate_and_simulate_carry_the_moe_caveat_and_a_dense_model_none():
+    import json
+
+    from helpers import run_cli
     from kvplan import estimate, simulate
 
-    moe = estimate("deepseek-v3", gpus="8xH200", max_model_len=8192, engine="sglang")
-    assert moe.prefill.caveat is not None and "4.1x kvplan's estimate" in moe.prefill.caveat
+    r = run_cli("estimate", "-m", "deepseek-v3", "-g", "8xH200", "--max-model-len", "8192", "--json")
+    pf = json.loads(r.stdout)["prefill"]
+    assert pf["evidence"] == {
+        "kind": "moe",
+        "rows": 5,
+        "sources": 3,
+        "gpus": ["H200"],
+        "median_signed": -0.754,
+    }
+    assert pf["caveat"] is not None
     dense = estimate("llama3-70b", gpus="4xH100", max_model_len=8192)
-    assert dense.prefill.caveat is None
+    assert dense.prefill.caveat is None and dense.prefill.evidence is not None
+    assert dense.prefill.evidence.median_signed == pytest.approx(-0.113)
     sim = simulate(
         "qwen3-235b-a22b", gpus="8xH100", max_model_len=4096, num_prompts=20, input_len=500, output_len=50,
         max_concurrency=4,

@@ -12,6 +12,7 @@ import pytest
 from helpers import REPO, plan, run_cli
 from kvplan.engines import sglang_memory
 from kvplan.engines.sglang import memory_settings, vlm_fraction_factor
+from kvplan.specs.registry import load_gpu
 from kvplan.units import GiB
 
 LOG = REPO / "tests" / "fixtures" / "logs" / "real" / "sglang_0.5.8.post1_kimi-k2.5_mi355x_tp8.md"
@@ -30,16 +31,17 @@ def test_sglangs_vision_encoder_factor_by_hand():
 def test_the_kimi_log_s_fraction_is_sglangs_default_times_the_vision_factor():
     logged = float(re.search(r"mem_fraction_static=([0-9.]+)", LOG.read_text()).group(1))
     assert logged == 0.8260405859375
-    gpu = 287.98 * GiB  # MI355X as the runtime reports it
-    m = memory_settings(int(gpu), 8, 1, release=(0, 5, 8, 0), vit=[27, 1152])
+    gpu = load_gpu("MI355X").memory_bytes
+    assert gpu == pytest.approx(287.98 * GiB, abs=0.005 * GiB)  # as the GLM-5 log's OOM message prints it
+    m = memory_settings(gpu, 8, 1, release=(0, 5, 8, 0), vit=[27, 1152])
     assert m.mem_fraction_static == pytest.approx(logged, abs=1e-9)
     assert "adjust_mem_fraction_for_vlm" in (m.source or "")
     # a text-only model keeps 0.908 (the GLM-5-FP8 log of the same author on the same machine prints it)
-    assert memory_settings(int(gpu), 8, 1, release=(0, 5, 8, 0)).mem_fraction_static == 0.908
+    assert memory_settings(gpu, 8, 1, release=(0, 5, 8, 0)).mem_fraction_static == 0.908
     # before 0.5.2 (the release read) the factor is not applied; a given fraction is never adjusted
-    assert (
-        memory_settings(int(gpu), 8, 1, 0.9, release=(0, 5, 8, 0), vit=[27, 1152]).mem_fraction_static == 0.9
-    )
+    old = memory_settings(gpu, 8, 1, release=(0, 5, 1, 0), vit=[27, 1152])
+    assert old.mem_fraction_static == memory_settings(gpu, 8, 1, release=(0, 5, 1, 0)).mem_fraction_static
+    assert memory_settings(gpu, 8, 1, 0.9, release=(0, 5, 8, 0), vit=[27, 1152]).mem_fraction_static == 0.9
 
 
 def test_the_hf_reader_takes_the_vision_encoder_as_sglang_reads_it(tmp_path):
@@ -64,9 +66,8 @@ def test_rocm_startup_memory_is_the_logs():
     # rank 0: RCCL and the all-reduce buffers 3.81 GB at init, 283.56 GB free of 287.98 GiB before loading
     assert "[2026-02-26 16:31:00 TP0] Load weight begin. avail mem=283.56 GB" in text
     assert "TP0] Init torch distributed ends. elapsed=17.24 s, mem usage=3.81 GB" in text
-    assert sglang_memory.startup_bytes(8, 1, False, amd=True) == pytest.approx(
-        (287.98 - 283.56) * GiB, rel=0.002
-    )
+    in_use = load_gpu("MI355X").memory_bytes - 283.56 * GiB
+    assert sglang_memory.startup_bytes(8, 1, False, amd=True) == pytest.approx(in_use, rel=0.003)
     assert sglang_memory.startup_bytes(1, 1, False, amd=True) == pytest.approx(0.61 * GiB, rel=0.01)
     # NVIDIA at TP 8 on NVLS boards: 0.35 + 8 x 0.176 GiB
     assert sglang_memory.startup_bytes(8, 1, True) == pytest.approx(1.758 * GiB, rel=0.01)

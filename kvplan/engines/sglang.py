@@ -126,24 +126,23 @@ def memory_settings(
         return SglangMemory(mem_fraction_static, True, chunk, graph_bs, None)
     if not newest and release is not None:
         fraction, reserved_mib, source = sglang_memory.legacy_fraction(release, gpu_mib, tp, pp)
-        if vit is not None and release >= VLM_FRACTION_FROM:
-            factor = vlm_fraction_factor(*vit)
-            fraction, source = fraction * factor, f"{source}; x {factor:.4f} {VLM_FRACTION_SOURCE}"
-        return SglangMemory(fraction, False, chunk, graph_bs, reserved_mib, source)
-    # reserved MiB: metadata 512 + activations 1.5 x chunk (chunking off: x --max-prefill-tokens)
-    # + CUDA graphs 2 x max bs + parallelism
-    prefill = chunk if chunk > 0 else MAX_PREFILL_TOKENS
-    reserved = 512 + max(prefill, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
-    if dp_attention > 1:  # server_args.py 0.5.3+: DP attention's padding, more for large graph batches
-        reserved += graph_bs * dp_attention * 3 + (graph_bs * dp_attention * 1.5 if graph_bs > 300 else 0)
-    if gpu_mib > 60 * 1024:
-        reserved = max(reserved, 10 * 1024)
-    source = "server_args.py 0.5.3+: (card - reserve from chunked_prefill_size, cuda_graph_max_bs) / card"
-    fraction = round((gpu_mib - reserved) / gpu_mib, 3)
-    if vit is not None:
+    else:
+        # reserved MiB: metadata 512 + activations 1.5 x chunk (chunking off: x --max-prefill-tokens)
+        # + CUDA graphs 2 x max bs + parallelism
+        prefill = chunk if chunk > 0 else MAX_PREFILL_TOKENS
+        reserved_mib = 512 + max(prefill, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
+        if dp_attention > 1:  # server_args.py 0.5.3+: DP attention's padding, more for large graph batches
+            reserved_mib += graph_bs * dp_attention * 3 + (
+                graph_bs * dp_attention * 1.5 if graph_bs > 300 else 0
+            )
+        if gpu_mib > 60 * 1024:
+            reserved_mib = max(reserved_mib, 10 * 1024)
+        source = "server_args.py 0.5.3+: (card - reserve from chunked_prefill_size, cuda_graph_max_bs) / card"
+        fraction = round((gpu_mib - reserved_mib) / gpu_mib, 3)
+    if vit is not None and (release is None or release >= VLM_FRACTION_FROM):
         factor = vlm_fraction_factor(*vit)
         fraction, source = fraction * factor, f"{source}; x {factor:.4f} {VLM_FRACTION_SOURCE}"
-    return SglangMemory(fraction, False, chunk, graph_bs, reserved, source)
+    return SglangMemory(fraction, False, chunk, graph_bs, reserved_mib, source)
 
 
 # server_args.py v0.5.2 adjust_mem_fraction_for_vlm (arg_groups/memory_hook.py by 0.5.23, unchanged where the
@@ -571,13 +570,9 @@ class Sglang(Engine):
             notes = [f"memory in use at startup per GPU given as {fmt_gib(r.total)}{source}"]
         else:
             amd = gpu.vendor == "amd"
-            what = ("HIP context" + (", RCCL" if tp * pp > 1 else "")) if amd else (
-                "CUDA context" + (", NCCL" if tp * pp > 1 else ""))  # fmt: skip
-            seen = (
-                " (measured at TP 8 on MI355X, SGLang 0.5.8.post1; other sizes scaled per rank)"
-                if amd and tp * pp != 8
-                else (" (measured at TP 8 on MI355X, SGLang 0.5.8.post1)" if amd else "")
-            )
+            what = ("HIP context, RCCL" if amd else "CUDA context, NCCL") if tp * pp > 1 else (
+                "HIP context" if amd else "CUDA context")  # fmt: skip
+            seen = f" ({sglang_memory.ROCM_STARTUP_SOURCE})" if amd else ""
             notes = [
                 f"memory in use when SGLang starts ({what}) estimated at {fmt_gib(r.total)} per GPU{seen}, and "
                 f"{fmt_gib(sglang_memory.WEIGHT_LOAD_BYTES)} taken by weight loading beside the parameters; "

@@ -123,21 +123,23 @@ def legacy_fraction(release: Release, gpu_mib: float, tp: int, pp: int) -> tuple
 CUDA_CONTEXT_BYTES = int(0.35 * GiB)
 NCCL_OTHER_BYTES = int(0.05 * GiB)
 NCCL_NVLS_BYTES_PER_RANK = int(0.176 * GiB)
-# AMD Instinct (ROCm), from the two SGLang 0.5.8.post1 logs on 8x MI355X in
-# tests/fixtures/logs/real/SOURCES.tsv (Kimi-K2.5 and GLM-5-FP8, TP 8, rank 0): "Init torch distributed
-# ends. mem usage=3.81 GB" (RCCL and the all-reduce buffers) and "Load weight begin. avail mem=283.56 GB"
-# of 287.98 GiB (283.50 in the other), so 4.42 GiB in use, 0.61 of it the HIP context and torch; the
-# distributed part is taken per rank (3.81 / 8) at other TP sizes, an assumption: no other TP seen
+# AMD Instinct (ROCm), rank 0 of the Kimi-K2.5 log on 8x MI355X (SGLang 0.5.8.post1,
+# tests/fixtures/logs/real/SOURCES.tsv): "Init torch distributed ends. mem usage=3.81 GB" (RCCL and the
+# all-reduce buffers) and "Load weight begin. avail mem=283.56 GB" of 287.98 GiB, so 4.42 GiB in use, 0.61
+# of it the HIP context and torch; the same author's GLM-5-FP8 log on the same machine prints 3.81 and
+# 283.50 (github.com/ajith-sirra-amd/Issues GLM-5-FP8-MI355X-SGLANG-ERROR.md @95a6dec). The distributed
+# part is taken per TP rank (3.81 / 8), as NVLS is on NVIDIA: an assumption, no other TP seen
 ROCM_CONTEXT_BYTES = int(0.61 * GiB)
 RCCL_BYTES_PER_RANK = int(3.81 / 8 * GiB)
+ROCM_STARTUP_SOURCE = "measured at TP 8 on MI355X, SGLang 0.5.8.post1; other TP sizes scaled per rank"
 
 
 def startup_bytes(tp: int, pp: int, nvls: bool, amd: bool = False) -> int:
     """Memory already in use on each GPU when SGLang measures the free memory it calls total."""
-    if amd:
-        return ROCM_CONTEXT_BYTES + (RCCL_BYTES_PER_RANK * tp * pp if tp * pp > 1 else 0)
     if tp * pp == 1:
-        return CUDA_CONTEXT_BYTES
+        return ROCM_CONTEXT_BYTES if amd else CUDA_CONTEXT_BYTES
+    if amd:
+        return ROCM_CONTEXT_BYTES + RCCL_BYTES_PER_RANK * tp
     return CUDA_CONTEXT_BYTES + (NCCL_NVLS_BYTES_PER_RANK * tp if nvls else NCCL_OTHER_BYTES)
 
 

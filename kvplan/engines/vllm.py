@@ -785,10 +785,7 @@ class Vllm(Engine):
             notes.append(
                 f"--gpu-memory-utilization {budget.gpu_memory_utilization:g}: {self.label}'s default"
             )
-        if (
-            gpu.vendor == "amd"
-            and vm.ROCM_DEVICE_WIDE_LOADING[0] <= self.version < vm.ROCM_DEVICE_WIDE_LOADING[1]
-        ):
+        if gpu.vendor == "amd" and vm.rocm_loading_device_wide(self.version):
             notes.append(f"{vm.ROCM_LOADING_NOTE}: the KV memory here is an upper bound")
         return notes
 

@@ -245,14 +245,18 @@ def mxfp4_rocm_align(version: Version, gpu: GpuSpec) -> int:
 # takes torch.cuda.max_memory_allocated; DeviceMemoryProfiler's difference over loading is "Model loading
 # took" and the weights the KV budget pays (v1/worker/gpu_worker.py determine_available_memory)
 ROCM_DEVICE_WIDE_LOADING: tuple[Version, Version] = ((0, 7), (0, 21))
+
+
+def rocm_loading_device_wide(version: Version) -> bool:
+    return ROCM_DEVICE_WIDE_LOADING[0] <= version < ROCM_DEVICE_WIDE_LOADING[1]
+
+
 ROCM_LOADING_NOTE = (
     "vLLM 0.7.3-0.20.2 on ROCm logs as 'Model loading took' the device memory that came into use while "
     "loading (total - free, vllm/platforms/rocm.py get_current_memory_usage), not the weights' bytes alone: "
     "memory the allocator keeps or the runtime takes while loading counts too, and the KV budget pays it; "
     "kvplan plans the weights' bytes"
 )
-
-
 # --- AMD Instinct (ROCm): the unquantized fused-MoE padding -------------------------------------
 # fused_moe/layer.py@v0.10.2 (unquantized_fused_moe_method.py from 0.11.1) _maybe_pad_weight: with
 # VLLM_ROCM_MOE_PADDING (default "1") on ROCm, every expert weight row whose byte stride is a multiple of

@@ -289,10 +289,9 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
         arows = _arithmetic_rows(f, arith, slack, req)
     notes: list[str] = []
     rows, measured = _prediction_rows(f, pred, engine, notes)
-    if engine.name == "vllm" and req.gpu.vendor == "amd" and f.get("weights_bytes") is not None:
-        v = engine.parse_version(eng.version)
-        if vm.ROCM_DEVICE_WIDE_LOADING[0] <= v < vm.ROCM_DEVICE_WIDE_LOADING[1]:
-            notes.append(vm.ROCM_LOADING_NOTE)
+    amd = req.gpu.vendor == "amd"
+    if engine.name == "vllm" and amd and vm.rocm_loading_device_wide(engine.parse_version(eng.version)):
+        notes.append(vm.ROCM_LOADING_NOTE)
     s, c = pred.settings, pred.cluster
     setup = CheckSetup(
         model=req.model.name,

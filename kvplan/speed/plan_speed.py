@@ -22,12 +22,13 @@ from kvplan.specs.matrices import Matrix, weight_matrices
 from kvplan.specs.models import GpuSpec, HeadLayer, LatentAttention, ModelSpec, NoCache, SharedKV
 from kvplan.speed import step_model
 from kvplan.speed.prefill import (
+    Evidence,
     PrefillCoefficients,
     PrefillTime,
     PrefillWork,
     chunk_seconds,
-    prefill_caveat,
     prefill_coefficients,
+    prefill_evidence,
     prefill_time,
     served_tpot_ms,
     weight_bytes_per_gpu,
@@ -240,9 +241,10 @@ class Prefill:
     terms: PrefillTime
     work: PrefillWork
     source: str  # where the coefficients come from
-    caveat: str | None = (
-        None  # published prefills of this model kind differ from the model (prefill.Evidence)
-    )
+    # the shipped prefill model against published prefills of this model kind (None: no rows), and the
+    # caveat they call for (None: within prefill.CAVEAT_AT)
+    evidence: Evidence | None = None
+    caveat: str | None = None
 
 
 def attention_width(spec: ModelSpec) -> int:
@@ -654,6 +656,7 @@ def plan_speed(
     terms = prefill_time(inp, work, max_len, 0, True, c, pc)
     peak_dtype = "fp8" if work.gemm_flops_per_gpu != gpu.bf16_dense_flops else "bf16"
     source = prefill_source(pc)
+    ev = prefill_evidence().get(inp.kind)
     return decode, Prefill(
         max_len,
         terms.total_ms,
@@ -663,7 +666,8 @@ def plan_speed(
         terms,
         work,
         source,
-        prefill_caveat(inp.kind),
+        ev,
+        ev.caveat() if ev is not None else None,
     )
 
 

@@ -68,10 +68,17 @@ class PrefillCoefficients:
 
 
 @functools.cache
-def prefill_coefficients() -> PrefillCoefficients:
-    """The shipped prefill coefficients (kvplan/data/prefill_fit.yaml), read once."""
+def _fit_file() -> dict[str, Any]:
+    """kvplan/data/prefill_fit.yaml, read once."""
     text = resources.files("kvplan").joinpath("data").joinpath(FIT_FILE).read_text(encoding="utf-8")
-    return PrefillCoefficients.from_dict(yaml.safe_load(text)["coefficients"])
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
+
+
+@functools.cache
+def prefill_coefficients() -> PrefillCoefficients:
+    """The shipped prefill coefficients (kvplan/data/prefill_fit.yaml)."""
+    return PrefillCoefficients.from_dict(_fit_file()["coefficients"])
 
 
 # written 2026-12-01 before the evidence was read per model kind: a kind whose published prefill times
@@ -87,7 +94,7 @@ class Evidence:
     kind: str  # dense, moe or hybrid
     rows: int
     sources: int
-    gpus: tuple[str, ...]
+    gpus: list[str]
     median_signed: float  # kvplan / published - 1, median over the rows
 
     def caveat(self, subject: str = "this TTFT is", rate: bool = False) -> str | None:
@@ -107,15 +114,14 @@ class Evidence:
 
 @functools.cache
 def prefill_evidence() -> dict[str, Evidence]:
-    """The shipped prefill model's median error per model kind on published prefill times, read once."""
-    text = resources.files("kvplan").joinpath("data").joinpath(FIT_FILE).read_text(encoding="utf-8")
-    rows = yaml.safe_load(text).get("evidence") or []
+    """The shipped prefill model's median error per model kind on published prefill times."""
+    rows = _fit_file().get("evidence") or []
     return {
         str(r["kind"]): Evidence(
             str(r["kind"]),
             int(r["rows"]),
             int(r["sources"]),
-            tuple(str(g) for g in r["gpus"]),
+            [str(g) for g in r["gpus"]],
             float(r["median_signed"]),
         )  # fmt: skip
         for r in rows
