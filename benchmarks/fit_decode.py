@@ -197,6 +197,7 @@ def _spec(r: dict[str, str]) -> tuple[ModelSpec | None, str | None, str]:
         "lmsys/gpt-oss-120b-bf16": "gpt-oss-120b",
         "Qwen/Qwen3-8B": "qwen3-8b",
         "Qwen/Qwen3-32B": "qwen3-32b",
+        "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
         "meta-llama/Meta-Llama-3.1-8B": "llama3-8b",  # the CI's tests json runs Meta-Llama-3-8B
         "meta-llama/Meta-Llama-3-70B": "llama3-70b",
         "mistralai/Mixtral-8x7B": "mixtral-8x7b",

@@ -17,6 +17,9 @@ Under DP attention a prompt's attention GEMMs and FLOPs run on one attention-DP 
 its attention output is all-reduced over them; under expert parallelism with an all-to-all, the MoE
 layers dispatch and combine its tokens instead of all-reducing them.
   launch     the decode step's per-layer launch cost (decode_fit.yaml)
+  MoE layers what a prefill pays per MoE layer beyond its FLOPs, weight stream and activation buffers
+             (routing, the expert kernels run over every expert at a few tokens each, without CUDA
+             graphs): `moe_layer_s`, one fitted figure
   overhead   what a served request's first token pays beyond the forward pass (scheduling,
              tokenisation, sampling, the HTTP round trip): `ttft_overhead_s`; 0 for an engine's own
              one-batch benchmark
@@ -45,7 +48,7 @@ from kvplan.speed.step_model import (
 )
 
 FIT_FILE = "prefill_fit.yaml"
-COEFFICIENTS = ("gemm_mfu", "attention_mfu", "ttft_overhead_s")
+COEFFICIENTS = ("gemm_mfu", "attention_mfu", "ttft_overhead_s", "moe_layer_s")
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class PrefillCoefficients:
     gemm_mfu: float  # share of the dtype's dense FLOP/s a prefill GEMM reaches
     attention_mfu: float  # share of the bf16 dense FLOP/s causal prefill attention reaches
     ttft_overhead_s: float  # a served request's first token beyond the forward pass
+    moe_layer_s: float = 0.0  # a MoE layer's cost to a prefill beyond its FLOPs and weight stream
     sources: dict[str, str] = field(default_factory=dict)
 
     @staticmethod
@@ -158,6 +162,7 @@ class PrefillTime:
     total_ms: float
     compute_bound: bool  # GEMM FLOPs, not the weight stream, set gemm_ms
     moe_activation_ms: float = 0.0  # the fused MoE's activation buffers written and read (MoE acts)
+    moe_layers_ms: float = 0.0  # moe_layer_s per MoE layer (MoE layers)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -172,6 +177,7 @@ class _Work:
     comm_latency_s: float  # the all-reduces' and hops' fixed cost, which a step pays once for all its tokens
     launch_s: float
     moe_act_s: float = 0.0  # the fused MoE's activation buffers (MoE acts)
+    moe_layers_s: float = 0.0  # moe_layer_s per MoE layer of every stage (MoE layers)
 
 
 def _work(
@@ -217,7 +223,11 @@ def _work(
         (layers - a2a_layers) * inp.tp_link.latency_s(c) if tp > 1 else 0.0
     )
     fixed += sum(link.latency_s(c) for link in inp.pp_links)
-    return _Work(compute, stream, attention, comm, fixed, layers * c.launch_per_layer_s, _moe_acts(inp, n, c))
+    moe_layers = sum(s.moe_layers for s in inp.stages if s.experts is not None)
+    return _Work(
+        compute, stream, attention, comm, fixed, layers * c.launch_per_layer_s, _moe_acts(inp, n, c),
+        moe_layers * p.moe_layer_s,
+    )  # fmt: skip
 
 
 def _moe_acts(inp: DecodeInputs, tokens: int, c: Coefficients) -> float:
@@ -259,7 +269,7 @@ def prefill_time(
     w = _work(inp, work, prompts, tokens, cached_tokens, c, p)
     gemm = max(w.compute_s, w.stream_s)
     overhead = p.ttft_overhead_s if served else 0.0
-    total = gemm + w.attention_s + w.comm_s + w.launch_s + w.moe_act_s + overhead
+    total = gemm + w.attention_s + w.comm_s + w.launch_s + w.moe_act_s + w.moe_layers_s + overhead
     return PrefillTime(
         tokens=tokens,
         cached_tokens=cached_tokens,
@@ -271,6 +281,7 @@ def prefill_time(
         total_ms=total * 1e3,
         compute_bound=w.compute_s >= w.stream_s,
         moe_activation_ms=w.moe_act_s * 1e3,
+        moe_layers_ms=w.moe_layers_s * 1e3,
     )
 
 
@@ -287,12 +298,16 @@ def chunk_seconds(
     kernels for the decodes beside it (chunked prefill): its GEMM FLOPs, its attention over the cached
     and new tokens, its bytes in the step's all-reduces (their latency the step pays anyway); with
     `decode_batch` (the decodes of that step), the routed experts its tokens touch beyond theirs
-    (step_model.moe_prefill_stream_seconds), streamed once."""
+    (step_model.moe_prefill_stream_seconds), streamed once; and its MoE layers' prefill cost (MoE layers)
+    beyond the routing the decodes' step pays for them (decode_fit.yaml moe_layer_s)."""
     c = c or coefficients()
     p = p or prefill_coefficients()
     w = _work(inp, work, 1, tokens, cached_tokens, c, p)
     experts = 0.0 if decode_batch is None else moe_prefill_stream_seconds(inp, decode_batch, tokens, c)
-    return w.compute_s + w.attention_s + max(0.0, w.comm_s - w.comm_latency_s) + w.moe_act_s + experts
+    moe_layers = sum(s.moe_layers for s in inp.stages if s.experts is not None)
+    routing = max(0.0, p.moe_layer_s - c.moe_layer_s) * moe_layers
+    comm = max(0.0, w.comm_s - w.comm_latency_s)
+    return w.compute_s + w.attention_s + comm + w.moe_act_s + experts + routing
 
 
 def weight_bytes_per_gpu(inp: DecodeInputs) -> int:
