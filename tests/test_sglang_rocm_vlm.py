@@ -117,3 +117,23 @@ def test_vllm_on_rocm_before_0_21_says_its_weights_are_device_memory():
 
     assert said("0.10", "MI300X") and said("0.20", "MI325X")
     assert not said("0.21", "MI300X") and not said("0.23", "MI300X") and not said("0.10", "H100")
+
+
+GLM5_LOG = REPO / "tests" / "fixtures" / "logs" / "real" / "sglang_0.5.9_glm-5-fp8_mi355x_tp8.md"
+
+
+def test_a_dsa_pools_kv_size_counts_the_indexer_keys():
+    """GLM-5-FP8 on 8x MI355X (SGLang 0.5.9, KV fp8_e4m3): SGLang's "KV size" of a DSA pool adds the
+    indexer's key buffers to the latent's (mem_cache/memory_pool.py DSATokenToKVPool.get_kv_size_bytes):
+    78 layers x (656 B fp8 latent + 132 B indexer key) x 3,199,576 slots = 183.15 GB (2**30) as logged;
+    the latent alone was 152.47, -16.8%. GLM-5.1's config.json has GLM-5's pool shapes (the token
+    arithmetic is exact with it)."""
+    r = run_cli(
+        "check-log", str(GLM5_LOG), "-g", "MI355X", "-m", str(CORPUS / "glm-5.1.json"), "--weight-dtype", "fp8",
+        "--json",
+    )  # fmt: skip
+    arith = {x["quantity"]: x for x in json.loads(r.stdout)["arithmetic"]}
+    assert arith["KV cache tokens"]["kvplan"] == arith["KV cache tokens"]["log"] == 3199575
+    assert arith["KV size"]["log"] == pytest.approx(183.15 * GiB, abs=0.005 * GiB)
+    assert arith["KV size"]["kvplan"] == 3199576 * 78 * (656 + 132)
+    assert "KV Cache is allocated. #tokens: 3262823, KV size: 186.77 GB" in GLM5_LOG.read_text()  # trial 1

@@ -276,12 +276,16 @@ def _torch_dtype(fmt: Format) -> str:
 
 
 def _pool_line(layers: Sequence[Layer], size: int, fmt: Format, tp: int, page: int) -> tuple[str, int, int]:
-    """The pool's log line and its K and V buffer bytes (MLA: one KV buffer, V = 0)."""
+    """The pool's log line and its K and V buffer bytes (MLA: one KV buffer, V = 0; DSA: the indexer's
+    key buffer counted in it)."""
     k, v, _, mla = _cells(layers, fmt, tp)
     # SGLang allocates size + page_size slots (slot 0 is a padding slot); "GB" is 2**30 bytes
     slots = size + page
     head = f"KV Cache is allocated. dtype: {_torch_dtype(fmt)}, #tokens: {size}, "
     if mla:
+        # a DSA pool's KV size adds the indexer's key buffers, a slot each per layer (mem_cache/memory_pool.py
+        # v0.5.23 DSATokenToKVPool.get_kv_size_bytes; NSATokenToKVPool in the v0.5.8 logs)
+        k += ceil_div(sum(kv.indexer_bits(layer) for layer in layers), 8)
         return head + f"KV size: {slots * k / GiB:.2f} GB", slots * k, slots * v
     return head + f"K size: {slots * k / GiB:.2f} GB, V size: {slots * v / GiB:.2f} GB", slots * k, slots * v
 
