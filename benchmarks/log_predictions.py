@@ -412,7 +412,7 @@ CONSTANTS: dict[str, Constant] = {
         (("kvplan.engines.sglang_memory", "ROCM_CONTEXT_BYTES"),),
         "SGLang on ROCm: the HIP context and torch before torch.distributed (0.61 GiB)",
         "hand-derived from the 'avail mem' and 'Init torch distributed ends' lines of the Kimi-K2.5 8x MI355X "
-        "log (and a GLM-5-FP8 log of the same author, not in the fixtures)",
+        "log (and the GLM-5-FP8 log of the same author, sglang_0.5.9_glm-5-fp8_mi355x_tp8.md, trial 1)",
     ),
     "SGLANG_RCCL_BYTES_PER_RANK": Constant(
         (("kvplan.engines.sglang_memory", "RCCL_BYTES_PER_RANK"),),

@@ -127,7 +127,7 @@ NCCL_NVLS_BYTES_PER_RANK = int(0.176 * GiB)
 # tests/fixtures/logs/real/SOURCES.tsv): "Init torch distributed ends. mem usage=3.81 GB" (RCCL and the
 # all-reduce buffers) and "Load weight begin. avail mem=283.56 GB" of 287.98 GiB, so 4.42 GiB in use, 0.61
 # of it the HIP context and torch; the same author's GLM-5-FP8 log on the same machine prints 3.81 and
-# 283.50 (github.com/ajith-sirra-amd/Issues GLM-5-FP8-MI355X-SGLANG-ERROR.md @95a6dec). The distributed
+# 283.50 (its trial 1, sglang_0.5.9_glm-5-fp8_mi355x_tp8.md in the same fixtures). The distributed
 # part is taken per TP rank (3.81 / 8), as NVLS is on NVIDIA: an assumption, no other TP seen
 ROCM_CONTEXT_BYTES = int(0.61 * GiB)
 RCCL_BYTES_PER_RANK = int(3.81 / 8 * GiB)
