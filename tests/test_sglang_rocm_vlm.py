@@ -136,4 +136,12 @@ def test_a_dsa_pools_kv_size_counts_the_indexer_keys():
     assert arith["KV cache tokens"]["kvplan"] == arith["KV cache tokens"]["log"] == 3199575
     assert arith["KV size"]["log"] == pytest.approx(183.15 * GiB, abs=0.005 * GiB)
     assert arith["KV size"]["kvplan"] == 3199576 * 78 * (656 + 132)
-    assert "KV Cache is allocated. #tokens: 3262823, KV size: 186.77 GB" in GLM5_LOG.read_text()  # trial 1
+    # trial 1 (0.5.8.post1 image) at 3,262,823 tokens: kvplan's pool line gives the logged figure too
+    from kvplan.engines.sglang import _pool_line
+    from kvplan.formats import KV_DTYPES
+    from kvplan.specs.registry import load_model
+
+    layers = load_model(str(CORPUS / "glm-5.1.json")).layers
+    line, kv_bytes, _ = _pool_line(layers, 3262823, KV_DTYPES["fp8_e4m3"], 8, 1)
+    assert line.endswith("#tokens: 3262823, KV size: 186.77 GB") and kv_bytes == 3262824 * 78 * 788
+    assert "KV Cache is allocated. #tokens: 3262823, KV size: 186.77 GB" in GLM5_LOG.read_text()

@@ -283,10 +283,10 @@ def _pool_line(layers: Sequence[Layer], size: int, fmt: Format, tp: int, page: i
     slots = size + page
     head = f"KV Cache is allocated. dtype: {_torch_dtype(fmt)}, #tokens: {size}, "
     if mla:
-        # a DSA pool's KV size adds the indexer's key buffers, a slot each per layer (mem_cache/memory_pool.py
-        # v0.5.23 DSATokenToKVPool.get_kv_size_bytes; NSATokenToKVPool in the v0.5.8 logs)
-        k += ceil_div(sum(kv.indexer_bits(layer) for layer in layers), 8)
-        return head + f"KV size: {slots * k / GiB:.2f} GB", slots * k, slots * v
+        # the whole cell: a DSA pool's KV size adds the indexer's key buffers, a slot each per layer
+        # (mem_cache/memory_pool.py v0.5.23 DSATokenToKVPool.get_kv_size_bytes; NSATokenToKVPool in v0.5.8 logs)
+        k = _cell_bytes(layers, fmt, tp)
+        return head + f"KV size: {slots * k / GiB:.2f} GB", slots * k, 0
     return head + f"K size: {slots * k / GiB:.2f} GB, V size: {slots * v / GiB:.2f} GB", slots * k, slots * v
 
 

@@ -207,7 +207,7 @@ def _work(
     one, _ = allreduce_seconds(nbytes, inp, c)
     attn_one, _ = allreduce_seconds(nbytes, inp, c, None, attn_tp)
     par = inp.parallel
-    a2a_layers = sum(s.moe_layers for s in inp.stages if s.experts is not None) if par.all_to_all else 0
+    a2a_layers = inp.moe_layers if par.all_to_all else 0
     a2a = 0.0
     if a2a_layers:
         top_k = next(s.experts.experts_per_token for s in inp.stages if s.experts is not None)
@@ -223,10 +223,9 @@ def _work(
         (layers - a2a_layers) * inp.tp_link.latency_s(c) if tp > 1 else 0.0
     )
     fixed += sum(link.latency_s(c) for link in inp.pp_links)
-    moe_layers = sum(s.moe_layers for s in inp.stages if s.experts is not None)
     return _Work(
         compute, stream, attention, comm, fixed, layers * c.launch_per_layer_s, _moe_acts(inp, n, c),
-        moe_layers * p.moe_layer_s,
+        inp.moe_layers * p.moe_layer_s,
     )  # fmt: skip
 
 
@@ -304,8 +303,7 @@ def chunk_seconds(
     p = p or prefill_coefficients()
     w = _work(inp, work, 1, tokens, cached_tokens, c, p)
     experts = 0.0 if decode_batch is None else moe_prefill_stream_seconds(inp, decode_batch, tokens, c)
-    moe_layers = sum(s.moe_layers for s in inp.stages if s.experts is not None)
-    routing = max(0.0, p.moe_layer_s - c.moe_layer_s) * moe_layers
+    routing = max(0.0, w.moe_layers_s - inp.moe_layers * c.moe_layer_s)
     comm = max(0.0, w.comm_s - w.comm_latency_s)
     return w.compute_s + w.attention_s + comm + w.moe_act_s + experts + routing
 

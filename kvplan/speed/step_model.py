@@ -246,6 +246,11 @@ class DecodeInputs:
         return math.ceil(batch / max(1, self.parallel.attn_dp))
 
     @property
+    def moe_layers(self) -> int:
+        """MoE layers over every stage (one GPU of each)."""
+        return sum(s.moe_layers for s in self.stages if s.experts is not None)
+
+    @property
     def kind(self) -> str:
         """dense, moe or hybrid (layers without a KV cache: Mamba, linear attention): the model kinds
         every accuracy figure is reported by."""
