@@ -65,7 +65,7 @@ def test_the_fit_does_not_beat_the_assumed_coefficients_so_they_stay(bench, rows
     import yaml
 
     ok, _ = rows
-    dev, _ = bench.split(ok)
+    dev, _, _ = bench.split(ok)
     assert len(dev) >= bench.MIN_ROWS and len(bench.by_source(dev)) >= bench.MIN_SOURCES
     pc = prefill_coefficients()
     assert all(pc.sources[k].startswith("assumed") for k in bench.FITTED)
@@ -109,7 +109,7 @@ def test_the_evidence_per_model_kind_is_the_shipped_model_against_every_usable_r
     import yaml
 
     ok, _ = rows
-    dev, frozen = bench.split(ok)
+    dev, frozen, _ = bench.split(ok)
     kinds = bench.evidence(
         dev + frozen, bench.errors(dev, bench.ASSUMED) + bench.errors(frozen, bench.ASSUMED)
     )

@@ -20,6 +20,10 @@ layers dispatch and combine its tokens instead of all-reducing them.
   MoE layers what a prefill pays per MoE layer beyond its FLOPs, weight stream and activation buffers
              (routing, the expert kernels run over every expert at a few tokens each, without CUDA
              graphs): `moe_layer_s`, one fitted figure
+  MoE GEMMs  the routed experts' share of the GEMM FLOPs and of the weight stream run at `moe_gemm_eff`
+             of a dense GEMM's rate: the fused MoE kernel runs one grouped GEMM over every expert at a
+             few tokens each (vllm/model_executor/layers/fused_moe/fused_moe.py v0.11.0,
+             invoke_fused_moe_kernel: each expert's tokens padded to BLOCK_SIZE_M by moe_align_block_size)
   overhead   what a served request's first token pays beyond the forward pass (scheduling,
              tokenisation, sampling, the HTTP round trip): `ttft_overhead_s`; 0 for an engine's own
              one-batch benchmark
@@ -48,7 +52,7 @@ from kvplan.speed.step_model import (
 )
 
 FIT_FILE = "prefill_fit.yaml"
-COEFFICIENTS = ("gemm_mfu", "attention_mfu", "ttft_overhead_s", "moe_layer_s")
+COEFFICIENTS = ("gemm_mfu", "attention_mfu", "ttft_overhead_s", "moe_layer_s", "moe_gemm_eff")
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,9 @@ class PrefillCoefficients:
     attention_mfu: float  # share of the bf16 dense FLOP/s causal prefill attention reaches
     ttft_overhead_s: float  # a served request's first token beyond the forward pass
     moe_layer_s: float = 0.0  # a MoE layer's cost to a prefill beyond its FLOPs and weight stream
+    moe_gemm_eff: float = (
+        1.0  # share of a dense GEMM's rate (FLOPs and bytes) the routed experts' GEMMs reach
+    )
     sources: dict[str, str] = field(default_factory=dict)
 
     @staticmethod
@@ -198,6 +205,12 @@ def _work(
         / (work.gemm_flops_per_gpu * p.gemm_mfu)
     )  # fmt: skip
     stream = work.weight_bytes_per_gpu / (c.gemm_efficiency * inp.hbm_bytes_per_s)
+    if p.moe_gemm_eff != 1.0:
+        # the routed experts' part of each runs at moe_gemm_eff of the rate: 1/eff - 1 more of it
+        routed_flops, routed_bytes = _routed_per_gpu(inp)
+        slower = 1.0 / p.moe_gemm_eff - 1.0
+        compute += slower * 2.0 * n * routed_flops / (work.gemm_flops_per_gpu * p.gemm_mfu)
+        stream += slower * routed_bytes / (c.gemm_efficiency * inp.hbm_bytes_per_s)
     attn_flops = (
         4.0 * prompts * tokens * (cached_tokens + tokens / 2) * work.attention_layers * work.attention_width
     )
@@ -227,6 +240,21 @@ def _work(
         compute, stream, attention, comm, fixed, layers * c.launch_per_layer_s, _moe_acts(inp, n, c),
         inp.moe_layers * p.moe_layer_s,
     )  # fmt: skip
+
+
+def _routed_per_gpu(inp: DecodeInputs) -> tuple[float, int]:
+    """The routed experts' GEMM parameters one token passes through on one GPU (its top-k pairs' share
+    on this GPU, balanced over the experts held: its slice of each under TP, whole experts under EP),
+    and the bytes of every routed expert this GPU holds, all stages."""
+    params, nbytes = 0.0, 0
+    for s in inp.stages:
+        e = s.experts
+        if e is None or not s.moe_layers:
+            continue
+        per_expert = e.gate_up.k * e.gate_up.n + e.down.k * e.down.n
+        params += s.moe_layers * e.experts_per_token * per_expert * e.held / e.num_experts
+        nbytes += s.moe_layers * e.held * (e.gate_up.weight_bytes + e.down.weight_bytes)
+    return params, nbytes
 
 
 def _moe_acts(inp: DecodeInputs, tokens: int, c: Coefficients) -> float:
@@ -297,12 +325,14 @@ def chunk_seconds(
     kernels for the decodes beside it (chunked prefill): its GEMM FLOPs, its attention over the cached
     and new tokens, its bytes in the step's all-reduces (their latency the step pays anyway); with
     `decode_batch` (the decodes of that step), the routed experts its tokens touch beyond theirs
-    (step_model.moe_prefill_stream_seconds), streamed once; and its MoE layers' prefill cost (MoE layers)
+    (step_model.moe_prefill_stream_seconds), streamed once at moe_gemm_eff of the rate (as its routed
+    FLOPs run); and its MoE layers' prefill cost (MoE layers)
     beyond the routing the decodes' step pays for them (decode_fit.yaml moe_layer_s)."""
     c = c or coefficients()
     p = p or prefill_coefficients()
     w = _work(inp, work, 1, tokens, cached_tokens, c, p)
     experts = 0.0 if decode_batch is None else moe_prefill_stream_seconds(inp, decode_batch, tokens, c)
+    experts /= p.moe_gemm_eff
     routing = max(0.0, w.moe_layers_s - inp.moe_layers * c.moe_layer_s)
     comm = max(0.0, w.comm_s - w.comm_latency_s)
     return w.compute_s + w.attention_s + comm + w.moe_act_s + experts + routing
