@@ -385,7 +385,7 @@ def _judge(rows: list[Prepared], errs: list[float], base: list[float], what: str
     """A fit's held-out errors against the baseline's on the same rows: it must beat it at the median and
     be worse in no (GPU, tool, kind) bucket at the median."""
     if not rows:
-        return False, f"no {what} rows"
+        return False, f"no {what}"
     base_b = {(b["gpu"], b["tool"], b["kind"]): b["median_abs"] for b in buckets(rows, base)}
     worse = [
         f"{b['gpu']} {b['tool']} {b['kind']} {b['median_abs']:.1%} against {base_b[(b['gpu'], b['tool'], b['kind'])]:.1%}"
@@ -414,7 +414,7 @@ def decide(dev: list[Prepared], confirm: list[Prepared]) -> Decision:
         moe_rows, loso_errors(moe_rows, fits), loso_errors(moe_rows, base_fits), "routed-expert rows"
     )
     c_ok, c_why = _judge(confirm, errors(confirm, candidate), errors(confirm, dataclasses.replace(candidate, moe_gemm_eff=1.0)),
-                         "CONFIRM's rows")  # fmt: skip
+                         "CONFIRM rows")  # fmt: skip
     return Decision(candidate, fits, shared_ok, moe_ok and c_ok, shared_why, f"{moe_why}; {c_why}")
 
 

@@ -139,3 +139,47 @@ def test_a_moe_layer_term_is_paid_per_moe_layer_and_a_chunk_pays_what_the_step_d
     assert with_term.total_ms - without.total_ms == pytest.approx(58.0)
     extra = chunk_seconds(inp, work, 512, p=p) - chunk_seconds(inp, work, 512, p=assumed)
     assert extra == pytest.approx(58 * (1e-3 - c.moe_layer_s))
+
+
+def test_the_routed_experts_gemms_run_at_moe_gemm_eff_of_a_dense_gemms_rate(deepseek):
+    """prefill_fit.yaml's moe_gemm_eff (the MoE term's second form): the routed experts' part of a
+    prefill's GEMM FLOPs and of its weight stream runs at that share of a dense GEMM's rate; the
+    attention projections, shared experts and head do not. DeepSeek-V3 fp8 on 8x H200: 8 of 256 experts
+    per token in 58 layers, each 3 x 7,168 x 2,048 split over 8 GPUs, is 2.55e9 of the 4.6e9 parameters a
+    token passes through on one GPU; the routed experts are 81.8 GB of the 83.8 GB each GPU streams."""
+    import dataclasses
+
+    from kvplan.speed.prefill import _routed_per_gpu, prefill_coefficients, prefill_time
+
+    inp, work, c = deepseek.decode.inputs, deepseek.prefill.work, coefficients()
+    routed_params, routed_bytes = _routed_per_gpu(inp)
+    assert routed_params == pytest.approx(58 * 8 * 3 * 7168 * 2048 / 8)
+    assert routed_bytes == pytest.approx(58 * 256 * 3 * 7168 * 2048 / 8, rel=1e-3)  # fp8, block scales
+    base = dataclasses.replace(prefill_coefficients(), moe_gemm_eff=1.0)
+    half = dataclasses.replace(base, moe_gemm_eff=0.5)
+    bw = c.gemm_efficiency * inp.hbm_bytes_per_s
+    # 1,000 tokens stream-bound either way: the stream's routed part takes twice as long
+    t1, t2 = prefill_time(inp, work, 1000, p=base), prefill_time(inp, work, 1000, p=half)
+    assert not t1.compute_bound and not t2.compute_bound
+    assert (t2.gemm_ms - t1.gemm_ms) / 1e3 == pytest.approx(routed_bytes / bw, rel=1e-6)
+    # 64K tokens compute-bound: the routed FLOPs take twice as long, the dense ones do not
+    n = 65536
+    big1, big2 = prefill_time(inp, work, n, p=base), prefill_time(inp, work, n, p=half)
+    assert big1.compute_bound and big2.compute_bound
+    routed_s = 2.0 * n * routed_params / (work.gemm_flops_per_gpu * base.gemm_mfu)
+    assert (big2.gemm_ms - big1.gemm_ms) / 1e3 == pytest.approx(routed_s, rel=1e-6)
+    # a chunk beside one decode: its routed FLOPs and the experts it adds to the step's stream, both
+    # at half the rate
+    chunk = 512
+    extra = chunk_seconds(inp, work, chunk, p=half, decode_batch=1) - chunk_seconds(
+        inp, work, chunk, p=base, decode_batch=1
+    )
+    want = 2.0 * chunk * routed_params / (
+        work.gemm_flops_per_gpu * base.gemm_mfu
+    ) + moe_prefill_stream_seconds(inp, 1, chunk)
+    assert extra == pytest.approx(want, rel=1e-6)
+    # a dense model has no routed experts: the coefficient moves nothing
+    dense = kvplan.estimate("llama3-70b", gpus="8xH100", max_model_len="8K")
+    a = prefill_time(dense.decode.inputs, dense.prefill.work, 4096, p=base)
+    b = prefill_time(dense.decode.inputs, dense.prefill.work, 4096, p=half)
+    assert a.total_ms == b.total_ms

@@ -857,8 +857,8 @@ def estimate(req: PlanRequest) -> Plan:
                                  conc.request_bytes_per_gpu, avg, weights.stages[0].embedding_bytes_per_gpu,
                                  float(fmt.bits_per_value), sh)  # fmt: skip
     notes.append(
-        f"decode step model: {decode.bandwidth_source}; prefill: GEMMs at {prefill.mfu:.0%} of "
-        f"{prefill.peak_dtype} peak, attention, all-reduces, launch, {prefill.source}; both estimates"
+        f"decode step model: {decode.bandwidth_source}; prefill: {prefill.gemm_words}, attention, "
+        f"all-reduces, launch, {prefill.source}; both estimates"
     )
     notes += link_notes(req, decode.inputs)
     if not sh.plain:

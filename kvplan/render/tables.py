@@ -231,8 +231,8 @@ def _render_speed(plan: Plan, console: Console) -> None:
                 ("overhead", pt.overhead_ms)]  # fmt: skip
     pf_parts = ", ".join(f"{name} {ms:,.1f}" for name, ms in pf_terms if ms)
     console.print(
-        f"prefill of one {pf.tokens:,}-token prompt alone (its TTFT): {pf.ms:,.0f} ms ({pf_parts} ms; GEMMs at "
-        f"{pf.mfu:.0%} of {pf.peak_dtype} peak, {pf.source})",
+        f"prefill of one {pf.tokens:,}-token prompt alone (its TTFT): {pf.ms:,.0f} ms ({pf_parts} ms; "
+        f"{pf.gemm_words}, {pf.source})",
         highlight=False,
         markup=False,
     )

@@ -245,6 +245,15 @@ class Prefill:
     # caveat they call for (None: within prefill.CAVEAT_AT)
     evidence: Evidence | None = None
     caveat: str | None = None
+    moe_gemm_eff: float = 1.0  # the routed experts' GEMMs' share of a dense GEMM's rate (1: no routed experts)
+
+    @property
+    def gemm_words(self) -> str:
+        """'GEMMs at 50% of fp8 peak', and the routed experts' rate where it differs."""
+        words = f"GEMMs at {self.mfu:.0%} of {self.peak_dtype} peak"
+        if self.moe_gemm_eff != 1.0:
+            words += f", the routed experts' at {self.moe_gemm_eff:.0%} of that rate"
+        return words
 
 
 def attention_width(spec: ModelSpec) -> int:
@@ -668,6 +677,7 @@ def plan_speed(
         source,
         ev,
         ev.caveat() if ev is not None else None,
+        pc.moe_gemm_eff if inp.moe_layers else 1.0,
     )
 
 
