@@ -113,7 +113,11 @@ ASSUMED = pf.PrefillCoefficients(
 # CONFIRM: sources first collected after this rule was written (a helper's search, 2026-12-01), their rows
 # added to prefill_runs.tsv before kvplan predicted any of them; they are held out of dev and frozen, and
 # the fit on dev is evaluated on them once.
-CONFIRM: tuple[str, ...] = ()
+CONFIRM: tuple[str, ...] = (
+    "https://github.com/sariekr/gpu_conc/",
+    "https://github.com/sgl-project/sglang/pull/13466",
+    "https://github.com/sgl-project/sglang/pull/14918",
+)
 MOE_FITTED = ("moe_gemm_eff",)
 SHARED = ("gemm_mfu", "attention_mfu", "ttft_overhead_s")
 
@@ -271,7 +275,7 @@ def fit(rows: list[Prepared], shared: bool = True) -> pf.PrefillCoefficients:
 
 # written 2026-12-01 before its rows were fitted: a publisher whose pages share one harness, build and
 # machine is one source, whichever page or commit a row's URL names
-PUBLISHERS = ("https://github.com/sgl-project/sgl-cookbook/",)
+PUBLISHERS = ("https://github.com/sgl-project/sgl-cookbook/", "https://github.com/sariekr/gpu_conc/")
 
 
 def source_of(p: Prepared) -> str:
