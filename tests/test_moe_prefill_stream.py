@@ -121,26 +121,6 @@ def test_a_prefill_pays_the_fused_moes_activation_buffers_by_hand(deepseek):
     assert prefill_time(dense.decode.inputs, dense.prefill.work, 4096).moe_activation_ms == 0.0
 
 
-def test_a_moe_layer_term_is_paid_per_moe_layer_and_a_chunk_pays_what_the_step_does_not(deepseek):
-    """prefill_fit.yaml's moe_layer_s (assumed 0 today; the fit that set it to 1.1 ms did not ship): a
-    prefill pays it once per MoE layer, 58 of DeepSeek-V3's 61, and a chunk in a decode step pays it less
-    the routing the step already pays per MoE layer (decode_fit.yaml moe_layer_s)."""
-    import dataclasses
-
-    from kvplan.speed.prefill import prefill_coefficients, prefill_time
-
-    inp, work, c = deepseek.decode.inputs, deepseek.prefill.work, coefficients()
-    assert inp.moe_layers == 58
-    assumed = prefill_coefficients()
-    assert assumed.moe_layer_s == 0.0
-    p = dataclasses.replace(assumed, moe_layer_s=1e-3)
-    with_term, without = prefill_time(inp, work, 1024, p=p), prefill_time(inp, work, 1024, p=assumed)
-    assert with_term.moe_layers_ms == pytest.approx(58.0) and without.moe_layers_ms == 0.0
-    assert with_term.total_ms - without.total_ms == pytest.approx(58.0)
-    extra = chunk_seconds(inp, work, 512, p=p) - chunk_seconds(inp, work, 512, p=assumed)
-    assert extra == pytest.approx(58 * (1e-3 - c.moe_layer_s))
-
-
 def test_the_routed_experts_gemms_run_at_moe_gemm_eff_of_a_dense_gemms_rate(deepseek):
     """prefill_fit.yaml's moe_gemm_eff (the MoE term's second form): the routed experts' part of a
     prefill's GEMM FLOPs and of its weight stream runs at that share of a dense GEMM's rate; the

@@ -227,7 +227,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
     pf = plan.prefill
     pt = pf.terms
     pf_terms = [("GEMMs", pt.gemm_ms), ("attention", pt.attention_ms), ("all-reduce", pt.communication_ms),
-                ("MoE acts", pt.moe_activation_ms), ("MoE layers", pt.moe_layers_ms), ("launch", pt.launch_ms),
+                ("MoE acts", pt.moe_activation_ms), ("launch", pt.launch_ms),
                 ("overhead", pt.overhead_ms)]  # fmt: skip
     pf_parts = ", ".join(f"{name} {ms:,.1f}" for name, ms in pf_terms if ms)
     console.print(

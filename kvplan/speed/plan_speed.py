@@ -245,7 +245,8 @@ class Prefill:
     # caveat they call for (None: within prefill.CAVEAT_AT)
     evidence: Evidence | None = None
     caveat: str | None = None
-    moe_gemm_eff: float = 1.0  # the routed experts' GEMMs' share of a dense GEMM's rate (1: no routed experts)
+    # the routed experts' GEMMs' share of a dense GEMM's rate (1: no routed experts)
+    moe_gemm_eff: float = 1.0
 
     @property
     def gemm_words(self) -> str:

@@ -17,9 +17,6 @@ Under DP attention a prompt's attention GEMMs and FLOPs run on one attention-DP 
 its attention output is all-reduced over them; under expert parallelism with an all-to-all, the MoE
 layers dispatch and combine its tokens instead of all-reducing them.
   launch     the decode step's per-layer launch cost (decode_fit.yaml)
-  MoE layers what a prefill pays per MoE layer beyond its FLOPs, weight stream and activation buffers
-             (routing, the expert kernels run over every expert at a few tokens each, without CUDA
-             graphs): `moe_layer_s`, one fitted figure
   MoE GEMMs  the routed experts' share of the GEMM FLOPs and of the weight stream run at `moe_gemm_eff`
              of a dense GEMM's rate: the fused MoE kernel runs one grouped GEMM over every expert at a
              few tokens each (vllm/model_executor/layers/fused_moe/fused_moe.py v0.11.0,
@@ -52,7 +49,7 @@ from kvplan.speed.step_model import (
 )
 
 FIT_FILE = "prefill_fit.yaml"
-COEFFICIENTS = ("gemm_mfu", "attention_mfu", "ttft_overhead_s", "moe_layer_s", "moe_gemm_eff")
+COEFFICIENTS = ("gemm_mfu", "attention_mfu", "ttft_overhead_s", "moe_gemm_eff")
 
 
 @dataclass(frozen=True)
@@ -60,7 +57,6 @@ class PrefillCoefficients:
     gemm_mfu: float  # share of the dtype's dense FLOP/s a prefill GEMM reaches
     attention_mfu: float  # share of the bf16 dense FLOP/s causal prefill attention reaches
     ttft_overhead_s: float  # a served request's first token beyond the forward pass
-    moe_layer_s: float = 0.0  # a MoE layer's cost to a prefill beyond its FLOPs and weight stream
     moe_gemm_eff: float = (
         1.0  # share of a dense GEMM's rate (FLOPs and bytes) the routed experts' GEMMs reach
     )
@@ -169,7 +165,6 @@ class PrefillTime:
     total_ms: float
     compute_bound: bool  # GEMM FLOPs, not the weight stream, set gemm_ms
     moe_activation_ms: float = 0.0  # the fused MoE's activation buffers written and read (MoE acts)
-    moe_layers_ms: float = 0.0  # moe_layer_s per MoE layer (MoE layers)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -184,7 +179,6 @@ class _Work:
     comm_latency_s: float  # the all-reduces' and hops' fixed cost, which a step pays once for all its tokens
     launch_s: float
     moe_act_s: float = 0.0  # the fused MoE's activation buffers (MoE acts)
-    moe_layers_s: float = 0.0  # moe_layer_s per MoE layer of every stage (MoE layers)
 
 
 def _work(
@@ -237,8 +231,7 @@ def _work(
     )
     fixed += sum(link.latency_s(c) for link in inp.pp_links)
     return _Work(
-        compute, stream, attention, comm, fixed, layers * c.launch_per_layer_s, _moe_acts(inp, n, c),
-        inp.moe_layers * p.moe_layer_s,
+        compute, stream, attention, comm, fixed, layers * c.launch_per_layer_s, _moe_acts(inp, n, c)
     )  # fmt: skip
 
 
@@ -296,7 +289,7 @@ def prefill_time(
     w = _work(inp, work, prompts, tokens, cached_tokens, c, p)
     gemm = max(w.compute_s, w.stream_s)
     overhead = p.ttft_overhead_s if served else 0.0
-    total = gemm + w.attention_s + w.comm_s + w.launch_s + w.moe_act_s + w.moe_layers_s + overhead
+    total = gemm + w.attention_s + w.comm_s + w.launch_s + w.moe_act_s + overhead
     return PrefillTime(
         tokens=tokens,
         cached_tokens=cached_tokens,
@@ -308,7 +301,6 @@ def prefill_time(
         total_ms=total * 1e3,
         compute_bound=w.compute_s >= w.stream_s,
         moe_activation_ms=w.moe_act_s * 1e3,
-        moe_layers_ms=w.moe_layers_s * 1e3,
     )
 
 
@@ -326,16 +318,14 @@ def chunk_seconds(
     and new tokens, its bytes in the step's all-reduces (their latency the step pays anyway); with
     `decode_batch` (the decodes of that step), the routed experts its tokens touch beyond theirs
     (step_model.moe_prefill_stream_seconds), streamed once at moe_gemm_eff of the rate (as its routed
-    FLOPs run); and its MoE layers' prefill cost (MoE layers)
-    beyond the routing the decodes' step pays for them (decode_fit.yaml moe_layer_s)."""
+    FLOPs run)."""
     c = c or coefficients()
     p = p or prefill_coefficients()
     w = _work(inp, work, 1, tokens, cached_tokens, c, p)
     experts = 0.0 if decode_batch is None else moe_prefill_stream_seconds(inp, decode_batch, tokens, c)
     experts /= p.moe_gemm_eff
-    routing = max(0.0, w.moe_layers_s - inp.moe_layers * c.moe_layer_s)
     comm = max(0.0, w.comm_s - w.comm_latency_s)
-    return w.compute_s + w.attention_s + comm + w.moe_act_s + experts + routing
+    return w.compute_s + w.attention_s + comm + w.moe_act_s + experts
 
 
 def weight_bytes_per_gpu(inp: DecodeInputs) -> int:
