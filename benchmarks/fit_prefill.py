@@ -265,10 +265,11 @@ def fit_shared(rows: list[Prepared]) -> pf.PrefillCoefficients:
     return _fit_some([p for p in rows if fd.arch_of(p) == "dense"], SHARED, ASSUMED)
 
 
-def fit(rows: list[Prepared], shared: bool = True) -> pf.PrefillCoefficients:
-    """SHARED on the dense rows (or, `shared` False, the assumed ones), then moe_gemm_eff on the
-    routed-expert rows with those held (the rule above)."""
-    base = fit_shared(rows) if shared else ASSUMED
+def fit(rows: list[Prepared], shared: bool = True, base: pf.PrefillCoefficients | None = None
+        ) -> pf.PrefillCoefficients:  # fmt: skip
+    """SHARED on the dense rows (or, `shared` False, the assumed ones; or `base`, already fitted), then
+    moe_gemm_eff on the routed-expert rows with those held (the rule above)."""
+    base = base or (fit_shared(rows) if shared else ASSUMED)
     return _fit_some([p for p in rows if routed(p)], MOE_FITTED, base)
 
 
@@ -411,7 +412,8 @@ def decide(dev: list[Prepared], confirm: list[Prepared]) -> Decision:
         dense, loso_errors(dense, shared_fits), errors(dense, ASSUMED), "dense rows"
     )
     fits = loso(dev, shared_ok)
-    candidate = fit(dev, shared_ok)
+    shared_fit = fit_shared(dev)
+    candidate = fit(dev, base=shared_fit if shared_ok else ASSUMED)
     moe_rows = [p for p in dev if routed(p)]
     base_fits = {src: dataclasses.replace(c, moe_gemm_eff=1.0) for src, c in fits.items()}
     moe_ok, moe_why = _judge(
@@ -420,7 +422,7 @@ def decide(dev: list[Prepared], confirm: list[Prepared]) -> Decision:
     c_ok, c_why = _judge(confirm, errors(confirm, candidate), errors(confirm, dataclasses.replace(candidate, moe_gemm_eff=1.0)),
                          "CONFIRM rows")  # fmt: skip
     return Decision(
-        candidate, fit_shared(dev), fits, shared_ok, moe_ok and c_ok, shared_why, f"{moe_why}; {c_why}"
+        candidate, shared_fit, fits, shared_ok, moe_ok and c_ok, shared_why, f"{moe_why}; {c_why}"
     )
 
 

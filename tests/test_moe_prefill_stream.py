@@ -163,3 +163,26 @@ def test_the_routed_experts_gemms_run_at_moe_gemm_eff_of_a_dense_gemms_rate(deep
     a = prefill_time(dense.decode.inputs, dense.prefill.work, 4096, p=base)
     b = prefill_time(dense.decode.inputs, dense.prefill.work, 4096, p=half)
     assert a.total_ms == b.total_ms
+
+
+def test_the_plan_states_the_routed_experts_rate_only_for_a_model_with_routed_experts(monkeypatch):
+    """Prefill.moe_gemm_eff is the coefficient for a model with routed experts and 1 for a dense one; the
+    prefill line and the assumptions name it only where it is not 1 (assumed 1 today, so nowhere)."""
+    import dataclasses
+
+    from kvplan.speed import plan_speed
+    from kvplan.speed.prefill import prefill_coefficients
+
+    shipped = prefill_coefficients()
+    moe = kvplan.estimate("deepseek-v3", gpus="8xH200", max_model_len="8K")
+    assert moe.prefill.moe_gemm_eff == shipped.moe_gemm_eff == 1.0
+    assert moe.prefill.gemm_words == "GEMMs at 50% of fp8 peak"
+    monkeypatch.setattr(
+        plan_speed, "prefill_coefficients", lambda: dataclasses.replace(shipped, moe_gemm_eff=0.12)
+    )
+    moe = kvplan.estimate("deepseek-v3", gpus="8xH200", max_model_len="8K")
+    dense = kvplan.estimate("llama3-70b", gpus="8xH100", max_model_len="8K")
+    assert moe.prefill.moe_gemm_eff == 0.12 and dense.prefill.moe_gemm_eff == 1.0
+    assert moe.prefill.gemm_words == "GEMMs at 50% of fp8 peak, the routed experts' at 12% of that rate"
+    assert any("the routed experts' at 12% of that rate" in a for a in moe.assumptions)
+    assert not any("routed experts' at" in a for a in dense.assumptions)

@@ -57,9 +57,8 @@ class PrefillCoefficients:
     gemm_mfu: float  # share of the dtype's dense FLOP/s a prefill GEMM reaches
     attention_mfu: float  # share of the bf16 dense FLOP/s causal prefill attention reaches
     ttft_overhead_s: float  # a served request's first token beyond the forward pass
-    moe_gemm_eff: float = (
-        1.0  # share of a dense GEMM's rate (FLOPs and bytes) the routed experts' GEMMs reach
-    )
+    # share of a dense GEMM's rate (FLOPs and bytes) the routed experts' GEMMs reach
+    moe_gemm_eff: float = 1.0
     sources: dict[str, str] = field(default_factory=dict)
 
     @staticmethod
@@ -201,9 +200,9 @@ def _work(
     stream = work.weight_bytes_per_gpu / (c.gemm_efficiency * inp.hbm_bytes_per_s)
     if p.moe_gemm_eff != 1.0:
         # the routed experts' part of each runs at moe_gemm_eff of the rate: 1/eff - 1 more of it
-        routed_flops, routed_bytes = _routed_per_gpu(inp)
+        routed_params, routed_bytes = _routed_per_gpu(inp)
         slower = 1.0 / p.moe_gemm_eff - 1.0
-        compute += slower * 2.0 * n * routed_flops / (work.gemm_flops_per_gpu * p.gemm_mfu)
+        compute += slower * 2.0 * n * routed_params / (work.gemm_flops_per_gpu * p.gemm_mfu)
         stream += slower * routed_bytes / (c.gemm_efficiency * inp.hbm_bytes_per_s)
     attn_flops = (
         4.0 * prompts * tokens * (cached_tokens + tokens / 2) * work.attention_layers * work.attention_width
@@ -331,13 +330,8 @@ def chunk_seconds(
 def weight_bytes_per_gpu(inp: DecodeInputs) -> int:
     """Every weight a prefill streams on the GPUs of one replica's stages, one GPU each: the dense
     GEMMs and all routed experts."""
-    total = 0
-    for s in inp.stages:
-        total += sum(g.weight_bytes * g.count for g in s.gemms)
-        if s.experts is not None:
-            e = s.experts
-            total += s.moe_layers * e.held * (e.gate_up.weight_bytes + e.down.weight_bytes)
-    return total
+    dense = sum(g.weight_bytes * g.count for s in inp.stages for g in s.gemms)
+    return dense + _routed_per_gpu(inp)[1]
 
 
 def served_tpot_ms(step_ms: float, batch: int, chunk_ms: float, output_tokens: int, ranks: int = 1) -> float:
