@@ -38,11 +38,14 @@ A fit appends its frozen-set figures to benchmarks/results/frozen_history.tsv (-
 
 from __future__ import annotations
 
+import concurrent.futures
 import csv
 import dataclasses
 import hashlib
 import json
 import math
+import multiprocessing
+import os
 import statistics
 import sys
 from dataclasses import dataclass
@@ -452,14 +455,22 @@ def _coefficients(base: speed.Coefficients, x: list[float]) -> speed.Coefficient
     return dataclasses.replace(base, **values)
 
 
+XATOL, FATOL = 1e-8, 1e-13  # the simplex has converged: every vertex this close to the best, in x and in loss
+
+
 def nelder_mead(f, x0: list[float], scale: float, iterations: int) -> list[float]:
-    """The textbook simplex search (reflect, expand, contract, shrink); no scipy on this path."""
+    """The textbook simplex search (reflect, expand, contract, shrink); no scipy on this path. Stops
+    early once the simplex has collapsed onto its best vertex (XATOL, FATOL), as scipy's does."""
     n = len(x0)
     simplex = [list(x0)] + [[x + (scale if i == j else 0.0) for j, x in enumerate(x0)] for i in range(n)]
     values = [f(x) for x in simplex]
     for _ in range(iterations):
         order = sorted(range(n + 1), key=lambda i: values[i])
         simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        if values[-1] - values[0] <= FATOL and all(
+            abs(a - b) <= XATOL for p in simplex[1:] for a, b in zip(p, simplex[0], strict=True)
+        ):
+            break
         centre = [sum(p[j] for p in simplex[:-1]) / n for j in range(n)]
         worst = simplex[-1]
         refl = [c + (c - w) for c, w in zip(centre, worst, strict=True)]
@@ -570,14 +581,33 @@ def by_source(rows: list[Prepared]) -> dict[str, list[Prepared]]:
     return out
 
 
+_FOLD: tuple[list[Prepared], speed.Coefficients] | None = None  # the rows and start a forked fold reads
+
+
+def _fold(src: str) -> speed.Coefficients:
+    rows, start = _FOLD
+    return fit([p for p in rows if source_of(p.case.row.source) != src], start)
+
+
 def leave_one_source_out(rows: list[Prepared], start: speed.Coefficients) -> dict[str, speed.Coefficients]:
-    """Per source, the coefficients fitted on every other source's rows."""
-    groups = by_source(rows)
+    """Per source, the coefficients fitted on every other source's rows: one fold per CPU core at a
+    time where the OS can fork (each fold is deterministic, so the answer does not depend on it)."""
+    global _FOLD
+    groups = dict(sorted(by_source(rows).items()))
+    _FOLD = (rows, start)
     fits = {}
-    for i, (src, held) in enumerate(sorted(groups.items()), 1):
-        rest = [p for p in rows if source_of(p.case.row.source) != src]
-        print(f"LOSO {i}/{len(groups)}: {src} ({len(held)} rows held out)", file=sys.stderr)
-        fits[src] = fit(rest, start)
+    workers = min(len(groups), os.cpu_count() or 1)
+    if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("fork")
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            for i, (src, coef) in enumerate(zip(groups, pool.map(_fold, groups), strict=True), 1):
+                print(f"LOSO {i}/{len(groups)}: {src} ({len(groups[src])} rows held out)", file=sys.stderr)
+                fits[src] = coef
+    else:
+        for i, src in enumerate(groups, 1):
+            print(f"LOSO {i}/{len(groups)}: {src} ({len(groups[src])} rows held out)", file=sys.stderr)
+            fits[src] = _fold(src)
+    _FOLD = None
     return fits
 
 
