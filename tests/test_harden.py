@@ -624,3 +624,19 @@ def test_quantized_name_without_quant_config_warns(tmp_path, folder, warned):
     result = invoke("estimate", "-m", str(d), "-g", "8xH100")
     assert result.exit_code == 0, result.stderr
     assert ("no quantization_config" in result.stderr) == warned, result.stderr
+
+
+def test_a_shared_prefix_on_compressed_layers_counts_their_own_full_blocks():
+    """DeepSeek-V4-Flash: a compressed layer's block holds 16 entries of `ratio` tokens, so a
+    2,048-token prefix fills (2048 // 4) // 16 = 32 blocks of each ratio-4 layer (18,496 B each) and
+    (2048 // 128) // 16 = 1 of each ratio-128 layer (16,384 B); charging one page per 16 prefix
+    tokens made the shared bytes exceed a whole request's and crashed (float infinity)."""
+    from helpers import run_cli
+    from kvplan import estimate
+
+    p = estimate("deepseek-v4-flash", gpus="8xH200", max_model_len=8192, shared_prefix_tokens=2048)
+    assert p.prefix_caching.shared_bytes_per_gpu == 21 * 18_496 * 32 + 20 * 16_384 * 1
+    base = estimate("deepseek-v4-flash", gpus="8xH200", max_model_len=8192)
+    assert base.max_concurrency < p.prefix_caching.max_concurrency < 2 * base.max_concurrency
+    r = run_cli("compare", "ladder", "-m", "deepseek-v4-flash", "-g", "8xH200")
+    assert r.exit_code == 0 and "prefix shared by 50% of requests" in r.stdout

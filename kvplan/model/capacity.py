@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvplan.errors import UsageError
 from kvplan.formats import Format
 from kvplan.model import kv
 from kvplan.specs.models import Layer
@@ -120,7 +121,7 @@ def prefix_caching(
         shared_blocks = (max_len - 1) // bs
     once = [
         sum(
-            n * kv.page_bytes(layer, pool.fmt, bs, pool.tp) * shared_blocks
+            n * kv.page_bytes(layer, pool.fmt, bs, pool.tp) * kv.shared_full_blocks(layer, shared_blocks * bs, bs)
             for layer, n in kv.grouped(layers)
             if kv.is_growing(layer)
         )
@@ -128,6 +129,11 @@ def prefix_caching(
     ]
     shared = Shared(once, [hit_rate * b for b in once])
     f, bind = pool.requests_fitting(max_len, null_blocks, shared)
+    if not math.isfinite(f):  # a request would hold nothing of its own: no count of requests follows
+        raise UsageError(
+            f"--shared-prefix-tokens {shared_prefix_tokens:,}: the shared prefix covers every block a "
+            f"{max_len:,}-token request holds, so the pool bounds no count of requests; use a shorter prefix"
+        )
     with_prefix = math.floor(f)
     if max_num_seqs is not None:
         with_prefix = min(with_prefix, max_num_seqs)

@@ -212,6 +212,16 @@ def is_growing(layer: Layer) -> bool:
     )
 
 
+def shared_full_blocks(layer: Layer, prefix_tokens: int, block_size: int) -> int:
+    """Full blocks of this layer's own entries a shared prefix of `prefix_tokens` fills: only full
+    blocks are shared (vLLM vllm/v1/core/kv_cache_utils.py at v0.11.0); a compressed layer's block
+    holds `block_size` entries of `ratio` tokens each, and an entry is whole only once its `ratio`
+    tokens have arrived (README, The formulas: DeepSeek-V4)."""
+    if isinstance(layer, (CompressedAttention, CompressedLatent)):
+        return (prefix_tokens // layer.ratio) // block_size if layer.ratio else 0
+    return prefix_tokens // block_size
+
+
 def page_bytes(layer: Layer, fmt: Format, block_size: int, tp: int = 1) -> int:
     """Bytes of one block of `block_size` tokens of this layer on one rank."""
     return ceil_div(block_size * layer_bits_per_token(layer, fmt, tp), 8)
