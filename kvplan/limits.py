@@ -32,6 +32,9 @@ MAX_GPUS = 4096  # GPUs of one deployment, and solve's --max-gpus
 MAX_NODES = 512
 MAX_USERS = 2**31
 MAX_GIB = 2**30  # a GiB figure typed as a number (--cpu-offload-gb): MAX_BYTES in GiB
+# engine steps a simulation may need at the least (its prompt tokens over the step's token budget):
+# about 100 s at the simulator's ~100 us a step; more is refused before the run, never waited out
+MAX_SIM_STEPS = 1_000_000
 
 
 def limit_for(name: str) -> int:

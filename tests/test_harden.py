@@ -640,3 +640,33 @@ def test_a_shared_prefix_on_compressed_layers_counts_their_own_full_blocks():
     assert base.max_concurrency < p.prefix_caching.max_concurrency < 2 * base.max_concurrency
     r = run_cli("compare", "ladder", "-m", "deepseek-v4-flash", "-g", "8xH200")
     assert r.exit_code == 0 and "prefix shared by 50% of requests" in r.stdout
+
+
+def test_a_simulation_too_long_to_run_is_refused_before_it_starts():
+    """SGLang accepts --chunked-prefill-size 1 (server_args.py only asks it divide the page size), but
+    1,000 prompts of 1,024 tokens then need 1,024,000 steps: refused in one line, not waited out."""
+    from helpers import run_cli
+
+    r = run_cli("simulate", "-m", "qwen3-8b", "--max-model-len", "8K", "--engine", "sglang",
+                "--chunked-prefill-size", "1")  # fmt: skip
+    assert r.exit_code == 2
+    assert "need at least 1,024,000 engine steps, more than the 1,000,000" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_vllm_lowers_its_default_max_num_seqs_to_the_budget_and_refuses_a_given_one_above_it():
+    """vllm/engine/arg_utils.py at v0.11.0: max_num_seqs = min(default, max_num_batched_tokens);
+    vllm/config/scheduler.py: a given max_num_seqs above max_num_batched_tokens stops the engine."""
+    from helpers import run_cli
+    from kvplan.plan.plan import PlanRequest, estimate
+    from kvplan.simulator.deployment import from_plan
+    from kvplan.specs.registry import load_gpu, load_model
+
+    req = PlanRequest(
+        model=load_model("qwen3-8b"), gpu=load_gpu("H100"), num_gpus=1, tp=1, pp=1, max_model_len=8192,
+        max_num_batched_tokens=512,
+    )  # fmt: skip
+    assert from_plan(estimate(req), req).max_num_seqs == 512
+    r = run_cli("estimate", "-m", "qwen3-8b", "--max-model-len", "8K", "--max-num-batched-tokens", "100",
+                "--max-num-seqs", "200")  # fmt: skip
+    assert r.exit_code == 2 and "is below --max-num-seqs 200: vLLM refuses to start" in r.stderr

@@ -249,12 +249,15 @@ def _sglang_line(log: ParsedLog, line: str) -> None:
             log.put(fact, conv(m.group(1)), line, keep=keep)
     # not "sglang is using nccl==2.27.7" (0.5.x prints its NCCL version so)
     m = re.search(r"(?:sglang|SGLang)(?! is using)[^\d]{0,20}v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)", line)
-    if m and "version" not in log.facts:
+    if m:
         log.put("version", m.group(1), line)
 
 
+_VLLM_CONFIG = re.compile(r"LLM engine \(v[\d.]+.*\) with config")
+
+
 def _vllm_line(log: ParsedLog, line: str) -> None:
-    if re.search(r"LLM engine \(v[\d.]+.*\) with config", line):
+    if _VLLM_CONFIG.search(line):
         _config(log, line.split("with config", 1)[1], _KV_PAIR)
     if "non-default args" in line:
         _config(log, line, _DICT_PAIR)
@@ -293,6 +296,73 @@ def _vllm_format(log: ParsedLog, text: str) -> None:
 # each engine's log format: (reads one line, reads the whole text once after)
 _FORMATS = {"sglang": (_sglang_line, None), "vllm": (_vllm_line, _vllm_format)}
 
+# words every line a reader takes a fact from holds (each pattern above names one of them): only the
+# lines holding one are read, found by one scan of the text, so a 64 MiB log of noise reads in a
+# second or two, not minutes (tests/test_logparse_anchors.py checks every fixture log reads the same)
+_ANCHORS = {
+    "vllm": re.compile(
+        "|".join(
+            re.escape(w)
+            for w in (
+                "LLM engine",
+                "non-default args",
+                "vLLM API server version",
+                "vLLM version",
+                "Maximum concurrency for",
+                "KV cache memory",
+                "reserved for KV Cache",
+                "available_kv_cache_memory",
+                "GPU KV cache size",
+                "GPU blocks:",
+                "CUDA blocks:",
+                "Model loading took",
+                "Loading model weights took",
+                "model weights take",
+                "non_torch_memory",
+                "PyTorch activation peak memory",
+                "Estimated CUDA graph memory",
+                "total_gpu_memory",
+                "gpu_memory_utilization",
+                "--gpu-memory-utilization=",
+                "max_num_batched_tokens=",
+                "padding layers",
+                "Actual usage is",
+                "Free memory on device",
+                "top-p & top-k sampling",
+            )
+        )
+    ),  # fmt: skip
+    "sglang": re.compile(
+        r"ServerArgs\(|KV Cache is allocated|max_total_num_tokens=|full_layer_tokens=|swa_layer_tokens="
+        r"|Load weight (?:end|begin)|(?i:DSV4 memory calculation)|available_gpu_mem=|context_len=|sglang|SGLang"
+    ),
+}
+
+
+class _Recorder:
+    """What a line reader would put, without a log's state: a line's facts depend on it alone."""
+
+    def __init__(self) -> None:
+        self.puts: list[tuple[str, Any, str, str]] = []
+
+    def put(self, key: str, value: Any, line: str, keep: str = "first") -> None:
+        self.puts.append((key, value, line, keep))
+
+
+def _anchored_lines(text: str, anchor: re.Pattern):
+    """The lines of `text` (as str.splitlines cuts them) that hold `anchor`, in order."""
+    done = -1
+    for m in anchor.finditer(text):
+        if m.start() < done:
+            continue
+        start = text.rfind("\n", 0, m.start()) + 1
+        done = text.find("\n", m.end())
+        if done < 0:
+            done = len(text)
+        for line in text[start:done].splitlines():
+            if anchor.search(line):
+                yield line
+
 
 def _which_engine(text: str) -> str | None:
     sglang_marks = r"ServerArgs\(|KV Cache is allocated"
@@ -311,8 +381,15 @@ def parse(text: str) -> ParsedLog:
     if log.engine is None:
         return log
     read_line, read_text = _FORMATS[log.engine]
-    for line in text.splitlines():
-        read_line(log, line)
+    seen: dict[str, list[tuple[str, Any, str, str]]] = {}  # a line read once: its facts, replayed on a repeat
+    for line in _anchored_lines(text, _ANCHORS[log.engine]):
+        puts = seen.get(line)
+        if puts is None:
+            rec = _Recorder()
+            read_line(rec, line)  # type: ignore[arg-type]
+            puts = seen[line] = rec.puts
+        for key, value, where, keep in puts:
+            log.put(key, value, where, keep)
     if read_text is not None:
         read_text(log, text)
     return log

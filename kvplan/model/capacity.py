@@ -121,7 +121,9 @@ def prefix_caching(
         shared_blocks = (max_len - 1) // bs
     once = [
         sum(
-            n * kv.page_bytes(layer, pool.fmt, bs, pool.tp) * kv.shared_full_blocks(layer, shared_blocks * bs, bs)
+            n
+            * kv.page_bytes(layer, pool.fmt, bs, pool.tp)
+            * kv.shared_full_blocks(layer, shared_blocks * bs, bs)
             for layer, n in kv.grouped(layers)
             if kv.is_growing(layer)
         )

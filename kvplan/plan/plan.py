@@ -692,6 +692,13 @@ def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list
     version = cls.parse_version(req.engine_version)
     req, applied, notes = _model_dtype(req, cls, version)
     if req.max_num_batched_tokens is not None:
+        # vllm/config/scheduler.py at v0.11.0 (SchedulerConfig._verify_args); a default max_num_seqs is
+        # first lowered to the budget (vllm/engine/arg_utils.py _set_default_args), so only a given one
+        if cls.name == "vllm" and req.max_num_seqs and req.max_num_batched_tokens < req.max_num_seqs:
+            raise UsageError(
+                f"--max-num-batched-tokens {req.max_num_batched_tokens:,} is below --max-num-seqs "
+                f"{req.max_num_seqs:,}: vLLM refuses to start (max_num_batched_tokens must be >= max_num_seqs)"
+            )
         return req, applied, notes
     d = cls.batch_defaults(req.gpu, req.usage, version)
     applied["max_num_batched_tokens"] = d.max_num_batched_tokens

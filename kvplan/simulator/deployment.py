@@ -105,15 +105,20 @@ def _sglang_max_running(plan: Plan, pool_tokens: int, ranks: int = 1) -> int:
 
 
 def _vllm_max_num_seqs(plan: Plan, req: PlanRequest) -> int:
-    """--max-num-seqs as given, else vLLM's default for the card and usage (vllm/engine/arg_utils.py)."""
+    """--max-num-seqs as given, else vLLM's default for the card and usage, lowered to the step's token
+    budget (vllm/engine/arg_utils.py at v0.11.0, _set_default_args: min(default, max_num_batched_tokens))."""
     s = plan.settings
     if s.max_num_seqs:
         return s.max_num_seqs
     applied = s.engine_defaults.max_num_seqs
     if applied:
-        return int(applied)
-    cls = engine_class("vllm")
-    return cls.batch_defaults(req.gpu, s.usage, cls.parse_version(s.engine_version)).max_num_seqs or 256
+        default = int(applied)
+    else:
+        cls = engine_class("vllm")
+        default = (
+            cls.batch_defaults(req.gpu, s.usage, cls.parse_version(s.engine_version)).max_num_seqs or 256
+        )
+    return min(default, s.max_num_batched_tokens)
 
 
 def from_plan(plan: Plan, req: PlanRequest) -> Deployment:

@@ -8,12 +8,14 @@ from collections import deque
 from collections.abc import Callable
 
 from kvplan.errors import UsageError
+from kvplan.limits import MAX_SIM_STEPS
 from kvplan.simulator.deployment import Deployment
 from kvplan.simulator.metrics import Recorder
 from kvplan.simulator.request import SimRequest
 from kvplan.simulator.step import EngineSim
 from kvplan.simulator.steptime import context_bucket, step_seconds
 from kvplan.simulator.workload import Workload
+from kvplan.units import ceil_div
 
 MAX_STEPS = 20_000_000  # engine steps one run may take (runs of identical decodes count once)
 MAX_SIMULATED_S = 30 * 86400.0
@@ -158,10 +160,31 @@ class Run:
             )
 
 
+def _check_steps(deployment: Deployment, workload: Workload) -> None:
+    """Refuse, before any work, a run whose prompts alone need more than MAX_SIM_STEPS engine steps:
+    each step prefills at most the step's token budget (vLLM --max-num-batched-tokens, SGLang
+    --chunked-prefill-size)."""
+    if deployment.engine == "sglang":
+        budget, flag = deployment.chunked_prefill_size, "--chunked-prefill-size"
+    else:
+        budget, flag = deployment.max_num_batched_tokens, "--max-num-batched-tokens"
+    if not budget:
+        return
+    prompt = sum(r.prompt_tokens for r in workload.requests)
+    steps = ceil_div(prompt, budget)
+    if steps > MAX_SIM_STEPS:
+        raise UsageError(
+            f"{flag} {budget:,}: the workload's {prompt:,} prompt tokens need at least {steps:,} engine "
+            f"steps, more than the {MAX_SIM_STEPS:,} kvplan simulates (README, Limits); raise {flag} "
+            "or simulate fewer or shorter prompts"
+        )
+
+
 def simulate_run(
     deployment: Deployment, workload: Workload, progress: Callable[[int, int], None] | None = None
 ) -> tuple[Run, float]:
     """Run the simulation; (the finished run, wall seconds it took)."""
+    _check_steps(deployment, workload)
     start = time.perf_counter()
     r = Run(deployment, workload, progress)
     r.run()
