@@ -294,6 +294,17 @@ class PlanRequest:
                 raise UsageError(f"{what} must be between 0 and {MAX_TOKENS:,}, got {n:,}")
         if (self.input_len is None) != (self.output_len is None):
             raise UsageError("give --input-len and --output-len together")
+        if self.input_len is not None and self.output_len is not None:
+            if self.input_len < 1 or self.output_len < 1:
+                raise UsageError(
+                    f"--input-len and --output-len must be at least 1 token (an engine takes no empty prompt "
+                    f"and generates at least one token), got {self.input_len:,} and {self.output_len:,}"
+                )
+            if self.input_len + self.output_len > max_len:
+                raise UsageError(
+                    f"--input-len {self.input_len:,} + --output-len {self.output_len:,} is over --max-model-len "
+                    f"({max_len:,}): the engine refuses such a request; raise --max-model-len or shorten them"
+                )
         if not 0 <= self.prefix_hit_rate <= 1:
             raise UsageError(f"--prefix-hit-rate must be in [0, 1], got {self.prefix_hit_rate}")
         if self.shared_prefix_tokens < 0 or self.shared_prefix_tokens > max_len:

@@ -670,3 +670,56 @@ def test_vllm_lowers_its_default_max_num_seqs_to_the_budget_and_refuses_a_given_
     r = run_cli("estimate", "-m", "qwen3-8b", "--max-model-len", "8K", "--max-num-batched-tokens", "100",
                 "--max-num-seqs", "200")  # fmt: skip
     assert r.exit_code == 2 and "is below --max-num-seqs 200: vLLM refuses to start" in r.stderr
+
+
+def test_gpt_oss_without_layer_types_alternates_as_transformers_does(tmp_path):
+    """transformers' GptOssConfig fills a missing layer_types with sliding where (i + 1) % 2, else
+    full: 18 of 36 layers keep the whole context. kvplan read every layer as sliding (a 46x larger
+    concurrency on gpt-oss-120b)."""
+    import json
+
+    from kvplan import estimate
+
+    real = tmp_path / "real.json"
+    cfg = json.loads((Path(__file__).parent / "fixtures" / "hf" / "corpus" / "gpt-oss-120b.json").read_text())
+    real.write_text(json.dumps(cfg))
+    del cfg["layer_types"]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(cfg))
+    a = estimate(str(real), gpus="H100", max_model_len=32768)
+    b = estimate(str(bare), gpus="H100", max_model_len=32768)
+    assert (
+        a.max_concurrency == b.max_concurrency
+        and a.kv_bytes_per_token_per_gpu == b.kv_bytes_per_token_per_gpu
+    )
+
+
+def test_a_config_json_boolean_given_as_a_string_is_refused(tmp_path):
+    """ "tie_word_embeddings": "false" read as true dropped the LM head from the weights (~262 MB on
+    gpt-oss-120b) without a word: a config.json's true/false fields take JSON booleans only."""
+    cfg = json.loads((Path(__file__).parent / "fixtures" / "hf" / "corpus" / "gpt-oss-120b.json").read_text())
+    cfg["tie_word_embeddings"] = "false"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    r = CliRunner().invoke(app, ["estimate", "-m", str(path), "-g", "H100"])
+    assert r.exit_code == 2
+    assert "tie_word_embeddings: expected true/false, got 'false'" in r.output
+
+
+def test_request_lengths_over_the_context_limit_or_empty_are_refused():
+    """`estimate --input-len 100K --output-len 10 --max-model-len 8K` printed a TPOT 'at 48 requests of
+    102,400 in' that no engine would run (vLLM and SGLang refuse a prompt plus max_tokens over the
+    context limit, an empty prompt, and max_tokens 0)."""
+    runner = CliRunner()
+    r = runner.invoke(app, ["estimate", "-m", "qwen3-8b", "--max-model-len", "8K", "--input-len", "100K",
+                            "--output-len", "10"])  # fmt: skip
+    assert (
+        r.exit_code == 2
+        and "--input-len 102,400 + --output-len 10 is over --max-model-len (8,192)" in r.output
+    )
+    r = runner.invoke(app, ["estimate", "-m", "qwen3-8b", "--max-model-len", "8K", "--input-len", "0",
+                            "--output-len", "0"])  # fmt: skip
+    assert r.exit_code == 2 and "must be at least 1 token" in r.output
+    ok = runner.invoke(app, ["estimate", "-m", "qwen3-8b", "--max-model-len", "8K", "--input-len", "8000",
+                             "--output-len", "192"])  # fmt: skip
+    assert ok.exit_code == 0

@@ -94,6 +94,18 @@ def _vision_vit(top: dict) -> list[int] | None:
     return out
 
 
+def _tied(r: Reader, top: dict, cfg: dict) -> bool:
+    """tie_word_embeddings, the outer config's over the text config's: true/false only (a string such
+    as "false" would read as true)."""
+    value = top.get("tie_word_embeddings", cfg.get("tie_word_embeddings"))
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        r.bad("tie_word_embeddings", f"expected true/false, got {value!r}")
+        return False
+    return value
+
+
 def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise SpecError(f"{path}: expected a JSON object (a Hugging Face config.json)")
@@ -181,7 +193,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         not in ("gelu", "gelu_new", "relu", "relu2")
         or cfg.get("model_type") in ("gemma", "gemma2", "gemma3_text"),
         "vocab_size": vocab,
-        "tie_word_embeddings": bool(top.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))),
+        "tie_word_embeddings": _tied(r, top, cfg),
         "max_context": max_context,
         "moe": moe,
         "weight_dtype": act,

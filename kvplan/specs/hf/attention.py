@@ -56,7 +56,9 @@ def attention_pattern(
         layer_types["sliding"] = {"kind": "sliding", "window": window, **head}
         layer_types["full"] = full
         return ["full" if (i + 1) % pattern_every == 0 else "sliding" for i in range(num_layers)]
-    if window is not None and model_type == "gemma2":  # Gemma 2: alternate, local first
+    # Gemma 2, and gpt-oss without its layer_types: alternate, local first (transformers'
+    # Gemma2Config.layer_types and GptOssConfig: sliding_attention where (i + 1) % 2, else full)
+    if window is not None and model_type in ("gemma2", "gpt_oss"):
         layer_types["sliding"] = {"kind": "sliding", "window": window, **head}
         layer_types["full"] = full
         return ["sliding", "full"]
