@@ -32,6 +32,46 @@ if TYPE_CHECKING:
 __all__ = ["CheckLogResult", "SolveResult", "check_log", "compare", "estimate", "simulate", "solve"]
 
 
+_SIMPLE = {"None", "bool", "int", "float", "str", "list[str]", "Any"}
+
+
+def _type_ok(value: Any, annotation: str) -> bool | None:
+    """Whether `value` is of the (string) annotation; None where it names a type this check does not
+    know (a Deployment, a callback): the callee checks those."""
+    parts = [p.strip() for p in annotation.split("|")]
+    if any(p not in _SIMPLE for p in parts):
+        return None
+    for p in parts:
+        if p == "Any" or (p == "None" and value is None) or (p == "bool" and isinstance(value, bool)):
+            return True
+        if isinstance(value, bool):  # True is an int to Python, not a count or a fraction to kvplan
+            continue
+        if (p == "int" and isinstance(value, int)) or (p == "float" and isinstance(value, int | float)):
+            return True
+        if (p == "str" and isinstance(value, str)) or (
+            p == "list[str]" and isinstance(value, list) and all(isinstance(v, str) for v in value)
+        ):
+            return True
+    return False
+
+
+def _check(command: str, name: str, value: Any, annotation: Any) -> None:
+    """A one-line UsageError where an argument is not of its declared type: "no" is not False, "2" is
+    not a count and 20.5 is not a number of prompts (a Python truth test would take them silently)."""
+    if _type_ok(value, str(annotation)) is False:
+        words = {"None": "None", "bool": "True/False", "int": "an integer", "float": "a number",
+                 "str": "a string", "list[str]": "a list of strings", "Any": "anything"}  # fmt: skip
+        want = " or ".join(words[p.strip()] for p in str(annotation).split("|"))
+        raise UsageError(f"{command}: {name} must be {want}, got {type(value).__name__} {value!r:.60}")
+
+
+def _check_args(fn: Any, values: dict[str, Any], command: str) -> None:
+    """Each of a function's own arguments (its locals at entry) against its annotation."""
+    for name, value in values.items():
+        if name in fn.__annotations__ and name != "return":
+            _check(command, name, value, fn.__annotations__[name])
+
+
 def _flags(cls: type, given: dict[str, Any], command: str) -> Any:
     """`given` as the command's flags dataclass: names checked, numbers accepted where the CLI reads text."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -44,6 +84,7 @@ def _flags(cls: type, given: dict[str, Any], command: str) -> Any:
         typed_as_text = "str" in str(fields[name].type)
         if typed_as_text and isinstance(value, int | float) and not isinstance(value, bool):
             value = str(value)  # max_model_len=8192 as the CLI's "8192"
+        _check(command, name, value, fields[name].type)
         kwargs[name] = value
     return cls(**kwargs)
 
@@ -81,6 +122,7 @@ def estimate(
     KV each request moves and which pool binds, as `estimate --disaggregated` (a Disaggregated);
     prefill_tensor_parallel_size / decode_tensor_parallel_size: each pool's own TP.
     """
+    _check_args(estimate, locals(), "estimate")
     from kvplan.commands import inputs
     from kvplan.plan.plan import estimate as run_estimate
 
@@ -172,6 +214,7 @@ def solve(
     answer (`solve --disaggregated`).
     No answer raises kvplan.errors.NoAnswer, naming what stopped the search.
     """
+    _check_args(solve, locals(), "solve")
     from kvplan.commands import inputs
 
     if request_rate is not None or max_rate:
@@ -230,6 +273,7 @@ def compare(
     and expert parallelism (MoE rows). Each row's figures are bytes, ms and counts (`row.to_dict()`); a row that cannot run
     keeps its reason in `row.error`. `result.to_dict()` is `compare table --json`.
     """
+    _check_args(compare, locals(), "compare")
     from kvplan.commands import comparisons
 
     def joined(v: str | list[str] | None) -> str | None:
@@ -290,6 +334,7 @@ def check_log(
     and mem_fraction_static (fractions), block_size, max_num_batched_tokens (tokens, "8K"),
     kv_cache_dtype, weight_dtype.
     """
+    _check_args(check_log, locals(), "check_log")
     from kvplan.commands import inputs
 
     known = (
@@ -345,6 +390,7 @@ def simulate(
     once) with burstiness, at most max_concurrency in flight. For many runs (a search), build the
     deployment once (kvplan.simulator.from_plan) and the workload once, and pass them.
     """
+    _check_args(simulate, locals(), "simulate")
     from pathlib import Path
 
     from kvplan import simulator as sim

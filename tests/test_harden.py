@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -723,3 +724,50 @@ def test_request_lengths_over_the_context_limit_or_empty_are_refused():
     ok = runner.invoke(app, ["estimate", "-m", "qwen3-8b", "--max-model-len", "8K", "--input-len", "8000",
                              "--output-len", "192"])  # fmt: skip
     assert ok.exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda k: k.check_log(log_text="x", save_calibration="no"),
+            "save_calibration must be True/False, got str 'no'",
+        ),
+        (
+            lambda k: k.estimate("qwen3-8b", enforce_eager="no"),
+            "enforce_eager must be True/False, got str 'no'",
+        ),
+        (
+            lambda k: k.estimate("qwen3-8b", tensor_parallel_size="2"),
+            "tensor_parallel_size must be an integer or None",
+        ),
+        (lambda k: k.estimate("qwen3-8b", gpus=None), "gpus must be a string, got NoneType None"),
+        (lambda k: k.estimate(None), "model must be a string"),
+        (lambda k: k.solve("qwen3-8b", users=100.5), "users must be an integer or None, got float 100.5"),
+        (lambda k: k.simulate("qwen3-8b", num_prompts=20.5), "num_prompts must be an integer or None"),
+        (lambda k: k.simulate("qwen3-8b", request_rate=None), "request_rate must be a number, got NoneType"),
+        (lambda k: k.compare(models=("qwen3-8b",)), "models must be a string or a list of strings or None"),
+        (lambda k: k.estimate("qwen3-8b", env="VLLM_X=1"), "env must be a list of strings or None"),
+        (lambda k: k.check_log(log_text=b"x"), "log_text must be a string or None, got bytes"),
+    ],
+)
+def test_the_python_api_refuses_an_argument_of_the_wrong_type_in_one_line(
+    tmp_path, monkeypatch, call, message
+):
+    """A truth test took save_calibration="no" as yes and wrote a file; "2" and None reached the
+    planner as raw TypeErrors; 100.5 users came back as 8.0 GPUs. Every argument is checked against its
+    declared type first, and nothing is written."""
+    import kvplan
+    from kvplan.errors import UsageError
+
+    monkeypatch.setenv("KVPLAN_DATA_DIR", str(tmp_path))
+    with pytest.raises(UsageError, match=re.escape(message)):
+        call(kvplan)
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_python_api_still_takes_numbers_where_the_cli_reads_text():
+    import kvplan
+
+    p = kvplan.estimate("qwen3-8b", max_model_len=8192, gpu_memory_utilization=1, enforce_eager=False)
+    assert p.settings.max_model_len == 8192
