@@ -771,3 +771,38 @@ def test_the_python_api_still_takes_numbers_where_the_cli_reads_text():
 
     p = kvplan.estimate("qwen3-8b", max_model_len=8192, gpu_memory_utilization=1, enforce_eager=False)
     assert p.settings.max_model_len == 8192
+
+
+def test_compare_table_at_80_columns_cuts_no_name():
+    """With every lesser column gone, `int4+window4096+offload64` still did not fit and rich cut it and
+    the model's name to an ellipsis; a composite variant now goes on one line per part."""
+    r = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1"}).invoke(
+        app, ["compare", "table", "-m", "nemotron-h-56b", "--variants", "shipped,int4+window4096+offload64"]
+    )
+    assert r.exit_code == 0 and "…" not in r.stdout
+    assert r.stdout.count("nemotron-h-56b") == 2
+    assert all(part in r.stdout for part in ("int4+", "window4096+", "offload64", "max", "requests"))
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+
+
+def test_a_utf16_log_reads_as_its_utf8_twin_and_one_without_a_bom_is_refused(tmp_path):
+    """PowerShell's `>` writes UTF-16 with a byte-order mark: kvplan said 'no vLLM or SGLang KV-cache
+    lines found' of a whole log."""
+    text = (REPO / "tests" / "fixtures" / "logs" / "vllm_v011_llama31_8b_h100.log").read_text(
+        encoding="utf-8"
+    )
+    runner = CliRunner(env={"COLUMNS": "120", "NO_COLOR": "1"})
+    outs = []
+    for name, data in (
+        ("u8.log", text.encode()),
+        ("u16.log", text.encode("utf-16")),
+        ("bom.log", text.encode("utf-8-sig")),
+    ):
+        (tmp_path / name).write_bytes(data)
+        r = runner.invoke(app, ["check-log", str(tmp_path / name), "-g", "H100", "--json"])
+        assert r.exit_code == 0, r.output
+        outs.append(json.loads(r.stdout)["rows"])
+    assert outs[0] == outs[1] == outs[2]
+    (tmp_path / "le.log").write_bytes(text.encode("utf-16-le"))
+    r = runner.invoke(app, ["check-log", str(tmp_path / "le.log"), "-g", "H100"])
+    assert r.exit_code == 2 and "not UTF-8 text (it holds NUL bytes" in r.output

@@ -482,7 +482,23 @@ def read_log(log_file: str | None) -> tuple[str, str]:
         data = read_regular(path, MAX_LOG_BYTES)
     except KvplanError as exc:
         raise UsageError(str(exc)) from None
-    return data.decode("utf-8", errors="replace"), path.name
+    return _log_text(data, log_file), path.name
+
+
+def _log_text(data: bytes, source: str) -> str:
+    """A log's bytes as text: UTF-8, or UTF-16 where a byte-order mark says so (PowerShell's `>`
+    writes UTF-16); other bytes with NULs are refused in one line rather than read as no KV lines."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError:
+            raise UsageError(
+                f"{source}: not UTF-16 text after its byte-order mark; save the log as UTF-8"
+            ) from None
+    if b"\x00" in data[:4096]:
+        raise UsageError(f"{source}: not UTF-8 text (it holds NUL bytes: UTF-16 without a byte-order mark?); "
+                         "save the log as UTF-8")  # fmt: skip
+    return data.decode("utf-8-sig", errors="replace")
 
 
 def parse_log(text: str, source: str) -> ParsedLog:

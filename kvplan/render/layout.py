@@ -30,7 +30,7 @@ def plain_table(title: str) -> SafeTable:
 def _needed_cells(header: str, cells: list[str], wraps: bool) -> int:
     """Cells a column needs: its widest cell (a wrapping column: its longest word), at least the header's
     longest word."""
-    words = [w for c in cells for w in (c.split() if wraps else [c])]
+    words = [w for c in cells for w in (c.split() if wraps else c.splitlines() or [c])]
     return max([len(w) for w in words + header.split()] or [1])
 
 
@@ -64,11 +64,20 @@ def fitted_table(
     drop_order: Sequence[int] = (),
     wraps: Sequence[int] = (),
     left: Sequence[int] = (0,),
+    breaks: Sequence[int] = (),
 ) -> SafeTable:
     """A table of `rows` that fits `width`: columns in `drop_order` go first; a cell is never cut
     (the columns in `wraps` wrap at spaces, headers wrap at spaces)."""
     keep, needed = fit_columns(headers, rows, width, drop_order, wraps)
-    natural = [max([len(h) for h in (headers[i], *(r[i] for r in rows))]) for i in keep]
+    if breaks and sum(needed[i] for i in keep) + _SEPARATOR_CELLS * (len(keep) - 1) > width:
+        # still too wide with every lesser column gone: a composite name (int4+window4096) goes on
+        # one line per part, each part whole
+        rows = [[c.replace("+", "+\n") if i in breaks else c for i, c in enumerate(r)] for r in rows]
+        keep, needed = fit_columns(headers, rows, width, drop_order, wraps)
+    natural = [
+        max([len(line) for h in (headers[i], *(r[i] for r in rows)) for line in h.splitlines() or [""]])
+        for i in keep
+    ]
     fits = sum(natural) + _SEPARATOR_CELLS * (len(keep) - 1) <= width
     t = plain_table(title)
     t.left_out = [headers[i] for i in range(len(headers)) if i not in keep]
@@ -79,6 +88,9 @@ def fitted_table(
             no_wrap=fits and i not in wraps,
             # too narrow for every header on one line: fixed widths, so no cell is cut, headers wrap
             width=None if fits or i in wraps else needed[i],
+            # narrower still (every lesser column gone): a long name or header folds onto the next
+            # line whole, never cut to an ellipsis
+            overflow="fold",
         )
     for r in rows:
         t.add_row(*[r[i] for i in keep])

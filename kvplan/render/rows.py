@@ -98,7 +98,9 @@ def print_table(
     texts = tuple(i for i, (_, _, kind) in enumerate(columns) if kind is None and i >= 2)
     keys = [key for _, key, _ in columns]
     drop = [keys.index(k) for k in DROP_FIRST if k in keys]
-    t = fitted_table(title, headers, cells, console.width, drop_order=drop, wraps=texts, left=(0, 1, *texts))
+    t = fitted_table(
+        title, headers, cells, console.width, drop_order=drop, wraps=texts, left=(0, 1, *texts), breaks=(1,)
+    )
     console.print(t)
     for n in kept_notes(notes, t):
         console.print(f"- {n}", highlight=False, markup=False)
