@@ -32,14 +32,16 @@ if TYPE_CHECKING:
 __all__ = ["CheckLogResult", "SolveResult", "check_log", "compare", "estimate", "simulate", "solve"]
 
 
-_SIMPLE = {"None", "bool", "int", "float", "str", "list[str]", "Any"}
+# the annotation words an argument is checked against, and how an error names each
+_TYPE_WORDS = {"None": "None", "bool": "True/False", "int": "an integer", "float": "a number",
+               "str": "a string", "list[str]": "a list of strings", "Any": "anything"}  # fmt: skip
 
 
 def _type_ok(value: Any, annotation: str) -> bool | None:
     """Whether `value` is of the (string) annotation; None where it names a type this check does not
     know (a Deployment, a callback): the callee checks those."""
     parts = [p.strip() for p in annotation.split("|")]
-    if any(p not in _SIMPLE for p in parts):
+    if any(p not in _TYPE_WORDS for p in parts):
         return None
     for p in parts:
         if p == "Any" or (p == "None" and value is None) or (p == "bool" and isinstance(value, bool)):
@@ -59,9 +61,7 @@ def _check(command: str, name: str, value: Any, annotation: Any) -> None:
     """A one-line UsageError where an argument is not of its declared type: "no" is not False, "2" is
     not a count and 20.5 is not a number of prompts (a Python truth test would take them silently)."""
     if _type_ok(value, str(annotation)) is False:
-        words = {"None": "None", "bool": "True/False", "int": "an integer", "float": "a number",
-                 "str": "a string", "list[str]": "a list of strings", "Any": "anything"}  # fmt: skip
-        want = " or ".join(words[p.strip()] for p in str(annotation).split("|"))
+        want = " or ".join(_TYPE_WORDS[p.strip()] for p in str(annotation).split("|"))
         raise UsageError(f"{command}: {name} must be {want}, got {type(value).__name__} {value!r:.60}")
 
 

@@ -705,6 +705,18 @@ def test_a_config_json_boolean_given_as_a_string_is_refused(tmp_path):
     r = CliRunner().invoke(app, ["estimate", "-m", str(path), "-g", "H100"])
     assert r.exit_code == 2
     assert "tie_word_embeddings: expected true/false, got 'false'" in r.output
+    # a multimodal config: the outer field wins, and the problem is named where it is
+    outer = json.loads(
+        (Path(__file__).parent / "fixtures" / "hf" / "corpus" / "gemma-3-27b-it.json").read_text()
+    )
+    outer["text_config"]["tie_word_embeddings"] = "yes"
+    path.write_text(json.dumps(outer))
+    r = CliRunner().invoke(app, ["estimate", "-m", str(path), "-g", "H100"])
+    assert r.exit_code == 2 and "text_config.tie_word_embeddings: expected true/false, got 'yes'" in r.output
+    outer["tie_word_embeddings"] = "no"
+    path.write_text(json.dumps(outer))
+    r = CliRunner().invoke(app, ["estimate", "-m", str(path), "-g", "H100"])
+    assert r.exit_code == 2 and "config.json: tie_word_embeddings: expected true/false, got 'no'" in r.output
 
 
 def test_request_lengths_over_the_context_limit_or_empty_are_refused():

@@ -94,16 +94,15 @@ def _vision_vit(top: dict) -> list[int] | None:
     return out
 
 
-def _tied(r: Reader, top: dict, cfg: dict) -> bool:
-    """tie_word_embeddings, the outer config's over the text config's: true/false only (a string such
-    as "false" would read as true)."""
-    value = top.get("tie_word_embeddings", cfg.get("tie_word_embeddings"))
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        r.bad("tie_word_embeddings", f"expected true/false, got {value!r}")
-        return False
-    return value
+def _tied(r: Reader, top: dict, path: Path) -> bool:
+    """tie_word_embeddings, the outer config's over the text config's (r), a JSON true/false (a string
+    such as "false" would read as true), the problem named at the field it came from."""
+    if r.prefix and top.get("tie_word_embeddings") is not None:
+        outer = Reader(top, path)
+        tied = outer.bool("tie_word_embeddings", False)
+        r.problems += outer.problems
+        return tied
+    return r.bool("tie_word_embeddings", False)
 
 
 def model_from_config(cfg: Any, path: Path) -> ModelSpec:
@@ -193,7 +192,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         not in ("gelu", "gelu_new", "relu", "relu2")
         or cfg.get("model_type") in ("gemma", "gemma2", "gemma3_text"),
         "vocab_size": vocab,
-        "tie_word_embeddings": _tied(r, top, cfg),
+        "tie_word_embeddings": _tied(r, top, path),
         "max_context": max_context,
         "moe": moe,
         "weight_dtype": act,
