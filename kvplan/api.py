@@ -19,7 +19,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from kvplan.errors import UsageError
+from kvplan.errors import InfeasibleError, UsageError
 
 if TYPE_CHECKING:
     from kvplan.commands.comparisons import TableResult
@@ -226,15 +226,20 @@ def solve(
             ttft_ms=ttft_ms, tpot_ms=flags.get("tpot_ms"), percentile=percentile, request_rate=request_rate,
             max_rate=max_rate, num_prompts=num_prompts, range_ratio=range_ratio, burstiness=burstiness,
             trace=trace, seed=seed, disaggregated=disaggregated,
-            input_len=str(flags.pop("input_len", None) or "1024"),
-            output_len=str(flags.pop("output_len", None) or "128"),
+            input_len=None if (n := flags.pop("input_len", None)) is None else str(n),
+            output_len=None if (n := flags.pop("output_len", None)) is None else str(n),
         )  # fmt: skip
         f = _flags(inputs.SolveFlags, {"model": model, "users": 1, **flags}, "solve")
         if ttft_ms is None or f.tpot_ms is None:
             raise UsageError("solve: request_rate/max_rate need ttft_ms and tpot_ms")
         return inputs.solve_load(f, load)
-    if ttft_ms is not None or disaggregated:
-        raise UsageError("solve: ttft_ms and disaggregated go with request_rate (ttft_ms: or max_rate)")
+    stray = [name for name, on in (
+        ("ttft_ms", ttft_ms is not None), ("disaggregated", disaggregated), ("num_prompts", num_prompts is not None),
+        ("range_ratio", range_ratio != 0.0), ("burstiness", burstiness != 1.0), ("trace", trace is not None),
+        ("seed", seed != 0), ("percentile", percentile != 90),
+    ) if on]  # fmt: skip
+    if stray:
+        raise UsageError(f"solve: {', '.join(stray)}: only with request_rate or max_rate (a simulated load)")
     if users is None:
         raise UsageError("solve: give users (or request_rate / max_rate with ttft_ms and tpot_ms)")
     f = _flags(inputs.SolveFlags, {"model": model, "users": users, **flags}, "solve")
@@ -406,6 +411,13 @@ def simulate(
         raise UsageError("simulate: give either a deployment or a model with its flags, not both")
     if workload is None:
         if trace is not None:
+            inputs.check_trace_flags(
+                {"--input-len": _tokens(input_len, "--input-len") != 1024,
+                 "--output-len": _tokens(output_len, "--output-len") != 128,
+                 "--range-ratio": range_ratio != 0.0, "--length-histogram": length_histogram is not None,
+                 "--request-rate": request_rate != float("inf"), "--burstiness": burstiness != 1.0,
+                 "--seed": seed != 0}
+            )  # fmt: skip
             workload = sim.read_trace(trace, max_concurrency, num_prompts)
         else:
             workload = sim.synthetic(
@@ -419,7 +431,13 @@ def simulate(
                 seed=seed,
                 histogram=Path(length_histogram) if length_histogram else None,
             )
-    return sim.simulate(deployment, workload, ttft_ms, tpot_ms, progress)
+    result = sim.simulate(deployment, workload, ttft_ms, tpot_ms, progress)
+    if result.completed == 0 and result.failed:
+        why = "; ".join(f"{reason}: {n:,}" for reason, n in result.failed.items())
+        raise InfeasibleError(
+            f"no request completed: the engine refuses all {sum(result.failed.values()):,} ({why})"
+        )
+    return result
 
 
 def _tokens(value: int | str, flag: str) -> int:

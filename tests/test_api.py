@@ -152,5 +152,5 @@ def test_solve_for_a_request_rate_and_max_rate_from_python():
         kw = {"request_rate": 5, "ttft_ms": 500, "tpot_ms": 50, "max_model_len": "8K", **bad}
         with pytest.raises(UsageError):
             kvplan.solve("llama3-8b", **kw)
-    with pytest.raises(UsageError, match="ttft_ms and disaggregated go with request_rate"):
+    with pytest.raises(UsageError, match="solve: ttft_ms: only with request_rate or max_rate"):
         kvplan.solve("llama3-8b", users=10, ttft_ms=500, max_model_len="8K")

@@ -73,7 +73,7 @@ def test_cli_table_json_and_refusals():
     assert d["schema"] == "kvplan.solve-disaggregated/1" and d["num_gpus"] >= 16
     assert d["prefill"]["answer"]["num_gpus"] + d["decode"]["num_gpus"] == d["num_gpus"]
     bad = run_cli("solve", "-m", "llama3-70b", "--users", "3", "--max-model-len", "8K", "--disaggregated")
-    assert bad.exit_code == 2 and "--disaggregated go with --request-rate" in bad.stderr
+    assert bad.exit_code == 2 and "--disaggregated goes with --request-rate" in bad.stderr
     bad = run_cli("solve", "-m", "llama3-70b", "--max-rate", "-g", "8xH100", "--ttft-ms", "1000", "--tpot-ms", "50",
                   "--max-model-len", "8K", "--disaggregated")  # fmt: skip
     assert bad.exit_code == 2 and "not --max-rate" in bad.stderr

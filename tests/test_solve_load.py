@@ -98,7 +98,11 @@ def test_a_rate_beyond_the_gpus_allowed_names_the_closest_miss():
         (("--max-rate", "-g", "H100", *TARGETS), "--max-rate needs the GPUs you have"),
         (("--request-rate", "0", *TARGETS), "--request-rate must be a positive"),
         (("--request-rate", "5", *TARGETS, "--percentile", "95"), "--percentile must be 50, 90 or 99"),
-        (("--users", "5", "--ttft-ms", "5"), "--ttft-ms, --plot and --disaggregated go with --request-rate"),
+        (("--users", "5", "--ttft-ms", "5"), "--ttft-ms, --num-prompts go with --request-rate or --max-rate"),
+        (
+            ("--users", "5", "--seed", "3", "--range-ratio", "0.5"),
+            "--range-ratio, --seed go with --request-rate",
+        ),
         ((), "give --users N"),
     ],
 )

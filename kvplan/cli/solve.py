@@ -174,16 +174,25 @@ def solve(
             )
         load = inputs.LoadFlags(
             **{k: given[k] for k in load_names},
-            input_len=input_len or "1024",
-            output_len=output_len or "128",
+            input_len=input_len,
+            output_len=output_len,
         )
         flags.update(users=1, input_len=None, output_len=None)
         _solve_load(inputs.SolveFlags(**flags), load, plot, json_out)
         return
-    if plot is not None or ttft_ms is not None or disaggregated:
-        raise UsageError("--ttft-ms, --plot and --disaggregated go with --request-rate (--plot: --max-rate)")
     if users is None:
         raise UsageError("give --users N (or --request-rate R / --max-rate with --ttft-ms and --tpot-ms)")
+    stray = [flag for flag, on in (
+        ("--ttft-ms", ttft_ms is not None), ("--plot", plot is not None), ("--disaggregated", disaggregated),
+        ("--num-prompts", num_prompts is not None), ("--range-ratio", range_ratio != 0.0),
+        ("--burstiness", burstiness != 1.0), ("--trace", trace is not None), ("--seed", seed != 0),
+        ("--percentile", percentile != 90),
+    ) if on]  # fmt: skip
+    if stray:
+        raise UsageError(
+            f"{', '.join(stray)} {'goes' if len(stray) == 1 else 'go'} with --request-rate or --max-rate "
+            "(a simulated load); --users plans memory and the decode step"
+        )
     q, answers = inputs.solve(inputs.SolveFlags(**flags))
     for warning in inputs.solve_warnings(q):
         typer.echo(f"warning: {warning}", err=True)

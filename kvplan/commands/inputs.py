@@ -647,13 +647,24 @@ class LoadFlags:
     request_rate: float | None = None
     max_rate: bool = False
     num_prompts: int | None = None
-    input_len: str = "1024"
-    output_len: str = "128"
+    input_len: str | None = None  # None: 1024 (a synthetic workload's default)
+    output_len: str | None = None  # None: 128
     range_ratio: float = 0.0
     burstiness: float = 1.0
     trace: str | None = None
     seed: int = 0
     disaggregated: bool = False  # a prefill pool and a decode pool (search/disagg_rate.py)
+
+
+def check_trace_flags(given: dict[str, bool]) -> None:
+    """A trace sets every request's lengths and send time: the synthetic workload's flags beside it would
+    be ignored, so they are refused."""
+    extra = [flag for flag, on in given.items() if on]
+    if extra:
+        raise UsageError(
+            f"--trace gives each request's lengths and send time: {', '.join(extra)} "
+            f"{'does' if len(extra) == 1 else 'do'} not apply with it; drop {'it' if len(extra) == 1 else 'them'}"
+        )
 
 
 def solve_load(f: SolveFlags, load: LoadFlags) -> Any:
@@ -681,12 +692,17 @@ def solve_load(f: SolveFlags, load: LoadFlags) -> Any:
     q = solve_query(dataclasses.replace(f, users=1, fixed_gpus=load.max_rate))
     check_query(q)  # e.g. --max-model-len beyond the model's maximum: one line, before any layout
     if load.trace is not None:
+        check_trace_flags(
+            {"--input-len": load.input_len is not None, "--output-len": load.output_len is not None,
+             "--range-ratio": load.range_ratio != 0.0, "--burstiness": load.burstiness != 1.0,
+             "--seed": load.seed != 0}
+        )  # fmt: skip
         workload = read_trace(load.trace, None, load.num_prompts)
     else:
         workload = synthetic(
             num_prompts=1000 if load.num_prompts is None else load.num_prompts,
-            input_len=parse_count(load.input_len, "--input-len"),
-            output_len=parse_count(load.output_len, "--output-len"),
+            input_len=parse_count(load.input_len or "1024", "--input-len"),
+            output_len=parse_count(load.output_len or "128", "--output-len"),
             range_ratio=load.range_ratio,
             request_rate=1.0,  # rescaled to each simulated rate
             burstiness=load.burstiness,

@@ -274,6 +274,7 @@ def _answer_for(s: Search, c: Candidate, dp: int, n: int, nodes: int, rate: floa
                 limited_by: str) -> RateAnswer:  # fmt: skip
     per = rate / dp
     r = s.run(c, per)
+    _check_steady(s, per, r)
     held = dp * c.deployment.max_num_seqs * c.deployment.shares
     layout = _answer(
         dataclasses.replace(s.q, users=held),
@@ -281,6 +282,29 @@ def _answer_for(s: Search, c: Candidate, dp: int, n: int, nodes: int, rate: floa
     )  # fmt: skip
     return RateAnswer(mode, layout, rate, per, s.targets, r, s.points(c, dp), s.simulations,
                       time.perf_counter() - start, limited_by)  # fmt: skip
+
+
+def _check_steady(s: Search, per_replica: float, r: SimResult) -> None:
+    """An answer stands only on a run that reached the load it names: the requests must arrive over at
+    least one request's mean end-to-end latency (Little's law: fewer than that are a burst drained by an
+    idle deployment, not a rate it keeps up with)."""
+    n = len(s.work.base.requests)
+    span = n / per_replica  # the rescaled workload's last send (ScaledWorkload.at)
+    e2e = r.e2el_ms.mean / 1000.0
+    if r.completed == 0 or not math.isfinite(e2e) or span >= e2e:
+        return
+    need = _nice_up(n * e2e / span)
+    raise UsageError(
+        f"--num-prompts {n}: at {per_replica:,.4g} requests/s per deployment they are all sent within "
+        f"{span:,.3g} s, less than a request's mean {e2e:,.3g} s end to end, so the run is a burst, not a "
+        f"steady load; give --num-prompts {need:,} or more"
+    )
+
+
+def _nice_up(x: float) -> int:
+    """x rounded up to 1, 2 or 5 times a power of ten."""
+    p = 10 ** math.floor(math.log10(max(x, 1.0)))
+    return next(int(m * p) for m in (1, 2, 5, 10) if m * p >= x)
 
 
 def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: float) -> RateAnswer:

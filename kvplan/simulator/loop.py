@@ -155,8 +155,9 @@ class Run:
             raise UsageError(f"the simulation ran past {MAX_STEPS:,} engine steps; simulate fewer requests")
         if self.now > MAX_SIMULATED_S:
             raise UsageError(
-                f"the simulation ran past {MAX_SIMULATED_S / 86400:.0f} days of simulated time; the deployment "
-                "cannot keep up with this workload (lower --request-rate or simulate fewer requests)"
+                f"the simulation ran past {MAX_SIMULATED_S / 86400:.0f} days of simulated time with requests still "
+                "waiting: the deployment cannot keep up with this workload (lower --request-rate or simulate "
+                "fewer requests)"
             )
 
 
@@ -168,6 +169,13 @@ def _check_steps(deployment: Deployment, workload: Workload) -> None:
         budget, flag = deployment.chunked_prefill_size, "--chunked-prefill-size"
     else:
         budget, flag = deployment.max_num_batched_tokens, "--max-num-batched-tokens"
+    span = max((r.arrival_s for r in workload.requests), default=0.0)
+    if span > MAX_SIMULATED_S:
+        raise UsageError(
+            f"the workload sends its requests over {span / 86400:,.1f} days, more than the "
+            f"{MAX_SIMULATED_S / 86400:.0f} days of simulated time kvplan runs; send them faster (--request-rate) "
+            "or replay a shorter part of the trace"
+        )
     if not budget:
         return
     prompt = sum(r.prompt_tokens for r in workload.requests)

@@ -93,14 +93,23 @@ def read_mooncake(path: Path, text: str) -> list[RequestSpec]:
     return reqs
 
 
-def _azure_time(text: str) -> float:
+def _azure_time(text: str) -> tuple[float, str]:
+    """(seconds, its kind: 'number', 'local' date-time or 'zoned' date-time with an offset)."""
     try:
-        return float(text)
+        return float(text), "number"
     except ValueError:
         pass
     head, dot, frac = text.strip().partition(".")
-    stamp = datetime.fromisoformat(head + (dot + frac[:6] if dot else ""))
-    return stamp.timestamp()
+    zone = ""
+    if dot:  # the fraction may end in an offset: .1234567+00:00
+        digits = len(frac) - len(frac.lstrip("0123456789"))
+        frac, zone = frac[:digits], frac[digits:]
+    stamp = datetime.fromisoformat(head + (dot + frac[:6] if dot else "") + zone)
+    return stamp.timestamp(), "local" if stamp.tzinfo is None else "zoned"
+
+
+_KIND_WORDS = {"number": "a plain number", "local": "a date-time without a time zone",
+               "zoned": "a date-time with a time zone"}  # fmt: skip
 
 
 def read_azure(path: Path, text: str) -> list[RequestSpec]:
@@ -115,6 +124,7 @@ def read_azure(path: Path, text: str) -> list[RequestSpec]:
     reqs: list[RequestSpec] = []
     first: float | None = None
     last = 0.0
+    kinds: dict[str, int] = {}  # the timestamps' kind -> the first line with it
     for n, raw in enumerate(lines[1:], 2):
         if not raw.strip():
             continue
@@ -122,13 +132,23 @@ def read_azure(path: Path, text: str) -> list[RequestSpec]:
         if len(parts) != len(header):
             raise _bad(path, n, f"{len(parts)} fields, the header has {len(header)}")
         try:
-            stamp = _azure_time(parts[cols[0]])
+            stamp, kind = _azure_time(parts[cols[0]])
             inp_v, out_v = float(parts[cols[1]]), float(parts[cols[2]])
         except (ValueError, OverflowError):
             raise _bad(path, n, "cannot read the timestamp or the token counts") from None
         if not math.isfinite(stamp):
             raise _bad(path, n, "the timestamp must be finite")
+        kinds.setdefault(kind, n)
+        if len(kinds) > 1:
+            (k0, l0), (k1, _) = list(kinds.items())[:2]
+            raise _bad(
+                path, n, f"this timestamp is {_KIND_WORDS[k1]}, line {l0}'s is {_KIND_WORDS[k0]}; "
+                "write every timestamp the same way"
+            )  # fmt: skip
         first = stamp if first is None else first
+        if stamp - first < last:
+            raise _bad(path, n, "timestamps must not go backwards (this one is earlier than the line "
+                       "before); sort the trace by time")  # fmt: skip
         t = _time(stamp - first, last, path, n)
         last = t
         inp = _length(inp_v, path, n, "ContextTokens")
