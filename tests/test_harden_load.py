@@ -67,7 +67,9 @@ def test_solve_trace_refuses_lengths_and_users_mode_refuses_load_flags(tmp_path)
 
 
 def test_simulate_with_every_request_refused_is_an_error_not_zero_latency(tmp_path):
-    r = run_cli("simulate", "-m", "qwen3-8b", "--max-model-len", "8K", "--num-prompts", "5", "--input-len", "9K")
+    r = run_cli(
+        "simulate", "-m", "qwen3-8b", "--max-model-len", "8K", "--num-prompts", "5", "--input-len", "9K"
+    )
     assert r.exit_code == 3
     assert r.stderr.strip() == (
         "error: no request completed: the engine refuses all 5 (prompt + output over max-model-len 8,192: 5)"
@@ -89,7 +91,10 @@ def test_unsorted_azure_trace_is_called_unsorted(tmp_path):
 def test_azure_trace_mixing_timestamp_forms_is_refused(tmp_path):
     trace = _azure(tmp_path, ["2023-11-16 18:15:46.0000000,600,20", "1700000001,600,20"])
     r = run_cli("simulate", "-m", "qwen3-8b", "--max-model-len", "8K", "--trace", str(trace))
-    assert r.exit_code == 2 and "trace.csv:3: this timestamp is a plain number, line 2's is a date-time" in r.stderr
+    assert (
+        r.exit_code == 2
+        and "trace.csv:3: this timestamp is a plain number, line 2's is a date-time" in r.stderr
+    )
 
 
 def test_azure_zoned_timestamps_are_ordered_in_utc(tmp_path):
@@ -106,6 +111,10 @@ def test_a_sparse_workload_is_not_blamed_on_the_deployment(tmp_path):
     r = run_cli("simulate", "-m", "qwen3-8b", "--max-model-len", "8K", "--trace", str(trace))
     assert r.exit_code == 2
     line = r.stderr.strip()
-    assert "sends its requests over 366.0 days, more than the 30 days" in line and "cannot keep up" not in line
-    r = run_cli("simulate", "-m", "qwen3-8b", "--max-model-len", "8K", "--num-prompts", "20", "--request-rate", "1e-9")
+    assert (
+        "sends its requests over 366.0 days, more than the 30 days" in line and "cannot keep up" not in line
+    )
+    r = run_cli(
+        "simulate", "-m", "qwen3-8b", "--max-model-len", "8K", "--num-prompts", "20", "--request-rate", "1e-9"
+    )
     assert r.exit_code == 2 and "send them faster (--request-rate)" in r.stderr

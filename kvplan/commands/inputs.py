@@ -504,7 +504,10 @@ def _log_text(data: bytes, source: str) -> str:
 def parse_log(text: str, source: str) -> ParsedLog:
     from kvplan.logs.logparse import found_numbers, parse
 
-    log = parse(text)
+    try:
+        log = parse(text)
+    except UsageError as exc:
+        raise UsageError(f"{source}: {exc}") from None
     if log.engine is None or not found_numbers(log):
         raise UsageError(
             f"{source}: no vLLM or SGLang KV-cache lines found (looked for 'GPU KV cache size', "
@@ -523,13 +526,36 @@ def log_model(log: ParsedLog, source: str, model: str | None) -> ModelSpec:
     if not model:
         model_ref = _logged_model_ref(str(model_ref), source)
     try:
-        return load_model(model_ref)
+        spec = load_model(model_ref)
+        if model and log.get("model"):
+            _same_model(spec, str(log.get("model")), source)
+        return spec
     except KvplanError as exc:
         if model:
             raise
         raise UsageError(
             f"{exc}; the log names {model_ref!r}: pass --model NAME or its config.json"
         ) from None
+
+
+def _same_model(spec: ModelSpec, logged: str, source: str) -> None:
+    """--model must be the model the log serves where kvplan ships that one: a different architecture
+    would be checked against the wrong numbers (a config.json of the same model, renamed, passes)."""
+    from kvplan.specs.registry import find_shipped_model
+
+    served = find_shipped_model(logged)
+    if served is None:
+        return
+
+    def shape(m: ModelSpec) -> tuple:
+        return m.num_layers, m.hidden_size, m.num_attention_heads, m.vocab_size
+
+    if shape(served) != shape(spec):
+        raise UsageError(
+            f"{source}: --model {spec.name}, but the log serves {logged} ({served.name}: {served.num_layers} "
+            f"layers, hidden size {served.hidden_size:,}; {spec.name}: {spec.num_layers}, "
+            f"{spec.hidden_size:,}); drop --model or pass the model the log serves"
+        )
 
 
 def _logged_model_ref(ref: str, source: str) -> str:
@@ -591,7 +617,11 @@ def check_log(
         **overrides,
         "max_num_batched_tokens": parse_count(mnbt, "--max-num-batched-tokens") if mnbt else None,
     }
-    result = check(log, request_from_log(log, spec, gpu, overrides))
+    try:
+        req = request_from_log(log, spec, gpu, overrides)
+    except UsageError as exc:
+        raise UsageError(f"{source}: {exc}") from None
+    result = check(log, req)
     saved = overheads.save_measured(result, spec.name, gpu.name, source) if save_calibration else None
     return LogCheck(result, source, saved)
 

@@ -12,6 +12,7 @@ kvplan's non-KV estimate; it can be saved as a calibration for later estimates.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +125,12 @@ def request_from_log(
                 f"the log's {key} is {value:,}, which no engine runs (kvplan takes 1 to {high:,}); "
                 "paste the engine's own startup log"
             )
+    for key, what in (("weights_bytes", "weights"), ("available_kv_bytes", "KV cache memory")):
+        if f.get(key) is not None and f[key] > gpu.memory_bytes:
+            raise UsageError(
+                f"the log's {what}, {f[key] / GiB:,.2f} GiB per GPU, exceed the {gpu.name}'s "
+                f"{gpu.memory_bytes / GiB:,.2f} GiB: pass the --gpus the log ran on"
+            )
     kw: dict[str, Any] = {
         "engine": engine.name,
         "engine_version": _minor(f.get("version"), engine),
@@ -147,6 +154,13 @@ def request_from_log(
     if model_dtype_name(str(f.get("dtype", "auto"))) not in (None, "auto"):
         kw["dtype"] = str(f["dtype"])
     kw.update(engine.log_settings(f))
+    given = overrides.get("engine_version")
+    if given is not None and kw["engine_version"] is not None:
+        if engine.parse_version(str(given)) != engine.parse_version(kw["engine_version"]):
+            raise UsageError(
+                f"--engine-version {given}, but the log is from {engine.display_name} {f['version']}; "
+                "drop --engine-version"
+            )
     kw.update({k: v for k, v in overrides.items() if v is not None})
     if kw.get("max_model_len") and kw["max_model_len"] > model.max_context:
         raise UsageError(
@@ -157,12 +171,42 @@ def request_from_log(
 
 
 def _minor(version: str | None, engine: type[engines.Engine]) -> str | None:
+    """The log's release as kvplan reads it: a newer one by the newest rules kvplan has (check() says
+    so); an older one than kvplan reads is refused."""
     if not version:
         return None
-    try:
-        return engines.fmt_version(engine.parse_version(version))
-    except UsageError:
+    v = _release(version)
+    if v < engine.first:
+        raise UsageError(
+            f"the log is from {engine.display_name} {version}, older than the first release kvplan reads "
+            f"({engines.fmt_version(engine.first)})"
+        )
+    return engines.fmt_version(min(v, engine.latest))
+
+
+def _release(version: str) -> engines.Version:
+    """'0.11.0rc2.dev7+g1a2b' -> (0, 11): the log's version lines hold major.minor first (logparse)."""
+    m = re.match(r"v?(\d+)\.(\d+)", version)
+    assert m is not None, version  # logparse takes only versions that start so
+    return int(m.group(1)), int(m.group(2))
+
+
+def _version_note(f: dict[str, Any], engine: type[engines.Engine], req: PlanRequest) -> str | None:
+    """Where the release kvplan reads the log by is not the one the log names: say which it is."""
+    latest = engines.fmt_version(engine.latest)
+    if f.get("version") is None:
+        if req.engine_version is None:
+            return (
+                f"the log names no {engine.display_name} release; read by {latest}'s rules "
+                "(give --engine-version to say which)"
+            )
         return None
+    if _release(f["version"]) > engine.latest:
+        return (
+            f"the log is from {engine.display_name} {f['version']}, newer than the newest release kvplan "
+            f"knows; read by {latest}'s rules"
+        )
+    return None
 
 
 def _arithmetic_rows(f: dict[str, Any], arith: Plan, slack: int, req: PlanRequest) -> list[Row]:
@@ -288,6 +332,13 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
         arith = estimate(dataclasses.replace(req, **fields))
         arows = _arithmetic_rows(f, arith, slack, req)
     notes: list[str] = []
+    if note := _version_note(f, engine, req):
+        notes.append(note)
+    if f.get("startups"):
+        notes.append(
+            f"the log holds {f['startups']} startups with different figures; only the last, from line "
+            f"{f['startup_line']:,}, is read"
+        )
     rows, measured = _prediction_rows(f, pred, engine, notes)
     amd = req.gpu.vendor == "amd"
     if engine.name == "vllm" and amd and vm.rocm_loading_device_wide(engine.parse_version(eng.version)):

@@ -6,6 +6,7 @@ bytes. vLLM's V0 "GB" figures are GiB (it divides by 2**30), as are SGLang's "GB
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass, field
@@ -98,7 +99,7 @@ _SAMPLER = (
 )
 _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x")
 _VERSION = re.compile(
-    r"(?:LLM engine|vLLM API server version|vLLM version)\D*?v?(\d+\.\d+(?:\.\d+)?[\w.+-]*)"
+    r"(?:LLM engine|vLLM API server version|vLLM version)[\s:(]*v?(\d+\.\d+(?:\.\d+)?[\w.+-]*)"
 )
 _V1 = re.compile(r"V1 LLM engine|EngineCore|gpu_worker\.py|kv_cache_utils\.py|GPU KV cache size")
 _V0 = re.compile(r"# (?:GPU|CUDA) blocks:|Initializing an LLM engine")
@@ -375,14 +376,75 @@ def _which_engine(text: str) -> str | None:
     return "sglang" if is_sglang else "vllm" if is_vllm else None
 
 
+# lines that begin a startup (vLLM's API server and engine; SGLang's server arguments), and lines that
+# report its KV cache: a log holding two startups with different figures (a log appended to on every
+# restart) is read from the last startup only, never blended
+_STARTS = {
+    "vllm": re.compile(
+        r"vLLM API server version|non-default args|Initializing a V1 LLM engine|Initializing an LLM engine"
+    ),
+    "sglang": re.compile(r"ServerArgs\("),
+}
+_KV_REPORTS = {
+    "vllm": re.compile(r"GPU KV cache size|Available KV cache memory|# (?:GPU|CUDA) blocks"),
+    "sglang": re.compile(r"KV Cache is allocated|max_total_num_tokens="),
+}
+# facts two startups of one deployment print alike (a log duplicated line for line reads the same)
+_STARTUP_FACTS = ("available_kv_bytes", "kv_cache_tokens", "num_gpu_blocks", "weights_bytes", "model",
+                  "max_model_len", "tensor_parallel_size")  # fmt: skip
+
+
+def _startups(text: str, engine: str) -> list[int]:
+    """Where each startup that reports a KV cache begins (offsets into text): the first begins the text;
+    another begins at the first start line after a KV report, when a KV report follows it."""
+    starts = [m.start() for m in _STARTS[engine].finditer(text)]
+    begins: list[int] = []
+    prev = -1
+    for m in _KV_REPORTS[engine].finditer(text):
+        i = bisect.bisect_right(starts, prev)
+        if not begins:
+            begins.append(0)
+        elif i < len(starts) and starts[i] < m.start():
+            begins.append(text.rfind("\n", 0, starts[i]) + 1)
+        prev = m.start()
+    return begins
+
+
+def _mixed(text: str) -> bool:
+    return bool(_KV_REPORTS["vllm"].search(text)) and bool(_KV_REPORTS["sglang"].search(text))
+
+
 def parse(text: str) -> ParsedLog:
+    engine = _which_engine(text)
+    if engine is not None and _mixed(text):
+        raise UsageError(
+            "the log holds both vLLM's and SGLang's KV-cache lines; check one engine's startup log at a time"
+        )
+    if engine is not None:
+        begins = _startups(text, engine)
+        if len(begins) > 1:
+            parts = [_parse(text[a:b], engine) for a, b in zip(begins, [*begins[1:], len(text)], strict=True)]
+            last = parts[-1]
+            if any(any(p.facts.get(k) != last.facts.get(k) for k in _STARTUP_FACTS) for p in parts[:-1]):
+                last.facts["startups"] = len(parts)
+                last.facts["startup_line"] = text.count("\n", 0, begins[-1]) + 1
+                if read_text := _FORMATS[engine][1]:
+                    read_text(last, text[begins[-1] :])
+                return last
+    log = _parse(text, engine)
+    if engine is not None and (read_text := _FORMATS[engine][1]) is not None:
+        read_text(log, text)
+    return log
+
+
+def _parse(text: str, engine: str | None) -> ParsedLog:
     log = ParsedLog()
-    log.engine = _which_engine(text)
-    if log.engine is None:
+    log.engine = engine
+    if engine is None:
         return log
-    read_line, read_text = _FORMATS[log.engine]
+    read_line = _FORMATS[engine][0]
     seen: dict[str, list[tuple[str, Any, str, str]]] = {}  # a line read once: its facts, replayed on a repeat
-    for line in _anchored_lines(text, _ANCHORS[log.engine]):
+    for line in _anchored_lines(text, _ANCHORS[engine]):
         puts = seen.get(line)
         if puts is None:
             rec = _Recorder()
@@ -390,8 +452,6 @@ def parse(text: str) -> ParsedLog:
             puts = seen[line] = rec.puts
         for key, value, where, keep in puts:
             log.put(key, value, where, keep)
-    if read_text is not None:
-        read_text(log, text)
     return log
 
 

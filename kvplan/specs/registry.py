@@ -87,6 +87,16 @@ def _find_shipped(kind: str, ref: str, cls: type[T], what: str, flag: str) -> T:
     raise UsageError(f"{flag}: unknown {what} {ref!r}{hint} (`kvplan {kind}` lists them)")
 
 
+def find_shipped_model(ref: str) -> ModelSpec | None:
+    """The shipped model a name/alias/HF id names, or None (no file read beyond the shipped specs)."""
+    if not ref.strip() or len(ref) > MAX_NAME_CHARS:
+        return None
+    try:
+        return _find_shipped("models", ref, ModelSpec, "model", "--model")
+    except UsageError:
+        return None
+
+
 def _checked_ref(ref: str, flag: str) -> str:
     if not ref.strip() or len(ref) > MAX_NAME_CHARS:
         raise UsageError(f"{flag}: give a name or a file path of 1 to {MAX_NAME_CHARS} characters")

@@ -1,0 +1,150 @@
+"""Issue 24, round four: startup logs read wrong without a word (a fuzz pass's findings).
+
+Two startups in one file were blended (the smallest KV figure of either, and --save-calibration kept
+the blend); a vLLM log pasted after an SGLang one was read as SGLang; a version the reader did not
+know, or none at all, was read by the newest rules silently, and the version regex took digits out of
+the model's name; --engine-version and --model could contradict the log; weights larger than the GPU
+were shown as a -100% row. Each test fails on the code before the fix. The logs here are the repo's
+real fixture logs, concatenated or with one figure changed, as the test says.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvplan.logs import logparse
+from kvplan.units import GiB
+from tests.helpers import run_cli
+
+LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
+VLLM = (LOGS / "vllm_v011_llama31_8b_h100.log").read_text()
+SGLANG = (LOGS / "sglang_v05_llama3_8b_h100.log").read_text()
+KIMI = LOGS / "real" / "sglang_0.5.8.post1_kimi-k2.5_mi355x_tp8.md"
+
+
+def _second_run() -> str:
+    """The same deployment restarted with less memory: KV 30.00 GiB, 245,760 tokens, 7.50x."""
+    out = VLLM.replace("54.11 GiB", "30.00 GiB").replace("443,264", "245,760").replace("13.53x", "7.50x")
+    assert out != VLLM
+    return out
+
+
+def _write(tmp_path, text: str, name: str = "startup.log") -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_two_startups_are_not_blended_the_last_is_read_and_said(tmp_path):
+    path = _write(tmp_path, VLLM + _second_run())
+    d = run_cli("check-log", path, "--gpus", "H100", "--json").json()
+    first_line = VLLM.count("\n") + 2  # the second copy's "vLLM API server version" line, its second
+    assert (
+        f"the log holds 2 startups with different figures; only the last, from line {first_line}, is read"
+        in (d["notes"])
+    )
+    logged = {r["quantity"]: r["log"] for r in d["arithmetic"]}
+    assert logged["KV cache tokens"] == 245_760 and logged["maximum concurrency"] == 7.5
+    alone = run_cli(
+        "check-log", _write(tmp_path, _second_run(), "alone.log"), "--gpus", "H100", "--json"
+    ).json()
+    assert d["measured_reserve_bytes"] == alone["measured_reserve_bytes"]
+    saved = run_cli("check-log", path, "--gpus", "H100", "--save-calibration")
+    assert saved.exit_code == 0 and "only the last, from line" in saved.stdout
+
+
+def test_a_log_repeated_line_for_line_is_one_startup(tmp_path):
+    d = run_cli("check-log", _write(tmp_path, VLLM + VLLM), "--gpus", "H100", "--json").json()
+    once = run_cli(
+        "check-log", str(LOGS / "vllm_v011_llama31_8b_h100.log"), "--gpus", "H100", "--json"
+    ).json()
+    assert not any("startups" in n for n in d["notes"]) and d["rows"] == once["rows"]
+
+
+def test_a_real_log_of_three_launches_is_read_from_the_last():
+    # the issue this log comes from pasted three launches (default, Triton and NSA attention backends)
+    log = logparse.parse(KIMI.read_text())
+    assert (log.facts["startups"], log.facts["startup_line"]) == (3, 1194)
+    assert log.evidence["kv_cache_tokens"].startswith("[2026-02-26 16:46:14 TP")
+
+
+def test_vllm_and_sglang_lines_in_one_log_are_refused(tmp_path):
+    r = run_cli("check-log", _write(tmp_path, SGLANG + VLLM, "both.log"), "--gpus", "H100")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (
+        "error: both.log: the log holds both vLLM's and SGLang's KV-cache lines; check one engine's startup "
+        "log at a time"
+    )
+
+
+def test_a_version_newer_than_kvplan_knows_is_said(tmp_path):
+    path = _write(tmp_path, VLLM.replace("0.11.0", "9.0.0"))
+    d = run_cli("check-log", path, "--gpus", "H100", "--json").json()
+    assert d["engine_version"] == "0.33"
+    assert (
+        "the log is from vLLM 9.0.0, newer than the newest release kvplan knows; read by 0.33's rules"
+        in (d["notes"])
+    )
+
+
+def test_no_version_is_said_and_a_model_name_is_not_read_as_one(tmp_path):
+    text = VLLM.replace("vLLM API server version 0.11.0", "vLLM API server version banana")
+    text = text.replace("LLM engine (v0.11.0)", "LLM engine (vbanana)")
+    assert logparse.parse(text).get("version") is None  # was '3.1-8B-Instruct', from the model's name
+    d = run_cli("check-log", _write(tmp_path, text), "--gpus", "H100", "--json").json()
+    assert (
+        "the log names no vLLM release; read by 0.33's rules (give --engine-version to say which)"
+        in d["notes"]
+    )
+    given = run_cli(
+        "check-log", _write(tmp_path, text), "--gpus", "H100", "--engine-version", "0.11", "--json"
+    )
+    assert not any("names no vLLM release" in n for n in given.json()["notes"])
+
+
+def test_engine_version_contradicting_the_log_is_refused():
+    r = run_cli(
+        "check-log", str(LOGS / "vllm_v011_llama31_8b_h100.log"), "--gpus", "H100", "--engine-version", "0.7"
+    )
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (
+        "error: vllm_v011_llama31_8b_h100.log: --engine-version 0.7, but the log is from vLLM 0.11.0; drop "
+        "--engine-version"
+    )
+    same = run_cli("check-log", str(LOGS / "vllm_v011_llama31_8b_h100.log"), "--gpus", "H100", "--engine-version",
+                   "0.11.2")  # fmt: skip
+    assert same.exit_code == 0
+
+
+def test_a_log_older_than_kvplan_reads_is_refused(tmp_path):
+    r = run_cli("check-log", _write(tmp_path, VLLM.replace("0.11.0", "0.0.4")), "--gpus", "H100")
+    assert (
+        r.exit_code == 2
+        and "the log is from vLLM 0.0.4, older than the first release kvplan reads" in r.stderr
+    )
+
+
+def test_model_contradicting_the_log_is_refused_a_same_shape_one_passes(tmp_path):
+    log = str(LOGS / "vllm_v011_llama31_8b_h100.log")
+    spec = Path(__file__).resolve().parent.parent / "model_specs" / "models" / "llama3.1-8b.yaml"
+    renamed = tmp_path / "my-finetune.yaml"
+    renamed.write_text(spec.read_text().replace("name: llama3.1-8b", "name: my-finetune", 1))
+    r = run_cli("check-log", log, "--gpus", "H100", "-m", "qwen3-8b")
+    assert r.exit_code == 2
+    assert (
+        "--model qwen3-8b, but the log serves meta-llama/Llama-3.1-8B-Instruct (llama3.1-8b: 32 layers"
+        in r.stderr
+    )
+    assert run_cli("check-log", log, "--gpus", "H100", "-m", str(renamed)).exit_code == 0  # the same shape
+
+
+def test_weights_or_kv_larger_than_the_gpu_are_refused(tmp_path):
+    text = VLLM.replace("Model loading took 14.9889 GiB", "Model loading took 149889 GiB")
+    assert text != VLLM
+    r = run_cli("check-log", _write(tmp_path, text), "--gpus", "H100")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (
+        "error: startup.log: the log's weights, 149,889.00 GiB per GPU, exceed the H100-SXM's 79.19 GiB: pass "
+        "the --gpus the log ran on"
+    )
+    assert 149_889 * GiB > 80e9
