@@ -215,6 +215,7 @@ class PlanRequest:
             raise UsageError("--reserve-memory must be >= 0")
         self._check_engine_settings()
         self._check_expert_parallel()
+        self._check_applies(spec)
         fmt = kv_format(
             self.kv_cache_dtype,
             spec.activation_dtype,
@@ -282,6 +283,24 @@ class PlanRequest:
             self.moe_imbalance, "--moe-imbalance", 1.0, MAX_MOE_IMBALANCE,
             "the busiest EP rank's expert work over the mean: 1 is perfectly balanced",
         )  # fmt: skip
+
+    def _check_applies(self, spec: ModelSpec) -> None:
+        """Flags for a part the model does not have would be ignored: refused, naming what is missing."""
+        from kvplan.specs.models import CrossAttention, RecurrentState
+
+        kinds = {type(layer) for layer in spec.layer_types.values()}
+        stray: list[str] = []
+        missing = ""
+        # --enable-expert-parallel on a dense model is taken and changes nothing, as vLLM takes it;
+        # SGLang's --ep-size and redundant experts are refused by the engines' own checks
+        if spec.moe is None and self.moe_imbalance != 1.0:
+            stray, missing = ["--moe-imbalance"], "no routed experts"
+        if not stray and RecurrentState not in kinds and self.mamba_ssm_dtype is not None:
+            stray, missing = ["--mamba-ssm-cache-dtype"], "no Mamba/linear-attention state layers"
+        if not stray and CrossAttention not in kinds and self.images_per_request != 1:
+            stray, missing = ["--images-per-request"], "no cross-attention to images"
+        if stray:
+            raise UsageError(f"{', '.join(stray)}: {spec.name} has {missing}; drop the flag")
 
     def _check_workload(self, max_len: int) -> None:
         avg = self.avg_context_tokens

@@ -112,8 +112,8 @@ def test_network_flag_on_every_command():
     [
         (["--network", "300G"], "--network: unknown fabric '300G'"),
         (["--network", "fast"], "use one of 25G, 100G, 200G, 400G, 800G"),
-        (["--network-gbps", "0"], "--network-gbps must be a positive number"),
-        (["--network-gbps", "nan"], "--network-gbps must be a positive number"),
+        (["--network-gbps", "0"], "--network-gbps must be 1 to 100,000 Gb/s per GPU, got 0"),
+        (["--network-gbps", "nan"], "--network-gbps must be 1 to 100,000 Gb/s per GPU, got nan"),
         (["--network-gbps", "100", "--network-latency-us", "-1"], "--network-latency-us must be between"),
         (["--network-latency-us", "5"], "--network-latency-us goes with --network-gbps"),
         (["--network", "400G", "--network-gbps", "100"], "not both"),

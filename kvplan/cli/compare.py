@@ -44,6 +44,8 @@ def _format(fmt: str, json_out: bool) -> str:
 
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if json_out and fmt not in ("table", "json"):
+        raise UsageError(f"--json is --format json: give one of --json and --format {fmt}")
     return "json" if json_out else fmt
 
 

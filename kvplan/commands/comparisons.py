@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kvplan.errors import UsageError
+from kvplan.errors import InfeasibleError, UsageError
 from kvplan.search import compare
 from kvplan.units import GiB, fmt_gib
 
@@ -142,6 +142,11 @@ def _models(models: str | None) -> tuple[list[str], list[ModelSpec]]:
     names = split(models) if models else list(compare.DEFAULT_MODELS)
     if not names:
         raise UsageError(f"--models: no model named in {models!r}; give e.g. --models qwen3-8b,llama3-70b")
+    if models and len(names) != len(models.split(",")):
+        raise UsageError(f"--models: an empty name between commas in {models!r}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UsageError(f"--models: {', '.join(twice)} given twice; name each model once")
     return names, [load_model(n) for n in names]
 
 
@@ -235,7 +240,17 @@ def ladder(
     base = base_request(model, flags, flags.max_model_len)
     length = base.max_model_len or base.model.max_context
     base = dataclasses.replace(base, max_model_len=length)
+    if not avg_context and length < 4:  # the defaults below name no flag the user gave
+        raise UsageError(
+            f"--max-model-len {length:,}: the ladder needs at least 4 tokens (its average context defaults "
+            "to half of it and the shared prefix to 3/4 of that)"
+        )
     avg = parse_count(avg_context, "--avg-context") if avg_context else length // 2
+    if avg_context and not shared_prefix_tokens and 1 <= avg < 2:
+        raise UsageError(
+            f"--avg-context {avg:,}: the shared prefix defaults to 3/4 of it, under one token; give a longer "
+            "--avg-context or --shared-prefix-tokens"
+        )
     if not 1 <= avg <= length:
         raise UsageError(f"--avg-context must be between 1 and --max-model-len ({length:,})")
     prefix = (
@@ -288,12 +303,23 @@ def plot(models: str | None, variants: str, flags: ClusterFlags, kv_cache_dtype:
                         p.memory_bytes_per_gpu,
                     )
                 )
+    if not any(v is not None for _, curve in series for v in curve):
+        first = compare.row(dataclasses.replace(base, max_model_len=min(upper, specs[0].max_context)), specs[0],
+                            vlist[0])  # fmt: skip
+        raise InfeasibleError(
+            f"nothing to plot: no model and variant fits {_gpus_asked(base)}x {base.gpu.name} at any context"
+            + (f" ({first.model}: {first.error})" if first.error else "")
+        )
     return PlotResult(base, ctxs, series, bars, _budget(base, compare.row(base, specs[0], vlist[0])))
+
+
+def _gpus_asked(base: PlanRequest) -> int:
+    return base.num_gpus or (base.tp or 1) * (base.pp or 1)
 
 
 def _budget(base: PlanRequest, first: Row) -> str:
     plan = first.plan
-    n = plan.cluster.num_gpus if plan else "?"
+    n = plan.cluster.num_gpus if plan else _gpus_asked(base)
     budget = f"{n}x {base.gpu.name}, {base.gpu.memory_bytes / GiB:,.1f} GiB each"
     if base.kv_cache_memory_bytes:
         return budget + f", KV {fmt_gib(base.kv_cache_memory_bytes)}/GPU given"

@@ -246,8 +246,8 @@ def parse_network(
         if latency_us is not None:
             raise UsageError("--network-latency-us goes with --network-gbps (the link's Gb/s per GPU)")
         return None
-    if not 0 < gbps <= 100_000:  # also refuses nan and inf
-        raise UsageError(f"--network-gbps must be a positive number of Gb/s up to 100,000, got {gbps}")
+    if not 1 <= gbps <= 100_000:  # also refuses nan and inf; 1 Gb/s: the slowest Ethernet a cluster has
+        raise UsageError(f"--network-gbps must be 1 to 100,000 Gb/s per GPU, got {gbps:g}")
     if latency_us is not None and not 0 <= latency_us <= 1e6:
         raise UsageError(
             f"--network-latency-us must be between 0 and 1,000,000 microseconds, got {latency_us}"
@@ -622,6 +622,12 @@ def check_log(
     except UsageError as exc:
         raise UsageError(f"{source}: {exc}") from None
     result = check(log, req)
+    if gpus:
+        asked = load_cluster(gpus)[1]
+        used = result.prediction.cluster.num_gpus
+        if asked is not None and asked != used:
+            result.notes.insert(0, f"--gpus {gpus} names {asked:,} GPUs but the log ran on {used:,} "
+                                f"(TP x PP x DP as it logs them); checked on {used:,}")  # fmt: skip
     saved = overheads.save_measured(result, spec.name, gpu.name, source) if save_calibration else None
     return LogCheck(result, source, saved)
 
@@ -809,6 +815,7 @@ def solve_query(f: SolveFlags) -> Query:
     dtypes = (
         ENGINE_DTYPES if f.kv_cache_dtype == "any" else tuple(d.strip() for d in f.kv_cache_dtype.split(","))
     )
+    _check_engine_kv_dtypes(dtypes)
     prices = _prices(f.price, gpu_specs, flag)
     return Query(
         model=spec,
@@ -849,6 +856,19 @@ def solve_warnings(q: Query) -> list[str]:
     return out
 
 
+def _check_engine_kv_dtypes(dtypes: tuple[str, ...]) -> None:
+    """solve prints launch commands: each KV dtype must be one vLLM and SGLang take (--kv-cache-dtype)."""
+    from kvplan.engines import ENGINE_KV_DTYPES
+    from kvplan.formats import normalize_dtype_name
+
+    for d in dtypes:
+        if d != "auto" and normalize_dtype_name(d) not in ENGINE_KV_DTYPES:
+            raise UsageError(
+                f"--kv-cache-dtype {d}: neither vLLM nor SGLang serves a KV cache of that dtype, so solve would "
+                "print a launch command that cannot run; use auto, fp8 (or any), and estimate/compare for others"
+            )
+
+
 def _gpu_types(text: str, flag: str) -> tuple[GpuSpec, ...]:
     """solve's GPU types to search: 'H100,H200'. A count (8xH200) means fixed GPUs: --max-context."""
     names = [g.strip() for g in text.split(",") if g.strip()]
@@ -861,7 +881,11 @@ def _gpu_types(text: str, flag: str) -> tuple[GpuSpec, ...]:
                 f"{flag} {name}: a GPU count means fixed GPUs, which goes with --max-context; to search "
                 f"GPU types give types only (e.g. {flag} H100,H200) and cap the count with --max-gpus"
             )
-    return tuple(load_gpu_as(name, flag) for name in names)
+    specs = tuple(load_gpu_as(name, flag) for name in names)
+    twice = sorted({g.name for g in specs if sum(h.name == g.name for h in specs) > 1})
+    if twice:
+        raise UsageError(f"{flag}: {', '.join(twice)} named twice; give each GPU type once")
+    return specs
 
 
 def _check_solve_flags(f: SolveFlags) -> None:

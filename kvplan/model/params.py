@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvplan.errors import SpecError
 from kvplan.specs.matrices import vision_matrices, weight_matrices
 from kvplan.specs.models import (
     ModelSpec,
@@ -46,8 +47,23 @@ def architecture_params(spec: ModelSpec) -> tuple[int, int, int, int]:
     return sums["embedding"], sums["lm_head"], sums["routed_experts"], body
 
 
+def _check_stated(spec: ModelSpec, arch: int) -> None:
+    """A stated total_params is trusted over the architecture's count, so it must be near that count
+    (within 2x: compare's variants keep the stated total over a changed attention); active_params cannot
+    exceed the total."""
+    total = spec.total_params if spec.total_params is not None else arch
+    if spec.total_params is not None and not 0.5 * arch <= total <= 2 * arch:
+        raise SpecError(
+            f"{spec.name}: total_params: {total:,} is far from the {arch:,} the architecture holds (embedding, "
+            "layers, LM head); fix it, or drop it to count from the architecture"
+        )
+    if spec.active_params is not None and spec.active_params > total:
+        raise SpecError(f"{spec.name}: active_params: {spec.active_params:,} is above the total, {total:,}")
+
+
 def param_breakdown(spec: ModelSpec) -> ParamBreakdown:
     embedding, lm_head, routed, body = architecture_params(spec)
+    _check_stated(spec, embedding + lm_head + routed + body)
     stated = spec.total_params is not None
     if stated:
         assert spec.total_params is not None

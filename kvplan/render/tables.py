@@ -226,7 +226,11 @@ def _render_speed(plan: Plan, console: Console) -> None:
     console.print(f"decode: {d.bandwidth_source}", highlight=False, markup=False)
     pf = plan.prefill
     pt = pf.terms
-    pf_terms = [("GEMMs", pt.gemm_ms), ("attention", pt.attention_ms), ("all-reduce", pt.communication_ms),
+    # the prefill's communication term holds the all-reduces, and the all-to-alls and pipeline hops
+    # where the layout has them (prefill.py _work): named as the decode step's terms show them
+    links = [name for name, ms in (("all-reduce", one.communication_ms), ("all-to-all", one.all_to_all_ms),
+                                   ("PP hops", one.pp_hop_ms)) if ms] or ["all-reduce"]  # fmt: skip
+    pf_terms = [("GEMMs", pt.gemm_ms), ("attention", pt.attention_ms), (" + ".join(links), pt.communication_ms),
                 ("MoE acts", pt.moe_activation_ms), ("launch", pt.launch_ms),
                 ("overhead", pt.overhead_ms)]  # fmt: skip
     pf_parts = ", ".join(f"{name} {ms:,.1f}" for name, ms in pf_terms if ms)

@@ -7,6 +7,7 @@ each other.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,6 +26,43 @@ except AttributeError:  # pragma: no cover - PyYAML built without libyaml
     _Loader = yaml.SafeLoader
 
 T = TypeVar("T", bound=Record)
+
+# YAML 1.1's base-60 (1:00 is 60) and leading-zero octal (010 is 8) numbers are read as text, which the
+# spec's integer fields then refuse; every other number reads as PyYAML reads it
+_INT = re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$")
+_FLOAT = re.compile(
+    r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+
+
+class _SpecLoader(_Loader):
+    """kvplan's YAML: a key given twice in one mapping is an error (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                twice = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: PyYAML refuses it itself
+                continue
+            if twice:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+_SpecLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, _INT if tag.endswith(":int") else _FLOAT if tag.endswith(":float") else rx) for tag, rx in rules
+    ]
+    for first, rules in _Loader.yaml_implicit_resolvers.items()
+}
 
 
 def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
@@ -76,7 +114,7 @@ def load_yaml_text(text: str, path: Path | str) -> Any:
     """YAML text, nested at most MAX_NESTING deep; any problem is one SpecError naming the file."""
     _not_empty(text, path)
     try:
-        loader = _Loader(text)
+        loader = _SpecLoader(text)
         try:
             node = loader.get_single_node()
             if node is None:

@@ -215,6 +215,14 @@ class MoE(_Strict):
         return self
 
 
+def _check_names(name: str, display_name: str | None) -> None:
+    """A name is printed in headers, tables and CSV: printable text, not empty, no control characters
+    (a newline or an escape sequence would break the output or colour the terminal)."""
+    for key, value in (("name", name), ("display_name", display_name)):
+        if value is not None and (not value.strip() or not value.isprintable()):
+            raise ValueError(f"{key}: {value!r} is not a printable name; use letters, digits and punctuation")
+
+
 def _check_dtype(value: str | None, table: dict, what: str) -> str | None:
     if value is None:
         return None
@@ -324,6 +332,7 @@ class ModelSpec(_Strict):
     mlp_pattern: list[Literal["dense", "moe", "none"]] | None = None
 
     def _check(self) -> ModelSpec:  # run after field validation (schema.py)
+        _check_names(self.name, self.display_name)
         for name in self.layer_pattern:
             if name not in self.layer_types:
                 raise ValueError(
@@ -437,6 +446,17 @@ class Interconnect(_Strict):
     bytes_per_s: Annotated[float, Field(gt=0)]
 
 
+# plausible ranges of a GPU's figures, far beyond every shipped card both ways: a figure outside
+# is a unit slip (GB/s for B/s, TFLOPS for FLOPS) that would print times off by 1e9
+_GPU_RANGES = {
+    "memory_bytes": (2**30, 2**40, "bytes"),
+    "hbm_bytes_per_s": (1e10, 1e14, "bytes per second (H100 SXM: 3.35e12)"),
+    "bf16_dense_flops": (1e12, 1e17, "FLOPS (H100 SXM: 989e12)"),
+    "fp8_dense_flops": (1e12, 1e17, "FLOPS (H100 SXM: 1979e12)"),
+    "pcie_bytes_per_s": (1e9, 1e12, "bytes per second, one direction (PCIe 5.0 x16: 64e9)"),
+}
+
+
 class GpuSpec(_Strict):
     name: str
     display_name: str | None = None
@@ -455,6 +475,19 @@ class GpuSpec(_Strict):
     interconnect: Interconnect | None = None
     pcie_bytes_per_s: Annotated[float, Field(gt=0)]  # host link, one direction
     gpus_per_node: PositiveInt = 8
+
+    def _check(self) -> GpuSpec:  # run after field validation (schema.py)
+        _check_names(self.name, self.display_name)
+        figures = {k: getattr(self, k) for k in _GPU_RANGES}
+        if self.interconnect is not None:
+            figures["interconnect.bytes_per_s"] = self.interconnect.bytes_per_s
+        for key, value in figures.items():
+            low, high, unit = _GPU_RANGES.get(
+                key, (1e9, 1e13, "bytes per second, both directions (H100: 900e9)")
+            )
+            if value is not None and not low <= value <= high:
+                raise ValueError(f"{key}: {value:g} is not a GPU's figure; give {unit}")
+        return self
 
     @property
     def all_names(self) -> list[str]:

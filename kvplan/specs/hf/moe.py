@@ -32,6 +32,9 @@ _MLP_KINDS = {"dense": 0, "sparse": 1}
 def _layer_placement(r: Reader) -> tuple[int, int]:
     """(first_dense_layers, layer_step)."""
     first = r.int("first_k_dense_replace", default=0, minimum=0) or 0
+    layers = r.int("num_hidden_layers", default=None)
+    if layers is not None and first >= layers:
+        r.bad("first_k_dense_replace", f"{first} leaves no MoE layer among the {layers} layers")
     if r.list("mlp_only_layers"):
         r.bad("mlp_only_layers", "dense layers listed among MoE layers are not modelled")
     kinds = r.list("mlp_layer_types")
