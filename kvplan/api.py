@@ -371,8 +371,8 @@ def simulate(
     workload: Workload | None = None,
     trace: str | None = None,
     num_prompts: int | None = None,
-    input_len: int | str = 1024,
-    output_len: int | str = 128,
+    input_len: int | str | None = None,
+    output_len: int | str | None = None,
     range_ratio: float = 0.0,
     request_rate: float = float("inf"),
     burstiness: float = 1.0,
@@ -390,7 +390,7 @@ def simulate(
 
     model and **flags: as `estimate` (gpus="H100", max_model_len="8K", engine="vllm", ...).
     The workload: trace (a Mooncake .jsonl or Azure .csv), else num_prompts random prompts of
-    input_len/output_len tokens (range_ratio as vLLM's random dataset) or drawn from
+    input_len/output_len tokens (default 1024/128; range_ratio as vLLM's random dataset) or drawn from
     length_histogram (CSV input_len,output_len,weight), sent at request_rate (requests/s, inf: all at
     once) with burstiness, at most max_concurrency in flight. For many runs (a search), build the
     deployment once (kvplan.simulator.from_plan) and the workload once, and pass them.
@@ -412,18 +412,18 @@ def simulate(
     if workload is None:
         if trace is not None:
             inputs.check_trace_flags(
-                {"--input-len": _tokens(input_len, "--input-len") != 1024,
-                 "--output-len": _tokens(output_len, "--output-len") != 128,
+                {"--input-len": input_len is not None, "--output-len": output_len is not None,
                  "--range-ratio": range_ratio != 0.0, "--length-histogram": length_histogram is not None,
                  "--request-rate": request_rate != float("inf"), "--burstiness": burstiness != 1.0,
                  "--seed": seed != 0}
             )  # fmt: skip
             workload = sim.read_trace(trace, max_concurrency, num_prompts)
         else:
+            inp, out = inputs.lengths(input_len, output_len)
             workload = sim.synthetic(
                 num_prompts=1000 if num_prompts is None else num_prompts,
-                input_len=_tokens(input_len, "--input-len"),
-                output_len=_tokens(output_len, "--output-len"),
+                input_len=inp,
+                output_len=out,
                 range_ratio=range_ratio,
                 request_rate=request_rate,
                 burstiness=burstiness,
@@ -438,9 +438,3 @@ def simulate(
             f"no request completed: the engine refuses all {sum(result.failed.values()):,} ({why})"
         )
     return result
-
-
-def _tokens(value: int | str, flag: str) -> int:
-    from kvplan.units import parse_count
-
-    return value if isinstance(value, int) else parse_count(value, flag)

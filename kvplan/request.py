@@ -289,18 +289,17 @@ class PlanRequest:
         from kvplan.specs.models import CrossAttention, RecurrentState
 
         kinds = {type(layer) for layer in spec.layer_types.values()}
-        stray: list[str] = []
-        missing = ""
         # --enable-expert-parallel on a dense model is taken and changes nothing, as vLLM takes it;
         # SGLang's --ep-size and redundant experts are refused by the engines' own checks
-        if spec.moe is None and self.moe_imbalance != 1.0:
-            stray, missing = ["--moe-imbalance"], "no routed experts"
-        if not stray and RecurrentState not in kinds and self.mamba_ssm_dtype is not None:
-            stray, missing = ["--mamba-ssm-cache-dtype"], "no Mamba/linear-attention state layers"
-        if not stray and CrossAttention not in kinds and self.images_per_request != 1:
-            stray, missing = ["--images-per-request"], "no cross-attention to images"
-        if stray:
-            raise UsageError(f"{', '.join(stray)}: {spec.name} has {missing}; drop the flag")
+        for flag, given, lacks, missing in (
+            ("--moe-imbalance", self.moe_imbalance != 1.0, spec.moe is None, "no routed experts"),
+            ("--mamba-ssm-cache-dtype", self.mamba_ssm_dtype is not None, RecurrentState not in kinds,
+             "no Mamba/linear-attention state layers"),
+            ("--images-per-request", self.images_per_request != 1, CrossAttention not in kinds,
+             "no cross-attention to images"),
+        ):  # fmt: skip
+            if given and lacks:
+                raise UsageError(f"{flag}: {spec.name} has {missing}; drop the flag")
 
     def _check_workload(self, max_len: int) -> None:
         avg = self.avg_context_tokens

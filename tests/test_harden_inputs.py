@@ -95,11 +95,6 @@ def test_gpu_figures_a_unit_slip_away_are_refused(tmp_path, old, new, says):
     assert r.exit_code == 2 and says in r.stderr
 
 
-def test_every_shipped_gpu_is_inside_the_ranges():
-    r = run_cli("gpus", "--json")
-    assert r.exit_code == 0 and len(r.json()) >= 15
-
-
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
@@ -141,14 +136,13 @@ def test_network_below_one_gigabit_is_refused():
 
 
 def test_prefill_names_pipeline_hops_in_its_communication_term():
-    r = run_cli("estimate", "-m", "qwen3-8b", "-g", "2x8xH100", "-tp", "8", "-pp", "2", "--network-gbps", "1",
-                "--max-model-len", "8K")  # fmt: skip
-    line = next(x for x in r.stdout.splitlines() if x.startswith("prefill of one"))
-    assert "all-reduce + PP hops" in r.stdout.replace("\n", " ") and "prefill" in line
-    one = run_cli("estimate", "-m", "qwen3-8b", "-g", "2xH100", "--max-model-len", "8K").stdout.replace(
-        "\n", " "
-    )
-    assert "all-reduce + PP hops" not in one
+    def prefill_line(*gpus: str) -> str:
+        out = run_cli("estimate", "-m", "qwen3-8b", *gpus, "--max-model-len", "8K").stdout
+        return " ".join(out.split("prefill of one", 1)[1].split("\n\n", 1)[0].split())
+
+    hops = prefill_line("-g", "2x8xH100", "-tp", "8", "-pp", "2", "--network-gbps", "1")
+    assert "all-reduce + PP hops 557.3" in hops
+    assert "PP hops" not in prefill_line("-g", "2xH100") and "all-reduce" in prefill_line("-g", "2xH100")
 
 
 def test_solve_refuses_a_kv_dtype_no_engine_serves_and_a_gpu_named_twice():

@@ -63,8 +63,12 @@ def simulate(
     num_prompts: Annotated[
         int | None, typer.Option("--num-prompts", help="Requests (default 1000; with --trace, the first N).")
     ] = None,
-    input_len: Annotated[str, typer.Option("--input-len", help="Prompt tokens (random dataset).")] = "1024",
-    output_len: Annotated[str, typer.Option("--output-len", help="Output tokens (random dataset).")] = "128",
+    input_len: Annotated[
+        str | None, typer.Option("--input-len", help="Prompt tokens (random dataset; default 1024).")
+    ] = None,
+    output_len: Annotated[
+        str | None, typer.Option("--output-len", help="Output tokens (random dataset; default 128).")
+    ] = None,
     range_ratio: Annotated[
         float, typer.Option("--range-ratio", help="Lengths uniform in len x [1 - r, 1 + r], as vLLM's.")
     ] = 0.0,

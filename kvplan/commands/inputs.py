@@ -683,13 +683,26 @@ class LoadFlags:
     request_rate: float | None = None
     max_rate: bool = False
     num_prompts: int | None = None
-    input_len: str | None = None  # None: 1024 (a synthetic workload's default)
-    output_len: str | None = None  # None: 128
+    input_len: str | None = None  # None: simulator.synthetic's default
+    output_len: str | None = None
     range_ratio: float = 0.0
     burstiness: float = 1.0
     trace: str | None = None
     seed: int = 0
     disaggregated: bool = False  # a prefill pool and a decode pool (search/disagg_rate.py)
+
+
+def lengths(input_len: int | str | None, output_len: int | str | None) -> tuple[int, int]:
+    """A synthetic workload's prompt and output tokens as given (8K or 8192), else its defaults."""
+    from kvplan.simulator.workload import DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN
+    from kvplan.units import parse_count
+
+    def one(value: int | str | None, flag: str, default: int) -> int:
+        return default if value is None else value if isinstance(value, int) else parse_count(value, flag)
+
+    return one(input_len, "--input-len", DEFAULT_INPUT_LEN), one(
+        output_len, "--output-len", DEFAULT_OUTPUT_LEN
+    )
 
 
 def check_trace_flags(given: dict[str, bool]) -> None:
@@ -710,7 +723,6 @@ def solve_load(f: SolveFlags, load: LoadFlags) -> Any:
 
     from kvplan.search import rate
     from kvplan.simulator import read_trace, synthetic
-    from kvplan.units import parse_count
 
     if (load.request_rate is None) == (not load.max_rate):
         raise UsageError(
@@ -735,10 +747,11 @@ def solve_load(f: SolveFlags, load: LoadFlags) -> Any:
         )  # fmt: skip
         workload = read_trace(load.trace, None, load.num_prompts)
     else:
+        inp, out = lengths(load.input_len, load.output_len)
         workload = synthetic(
             num_prompts=1000 if load.num_prompts is None else load.num_prompts,
-            input_len=parse_count(load.input_len or "1024", "--input-len"),
-            output_len=parse_count(load.output_len or "128", "--output-len"),
+            input_len=inp,
+            output_len=out,
             range_ratio=load.range_ratio,
             request_rate=1.0,  # rescaled to each simulated rate
             burstiness=load.burstiness,

@@ -420,20 +420,19 @@ def parse(text: str) -> ParsedLog:
         raise UsageError(
             "the log holds both vLLM's and SGLang's KV-cache lines; check one engine's startup log at a time"
         )
-    if engine is not None:
-        begins = _startups(text, engine)
-        if len(begins) > 1:
-            parts = [_parse(text[a:b], engine) for a, b in zip(begins, [*begins[1:], len(text)], strict=True)]
-            last = parts[-1]
-            if any(any(p.facts.get(k) != last.facts.get(k) for k in _STARTUP_FACTS) for p in parts[:-1]):
-                last.facts["startups"] = len(parts)
-                last.facts["startup_line"] = text.count("\n", 0, begins[-1]) + 1
-                if read_text := _FORMATS[engine][1]:
-                    read_text(last, text[begins[-1] :])
-                return last
-    log = _parse(text, engine)
-    if engine is not None and (read_text := _FORMATS[engine][1]) is not None:
-        read_text(log, text)
+    if engine is None:
+        return _parse(text, engine)
+    begins = _startups(text, engine) or [0]
+    parts = [_parse(text[a:b], engine) for a, b in zip(begins, [*begins[1:], len(text)], strict=True)]
+    log, start = parts[-1], begins[-1]
+    if len(parts) > 1:
+        if any(p.facts.get(k) != log.facts.get(k) for p in parts for k in _STARTUP_FACTS):
+            log.facts["startups"] = len(parts)
+            log.facts["startup_line"] = text.count("\n", 0, start) + 1
+        else:  # one startup logged twice over: read as one, its evidence from the first
+            log, start = _parse(text, engine), 0
+    if (read_text := _FORMATS[engine][1]) is not None:
+        read_text(log, text[start:])
     return log
 
 

@@ -289,7 +289,7 @@ def _check_steady(s: Search, per_replica: float, r: SimResult) -> None:
     least one request's mean end-to-end latency (Little's law: fewer than that are a burst drained by an
     idle deployment, not a rate it keeps up with)."""
     n = len(s.work.base.requests)
-    span = n / per_replica  # the rescaled workload's last send (ScaledWorkload.at)
+    span = s.work.at(per_replica).requests[-1].arrival_s
     e2e = r.e2el_ms.mean / 1000.0
     if r.completed == 0 or not math.isfinite(e2e) or span >= e2e:
         return

@@ -124,7 +124,7 @@ def read_azure(path: Path, text: str) -> list[RequestSpec]:
     reqs: list[RequestSpec] = []
     first: float | None = None
     last = 0.0
-    kinds: dict[str, int] = {}  # the timestamps' kind -> the first line with it
+    first_kind: tuple[str, int] | None = None  # the first timestamp's kind and line
     for n, raw in enumerate(lines[1:], 2):
         if not raw.strip():
             continue
@@ -138,18 +138,17 @@ def read_azure(path: Path, text: str) -> list[RequestSpec]:
             raise _bad(path, n, "cannot read the timestamp or the token counts") from None
         if not math.isfinite(stamp):
             raise _bad(path, n, "the timestamp must be finite")
-        kinds.setdefault(kind, n)
-        if len(kinds) > 1:
-            (k0, l0), (k1, _) = list(kinds.items())[:2]
+        first_kind = first_kind or (kind, n)
+        if kind != first_kind[0]:
             raise _bad(
-                path, n, f"this timestamp is {_KIND_WORDS[k1]}, line {l0}'s is {_KIND_WORDS[k0]}; "
-                "write every timestamp the same way"
+                path, n, f"this timestamp is {_KIND_WORDS[kind]}, line {first_kind[1]}'s is "
+                f"{_KIND_WORDS[first_kind[0]]}; write every timestamp the same way"
             )  # fmt: skip
         first = stamp if first is None else first
-        if stamp - first < last:
+        t = stamp - first  # >= 0 while the trace is sorted: the first line is then its earliest
+        if t < last:
             raise _bad(path, n, "timestamps must not go backwards (this one is earlier than the line "
                        "before); sort the trace by time")  # fmt: skip
-        t = _time(stamp - first, last, path, n)
         last = t
         inp = _length(inp_v, path, n, "ContextTokens")
         out = _length(out_v, path, n, "GeneratedTokens")

@@ -108,10 +108,14 @@ def read_histogram(path: Path) -> list[tuple[int, int, float]]:
     return rows
 
 
+# vLLM's random dataset defaults (benchmarks' --random-input-len / --random-output-len)
+DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN = 1024, 128
+
+
 def synthetic(
     num_prompts: int = 1000,
-    input_len: int = 1024,
-    output_len: int = 128,
+    input_len: int = DEFAULT_INPUT_LEN,
+    output_len: int = DEFAULT_OUTPUT_LEN,
     range_ratio: float = 0.0,
     request_rate: float = math.inf,
     burstiness: float = 1.0,
