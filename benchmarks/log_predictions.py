@@ -261,6 +261,8 @@ CASES: dict[str, Case] = {
 
 # logs left out, and why
 SKIPPED: dict[str, str] = {
+    "vllm_0.1.dev20058_qwen3.8-27b-exl3_16gib_tp1_autofit.log": "a fork's own KV dtype (turboquant_4bit_nc) and "
+    "weight format (exl3), GPU not named; kept for --max-model-len auto's log lines",
     "sglang_0.5.9_glm-5-fp8_mi355x_tp8.md": "no GLM-5 config.json in the fixtures (GLM-5.1's holds the same pool "
     "shapes, so tests/test_sglang_rocm_vlm.py checks its pool arithmetic, not a prediction)",
     "sglang_0.5.11.dev20260512_deepseek-v4-flash-fp8_mi300x_tp4_dp4attn.log": "DeepSeek-V4 under SGLang "

@@ -114,6 +114,7 @@ class PlanRequest:
     tp: int | None = None
     pp: int | None = None
     max_model_len: int | None = None  # None: the model's max context
+    max_model_len_auto: bool = False  # vLLM --max-model-len auto: the longest that fits the KV pool
     avg_context_tokens: int | None = None
     input_len: int | None = None  # prompt tokens: the decode step runs at input + output / 2
     output_len: int | None = None

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kvplan.logs import logparse
 from kvplan.units import GiB
 from tests.helpers import run_cli
@@ -148,3 +150,71 @@ def test_weights_or_kv_larger_than_the_gpu_are_refused(tmp_path):
         "the --gpus the log ran on"
     )
     assert 149_889 * GiB > 80e9
+
+
+# --- a figure kvplan cannot read, an empty pool, two lengths (fuzz report findings 16-18) ----------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "shown", "why"),
+    [
+        ("Available KV cache memory: 54.11 GiB", "Available KV cache memory: -54.11 GiB",
+         "Available KV cache memory: -54.11 GiB", "a size in GiB there (a negative figure"),
+        ("Available KV cache memory: 54.11 GiB", "Available KV cache memory: 54.11 TiB",
+         "Available KV cache memory: 54.11 TiB", "a size in GiB there;"),
+        ("per request: 13.53x", "per request: nanx",
+         "Maximum concurrency for 32,768 tokens per request: nanx", "tokens per request and a factor"),
+        ("Model loading took 14.9889 GiB", "Model loading took -14.9889 GiB",
+         "Model loading took -14.9889 GiB and 4.12 seconds", "a size in GiB there"),
+        ("GPU KV cache size: 443,264 tokens", "GPU KV cache size: lots of tokens",
+         "GPU KV cache size: lots of tokens", "a count of tokens"),
+    ],
+)  # fmt: skip
+def test_a_figure_that_cannot_be_read_is_refused_not_dropped(tmp_path, old, new, shown, why):
+    # the row used to vanish from the table with no word (rc 0)
+    text = VLLM.replace(old, new)
+    assert text != VLLM
+    r = run_cli("check-log", _write(tmp_path, text), "--gpus", "H100")
+    assert r.exit_code == 2
+    err = r.stderr.strip()
+    assert err.startswith(f"error: startup.log: cannot read the line {shown!r}: kvplan reads {why}")
+    assert len(err.splitlines()) == 1
+
+
+def test_a_negative_sglang_pool_names_its_line(tmp_path):
+    text = SGLANG.replace("#tokens: ", "#tokens: -", 1)
+    assert text != SGLANG
+    r = run_cli("check-log", _write(tmp_path, text), "--gpus", "H100")
+    assert r.exit_code == 2 and "cannot read the line 'KV Cache is allocated. #tokens: -" in r.stderr
+    assert "(a negative figure: the engine stops before serving)" in r.stderr  # was: no KV lines found
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "what"),
+    [
+        ("GPU KV cache size: 443,264 tokens", "GPU KV cache size: 0 tokens", "KV cache size is 0 tokens"),
+        ("Available KV cache memory: 54.11 GiB", "Available KV cache memory: 0.00 GiB",
+         "KV cache memory is 0.00 GiB"),
+    ],
+)  # fmt: skip
+def test_an_empty_kv_pool_is_refused_as_a_failed_startup(tmp_path, old, new, what):
+    # 0 tokens was compared as a '-' row; 0.00 GiB blamed a flag never given ("--kv-cache-memory must
+    # be positive"). vLLM raises before printing such a pool (kv_cache_utils.py check_enough_kv_cache_memory)
+    r = run_cli("check-log", _write(tmp_path, VLLM.replace(old, new)), "--gpus", "H100")
+    assert r.exit_code == 2
+    assert r.stderr.startswith(f"error: startup.log: the log's {what}: the engine stops before serving")
+    assert "--kv-cache-memory" not in r.stderr
+
+
+def test_arguments_and_concurrency_line_naming_two_lengths_are_said(tmp_path):
+    text = VLLM.replace("Maximum concurrency for 32,768 tokens", "Maximum concurrency for 8,192 tokens")
+    d = run_cli("check-log", _write(tmp_path, text), "--gpus", "H100", "--json").json()
+    assert d["setup"]["max_model_len"] == 8_192
+    assert (
+        "the engine's arguments give max_model_len 32,768 but its concurrency line 8,192; read as 8,192, "
+        "the length it reports serving"
+    ) in d["notes"]
+    plain = run_cli(
+        "check-log", str(LOGS / "vllm_v011_llama31_8b_h100.log"), "--gpus", "H100", "--json"
+    ).json()
+    assert not any("two" in n or "arguments give" in n for n in plain["notes"])

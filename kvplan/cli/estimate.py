@@ -213,7 +213,7 @@ DecodeTp = Annotated[
 def estimate(
     model: o.Model,
     gpus: o.Gpus = o.DEFAULT_GPUS,
-    max_model_len: o.MaxModelLen = None,
+    max_model_len: o.AutoMaxModelLen = None,
     avg_context: o.AvgContext = None,
     input_len: o.InputLen = None,
     output_len: o.OutputLen = None,

@@ -67,6 +67,15 @@ Gpus = Annotated[str, _gpus(" Default one H100 (compare: one node, 8xH100).")]
 CompareGpus = Annotated[str, _gpus(" Default one node, 8xH100 (estimate, simulate: one H100).")]
 MaybeGpus = Annotated[str | None, _gpus()]
 MaxModelLen = Annotated[str | None, _max_model_len()]
+AutoMaxModelLen = Annotated[
+    str | None,
+    typer.Option(
+        "--max-model-len",
+        "--context",
+        help="Context length each request may reach (default: the model's maximum). 8192 or 8K; auto: "
+        "vLLM 0.14+'s fit, the longest one request the KV pool holds.",
+    ),
+]
 TableMaxModelLen = Annotated[
     str | None,
     typer.Option(

@@ -15,7 +15,7 @@ from kvplan.cli.app import console, reports_errors
 def simulate(
     model: o.Model,
     gpus: o.Gpus = o.DEFAULT_GPUS,
-    max_model_len: o.MaxModelLen = None,
+    max_model_len: o.AutoMaxModelLen = None,
     kv_cache_dtype: o.KvCacheDtype = "auto",
     weight_dtype: o.WeightDtype = None,
     block_size: o.BlockSize = None,

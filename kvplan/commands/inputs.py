@@ -299,6 +299,8 @@ def plan_request(f: EstimateFlags, gpus_flag: str = "--gpus") -> PlanRequest:
     bandwidth = bandwidth_profile(gpu, f.calibration, f.calibration_file, f.force_calibration)
     if f.weight_dtype is not None and not f.weight_dtype.strip():
         raise UsageError("--weight-dtype: give a format such as fp8, int4 or nvfp4, or leave the flag out")
+    # vLLM's --max-model-len auto, or its -1 (vllm/engine/arg_utils.py: "-1" and "auto" alike)
+    auto = f.max_model_len is not None and f.max_model_len.strip().lower() in ("auto", "-1")
     return PlanRequest(
         model=spec,
         gpu=gpu,
@@ -306,7 +308,12 @@ def plan_request(f: EstimateFlags, gpus_flag: str = "--gpus") -> PlanRequest:
         nodes=nodes,
         tp=f.tensor_parallel_size,
         pp=f.pipeline_parallel_size,
-        max_model_len=parse_count(f.max_model_len, "--max-model-len") if f.max_model_len else None,
+        max_model_len=None
+        if auto
+        else parse_count(f.max_model_len, "--max-model-len")
+        if f.max_model_len
+        else None,
+        max_model_len_auto=auto,
         avg_context_tokens=parse_count(f.avg_context, "--avg-context") if f.avg_context else None,
         input_len=parse_count(f.input_len, "--input-len") if f.input_len is not None else None,
         output_len=parse_count(f.output_len, "--output-len") if f.output_len is not None else None,

@@ -161,7 +161,11 @@ def request_from_log(
                 f"--engine-version {given}, but the log is from {engine.display_name} {f['version']}; "
                 "drop --engine-version"
             )
+    if f.get("max_model_len_auto"):  # vLLM --max-model-len auto: kvplan fits it as vLLM does
+        kw["max_model_len"], kw["max_model_len_auto"] = None, True
     kw.update({k: v for k, v in overrides.items() if v is not None})
+    if kw.get("max_model_len") is not None:
+        kw["max_model_len_auto"] = False
     if kw.get("max_model_len") and kw["max_model_len"] > model.max_context:
         raise UsageError(
             f"the log serves {kw['max_model_len']:,} tokens but {model.name} allows {model.max_context:,}; "
@@ -196,10 +200,13 @@ def _version_note(f: dict[str, Any], engine: type[engines.Engine], req: PlanRequ
     latest = engines.fmt_version(engine.latest)
     if f.get("version") is None:
         if req.engine_version is None:
-            return (
-                f"the log names no {engine.display_name} release; read by {latest}'s rules "
-                "(give --engine-version to say which)"
+            build = f.get("untagged_version")
+            what = (
+                f"is from a {engine.display_name} source build without a release tag ({build})"
+                if build
+                else f"names no {engine.display_name} release"
             )
+            return f"the log {what}; read by {latest}'s rules (give --engine-version to say which)"
         return None
     if _release(f["version"]) > engine.latest:
         return (
@@ -209,10 +216,39 @@ def _version_note(f: dict[str, Any], engine: type[engines.Engine], req: PlanRequ
     return None
 
 
+def _max_model_len_note(f: dict[str, Any]) -> str | None:
+    """The engine's arguments name one max_model_len and its concurrency line another: the line's is
+    the length it ran with (vLLM --max-model-len auto lowers it so, and says so)."""
+    if f.get("max_model_len_auto"):
+        fitted = f.get("auto_fit_to")
+        return (
+            f"vLLM --max-model-len auto: the engine fitted {fitted:,} tokens (from {f['auto_fit_from']:,})"
+            if fitted is not None and f.get("auto_fit_from") is not None
+            else "vLLM --max-model-len auto: the log's context length is the one the engine fitted"
+        )
+    given, ran = f.get("configured_max_model_len"), f.get("max_model_len")
+    if given is not None and ran is not None and given != ran:
+        return (
+            f"the engine's arguments give max_model_len {given:,} but its concurrency line {ran:,}; "
+            f"read as {ran:,}, the length it reports serving"
+        )
+    return None
+
+
 def _arithmetic_rows(f: dict[str, Any], arith: Plan, slack: int, req: PlanRequest) -> list[Row]:
     """The log's own KV figure through kvplan's block accounting: tokens, concurrency, blocks, K size."""
     a = arith.engine
     rows: list[Row] = []
+    if req.max_model_len_auto and f.get("max_model_len") is not None:
+        fitted = arith.settings.max_model_len
+        diff = abs(fitted - f["max_model_len"])
+        per_block = a.kv_cache_tokens / a.num_blocks if a.kv_cache_tokens and a.num_blocks else 0
+        cause = (
+            _agree(diff, slack * per_block, "tokens")
+            if diff == 0 or diff <= slack * per_block
+            else "vLLM fitted another length: check --block-size, --kv-cache-dtype and -tp"
+        )
+        rows.append(Row("max-model-len (auto-fit)", "tokens", f["max_model_len"], fitted, cause))
     if f.get("kv_cache_tokens") is not None and a.kv_cache_tokens is not None:
         tokens_per_block = a.kv_cache_tokens / a.num_blocks if a.num_blocks else 0
         diff = abs(a.kv_cache_tokens - f["kv_cache_tokens"])
@@ -271,6 +307,15 @@ def _prediction_rows(
             )
         rows.append(
             Row("KV cache memory", "bytes", logged_kv, eng.available_kv_bytes, "follows from the line above")
+        )
+    if (
+        f.get("max_model_len_auto")
+        and f.get("max_model_len") is not None
+        and pred.settings.max_model_len_auto_from
+    ):
+        fitted = pred.settings.max_model_len
+        rows.append(
+            Row("max-model-len (auto-fit)", "tokens", f["max_model_len"], fitted, "follows the KV memory")
         )
     if f.get("kv_cache_tokens") is not None:
         rows.append(
@@ -339,6 +384,8 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
             f"the log holds {f['startups']} startups with different figures; only the last, from line "
             f"{f['startup_line']:,}, is read"
         )
+    if note := _max_model_len_note(f):
+        notes.append(note)
     rows, measured = _prediction_rows(f, pred, engine, notes)
     amd = req.gpu.vendor == "amd"
     if engine.name == "vllm" and amd and vm.rocm_loading_device_wide(engine.parse_version(eng.version)):

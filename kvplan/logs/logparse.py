@@ -98,6 +98,9 @@ _SAMPLER = (
     (re.compile(r"PyTorch-native implementation of top-p & top-k sampling"), "native"),
 )
 _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x")
+# vllm/v1/core/kv_cache_utils.py _auto_fit_max_model_len (vLLM --max-model-len auto)
+_AUTO_FIT = re.compile(r"Auto-fit max_model_len: reduced from " + _NUM + r" to " + _NUM)
+_AUTO_FULL = re.compile(r"Auto-fit max_model_len: full model context length " + _NUM + r" fits")
 _VERSION = re.compile(
     r"(?:LLM engine|vLLM API server version|vLLM version)[\s:(]*v?(\d+\.\d+(?:\.\d+)?[\w.+-]*)"
 )
@@ -190,6 +193,52 @@ _FLOAT_FACTS = {"gpu_memory_utilization", "mem_fraction_static", "swa_full_token
 _BOOL_FACTS = {"enforce_eager", "enable_prefix_caching", "disable_hybrid_swa_memory"}
 
 
+def _pattern(
+    lead: str, table: list[tuple[re.Pattern, str, Any, str]] = _VLLM_NUMBERS
+) -> tuple[re.Pattern, ...]:
+    return tuple(p for p, *_ in table if p.pattern.startswith(lead))
+
+
+# the lines the KV and weight rows come from: a line holding one of these words whose figure kvplan cannot
+# read (a sign, another unit, 'nan': an edited or corrupted log) is refused, never dropped without a word
+_VLLM_LEADS: list[tuple[re.Pattern, tuple[re.Pattern, ...], str]] = [
+    (re.compile(r"Available KV cache memory:"), _pattern("Available KV cache memory"), "a size in GiB"),
+    (re.compile(r"GPU KV cache size:"), _pattern("GPU KV cache size"), "a count of tokens"),
+    (re.compile(r"# (?:GPU|CUDA) blocks:"), _pattern("# (?:GPU|CUDA) blocks"), "a count of blocks"),
+    (re.compile(r"Maximum concurrency for"), (_CONCURRENCY,), "tokens per request and a factor ('13.53x')"),
+    (re.compile(r"Model loading took"), _pattern("Model loading took"), "a size in GiB"),
+    (re.compile(r"Auto-fit max_model_len: (?:reduced|full)"), (_AUTO_FIT, _AUTO_FULL), "token counts"),
+]
+_SGLANG_LEADS: list[tuple[re.Pattern, tuple[re.Pattern, ...], str]] = [
+    (
+        re.compile(r"KV Cache is allocated\.(?: dtype: [\w.]+,)? #tokens:"),
+        (_SGLANG_KV,),
+        "a token count and sizes in GB",
+    ),
+    (
+        re.compile(r"max_total_num_tokens="),
+        _pattern("max_total_num_tokens=", _SGLANG_NUMBERS),
+        "a count of tokens",
+    ),
+]
+
+
+def _check_read(line: str, leads: list[tuple[re.Pattern, tuple[re.Pattern, ...], str]]) -> None:
+    for lead, patterns, what in leads:
+        m = lead.search(line)
+        if m and not any(p.search(line) for p in patterns):
+            text = line[m.start() : m.start() + 90].strip()
+            sign = (
+                " (a negative figure: the engine stops before serving)"
+                if re.search(r"[:=]\s*-\d", text)
+                else ""
+            )
+            raise UsageError(
+                f"cannot read the line {text!r}: kvplan reads {what} there{sign}; paste the engine's own "
+                "startup log, unedited"
+            )
+
+
 def _value(raw: str) -> Any:
     raw = raw.strip()
     if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
@@ -209,6 +258,12 @@ def _config(log: ParsedLog, line: str, pairs: re.Pattern) -> None:
         value = _value(raw)
         if value in ("None", "null", ""):
             continue
+        if fact == "max_model_len" and value in ("-1", "auto"):
+            # vLLM --max-model-len auto (or -1): fitted to the KV memory after profiling
+            # (vllm/v1/core/kv_cache_utils.py _auto_fit_max_model_len); the fitted length is read from
+            # the "Auto-fit max_model_len" and "Maximum concurrency" lines
+            log.put("max_model_len_auto", True, line)
+            continue
         try:
             if fact in _INT_FACTS:
                 value = int(_f(value))
@@ -223,6 +278,8 @@ def _config(log: ParsedLog, line: str, pairs: re.Pattern) -> None:
         if fact == "dtype":
             value = value.replace("torch.", "")
         log.put(fact, value, line)
+        if fact == "max_model_len":
+            log.put("configured_max_model_len", value, line)
 
 
 def _chunked_prefill(log: ParsedLog, line: str, value: str) -> None:
@@ -248,6 +305,7 @@ def _sglang_line(log: ParsedLog, line: str) -> None:
         m = pattern.search(line)
         if m:
             log.put(fact, conv(m.group(1)), line, keep=keep)
+    _check_read(line, _SGLANG_LEADS)
     # not "sglang is using nccl==2.27.7" (0.5.x prints its NCCL version so)
     m = re.search(r"(?:sglang|SGLang)(?! is using)[^\d]{0,20}v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)", line)
     if m:
@@ -264,16 +322,27 @@ def _vllm_line(log: ParsedLog, line: str) -> None:
         _config(log, line, _DICT_PAIR)
     m = _VERSION.search(line)
     if m:
-        log.put("version", m.group(1), line)
+        # setuptools-scm names a build from a checkout without tags 0.1.devN+g<commit>: no release
+        untagged = re.match(r"0\.1\.dev\d+", m.group(1))
+        log.put("untagged_version" if untagged else "version", m.group(1), line)
     m = _CONCURRENCY.search(line)
     if m:
         log.put("max_model_len", int(_f(m.group(1))), line, keep="last")
         log.put("max_concurrency", _f(m.group(2)), line, keep="min")
+    m = _AUTO_FIT.search(line)
+    if m:
+        log.put("max_model_len_auto", True, line)
+        log.put("auto_fit_from", int(_f(m.group(1))), line, keep="last")
+        log.put("auto_fit_to", int(_f(m.group(2))), line, keep="min")
+    elif m := _AUTO_FULL.search(line):
+        log.put("max_model_len_auto", True, line)
+        log.put("auto_fit_from", int(_f(m.group(1))), line, keep="last")
     for pattern, fact, conv, keep in _VLLM_NUMBERS:
         m = pattern.search(line)
         if m:
             log.put(fact, conv(m.group(1)), line, keep=keep)
     _vllm_profile_line(log, line)
+    _check_read(line, _VLLM_LEADS)
 
 
 def _vllm_profile_line(log: ParsedLog, line: str) -> None:
@@ -330,6 +399,7 @@ _ANCHORS = {
                 "Actual usage is",
                 "Free memory on device",
                 "top-p & top-k sampling",
+                "Auto-fit max_model_len",
             )
         )
     ),  # fmt: skip
@@ -433,7 +503,30 @@ def parse(text: str) -> ParsedLog:
             log, start = _parse(text, engine), 0
     if (read_text := _FORMATS[engine][1]) is not None:
         read_text(log, text[start:])
+    _check_pool(log)
     return log
+
+
+# a KV pool of nothing: vLLM raises before it prints one ("No available memory for the cache blocks",
+# vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory), SGLang too ("Not enough memory. Please
+# try to increase --mem-fraction-static", model_runner.py init_memory_pool)
+_EMPTY_POOL = (
+    ("kv_cache_tokens", "KV cache size", "0 tokens"),
+    ("num_gpu_blocks", "KV blocks", "0 blocks"),
+    ("available_kv_bytes", "KV cache memory", "0.00 GiB"),
+    ("max_concurrency", "maximum concurrency", "0.00x"),
+)
+
+
+def _check_pool(log: ParsedLog) -> None:
+    for fact, what, shown in _EMPTY_POOL:
+        value = log.facts.get(fact)
+        if value is not None and value <= 0:
+            raise UsageError(
+                f"the log's {what} is {shown}: the engine stops before serving with no room for the KV "
+                f"cache, so there is nothing to check (line {log.evidence[fact][:80]!r}); paste the log of "
+                "a startup that served"
+            )
 
 
 def _parse(text: str, engine: str | None) -> ParsedLog:

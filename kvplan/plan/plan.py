@@ -116,6 +116,8 @@ class Settings:
     weight_dtype: str
     expert_weight_dtype: str | None
     weight_formats: dict[str, str | None]  # per component (README, Weight formats)
+    # vLLM --max-model-len auto: the length it fitted from (the model's maximum), else None
+    max_model_len_auto_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -787,7 +789,73 @@ def _layout(req: PlanRequest) -> Layout:
     return layout
 
 
+# vLLM --max-model-len auto (or -1): after profiling, the longest max_model_len one request of which fits
+# the KV memory (vllm/v1/core/kv_cache_utils.py _auto_fit_max_model_len: vLLM PR #29431, listed in v0.14.0's release notes)
+AUTO_FIT_SINCE: engines.Version = (0, 14)
+
+
 def estimate(req: PlanRequest) -> Plan:
+    if req.max_model_len_auto:
+        return _auto_fit(req)
+    return _estimate(req)
+
+
+def _auto_fit(req: PlanRequest) -> Plan:
+    """vLLM's --max-model-len auto: plan at the model's maximum; where one request of it does not fit,
+    at the longest that does (kvplan's own fit rule, the one its 'does not fit' refusal names)."""
+    if req.max_model_len is not None:
+        raise UsageError("--max-model-len is auto or a length, not both")
+    engine = engines.for_request(req)
+    if engine.name != "vllm":
+        raise UsageError(
+            f"--max-model-len auto is vLLM's; {engine.display_name} serves the context length given "
+            "(default: the model's maximum): give --max-model-len a length, or --engine vllm"
+        )
+    if engine.version < AUTO_FIT_SINCE:
+        raise UsageError(
+            f"--max-model-len auto came in vLLM {engines.fmt_version(AUTO_FIT_SINCE)} "
+            f"(PR #29431); {engine.label} takes a length"
+        )
+    base = dataclasses.replace(req, max_model_len_auto=False)
+    full = req.model.max_context
+    try:
+        plan = _estimate(base)
+    except RequestDoesNotFit as e:
+        fit = e.figures.get("largest_fitting_max_model_len")
+        if not fit:
+            raise RequestDoesNotFit(
+                f"vLLM cannot auto-fit --max-model-len: {fmt_bytes(e.figures.get('kv_budget_bytes_per_gpu', 0))} "
+                "of KV memory per GPU holds not one block of a request ('Cannot auto-fit max_model_len: "
+                "not enough GPU memory'); add GPUs, use a smaller --kv-cache-dtype or raise "
+                "--gpu-memory-utilization",
+                **e.figures,
+            ) from None
+        plan = _estimate(dataclasses.replace(base, max_model_len=fit))
+    fitted = plan.settings.max_model_len
+    lines = list(plan.engine.log_lines)
+    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("Available KV cache memory")), 0)
+    if fitted < full:
+        line = (
+            f"Auto-fit max_model_len: reduced from {full} to {fitted} to fit in available GPU memory "
+            f"({(plan.engine.available_kv_bytes or 0) / GiB:.2f} GiB available for KV cache)"
+        )
+        note = (
+            f"--max-model-len auto: vLLM fits {fitted:,} tokens, the longest request the KV pool holds "
+            f"(whole blocks, one kept as the null block); the model's maximum, {full:,}, does not fit"
+        )
+    else:
+        line = f"Auto-fit max_model_len: full model context length {full} fits in available GPU memory"
+        note = f"--max-model-len auto: the model's maximum, {full:,} tokens, fits; vLLM keeps it"
+    lines.insert(at, line)
+    return dataclasses.replace(
+        plan,
+        settings=dataclasses.replace(plan.settings, max_model_len_auto_from=full),
+        engine=dataclasses.replace(plan.engine, log_lines=lines),
+        assumptions=[note, *plan.assumptions],
+    )
+
+
+def _estimate(req: PlanRequest) -> Plan:
     req.checked()
     req, applied, default_notes = engine_defaults(req)
     engine = engines.for_request(req)
@@ -1006,8 +1074,8 @@ def plan_header(plan: Plan) -> tuple[str, str]:
     return (
         f"{plan.model.name} on {c.num_gpus}x {plan.gpu.name} "
         f"(TP {c.tensor_parallel_size}, PP {c.pipeline_parallel_size}, DP {c.data_parallel_size}{_ep_dp_text(c)}); "
-        f"max-model-len {plural(s.max_model_len, 'token')}; KV {s.kv_cache_format}; "
-        f"block size {plural(s.block_size, 'token')}",
+        f"max-model-len {plural(s.max_model_len, 'token')}{' (auto)' if s.max_model_len_auto_from else ''}; "
+        f"KV {s.kv_cache_format}; block size {plural(s.block_size, 'token')}",
         f"attention: {plan.model.attention}",
     )
 
