@@ -7,6 +7,8 @@ an idle trace blamed on the deployment.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import kvplan
@@ -31,7 +33,12 @@ def test_solve_rate_from_a_burst_is_refused_naming_the_prompts_needed():
     assert r.exit_code == 2, r.stdout
     line = r.stderr.strip()
     assert line.startswith("error: --num-prompts 30: at ") and "not a steady load" in line
-    assert "give --num-prompts 1,000,000 or more" in line and "\n" not in line
+    # enough prompts that sending them takes one mean end-to-end latency at the deployment's rate
+    m = re.search(r"at ([\d.e+]+) requests/s per deployment .* mean ([\d.]+) s end to end.* give --num-prompts "
+                  r"([\d,]+) or more$", line)  # fmt: skip
+    assert m is not None and "\n" not in line, line
+    rate, e2e, needed = float(m.group(1)), float(m.group(2)), int(m.group(3).replace(",", ""))
+    assert rate * e2e <= needed < 2 * rate * e2e
 
 
 def test_solve_rate_with_enough_prompts_still_answers():

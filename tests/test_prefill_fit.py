@@ -78,9 +78,9 @@ def test_no_fitted_group_beats_the_assumed_coefficients_so_they_stay(bench, rows
     assert (pc.gemm_mfu, pc.attention_mfu, pc.ttft_overhead_s, pc.moe_gemm_eff) == (0.5, 0.5, 0.0, 1.0)
     data = yaml.safe_load((ROOT / "kvplan" / "data" / "prefill_fit.yaml").read_text())
     eff = data["rejected_fit"]["moe_gemm_eff"]["value"]
-    assert eff == pytest.approx(0.1180, abs=1e-4)
+    assert eff == pytest.approx(0.1184, abs=1e-4)
     # the shared coefficients' own fit on the dense rows, recorded though it did not ship
-    assert data["rejected_fit"]["gemm_mfu"]["value"] == pytest.approx(0.4791, abs=1e-4)
+    assert data["rejected_fit"]["gemm_mfu"]["value"] == pytest.approx(0.4795, abs=1e-4)
     assert data["rejected_fit"]["attention_mfu"]["source"].startswith("clamped at its upper bound")
     # the held-out fits on the routed-expert rows, replayed: the shared coefficients as shipped (assumed)
     fits = bench.shipped_loso()
@@ -96,11 +96,11 @@ def test_no_fitted_group_beats_the_assumed_coefficients_so_they_stay(bench, rows
     fitted = dataclasses.replace(bench.ASSUMED, moe_gemm_eff=eff)
     c_err = {p.row.gpu: e for p, e in zip(confirm, bench.errors(confirm, fitted), strict=True)}
     c_base = {p.row.gpu: e for p, e in zip(confirm, bench.errors(confirm, bench.ASSUMED), strict=True)}
-    assert c_err["H100-PCIe"] == pytest.approx(0.979, abs=0.002) and c_base["H100-PCIe"] == pytest.approx(
+    assert c_err["H100-PCIe"] == pytest.approx(0.973, abs=0.002) and c_base["H100-PCIe"] == pytest.approx(
         -0.608, abs=0.002
     )
-    assert c_err["H200"] == pytest.approx(1.290, abs=0.002) and c_base["H200"] == pytest.approx(
-        -0.565, abs=0.002
+    assert c_err["H200"] == pytest.approx(1.283, abs=0.002) and c_base["H200"] == pytest.approx(
+        -0.564, abs=0.002
     )
     ok_c, why = bench._judge(confirm, list(c_err.values()), list(c_base.values()), "CONFIRM rows")
     assert not ok_c and "2 of 4 buckets worse" in why
@@ -201,12 +201,12 @@ def test_estimate_and_simulate_carry_the_moe_caveat_and_a_dense_model_none():
         "rows": 19,
         "sources": 5,
         "gpus": ["B200", "H100-PCIe", "H200", "MI300X"],
-        "median_signed": -0.7768,
+        "median_signed": -0.7761,
     }
     assert pf["caveat"] is not None
     dense = estimate("llama3-70b", gpus="4xH100", max_model_len=8192)
     assert dense.prefill.caveat is None and dense.prefill.evidence is not None
-    assert dense.prefill.evidence.median_signed == pytest.approx(-0.1179)
+    assert dense.prefill.evidence.median_signed == pytest.approx(-0.1174)
     sim = simulate(
         "qwen3-235b-a22b", gpus="8xH100", max_model_len=4096, num_prompts=20, input_len=500, output_len=50,
         max_concurrency=4,

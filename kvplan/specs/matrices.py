@@ -63,6 +63,7 @@ class Matrix:
     names: tuple[str, ...] = ()
     count: int = 1
     replicated: bool = False  # every TP rank holds it whole (vLLM's vision patch/position embeds, norms)
+    quantizable: bool = True  # False: not a Linear (a conv, a gate's parameters): kept at the model dtype
 
     @property
     def params(self) -> int:
@@ -100,9 +101,56 @@ def _attention_matrices(spec: ModelSpec, i: int, layer) -> list[Matrix]:
     elif isinstance(layer, SharedKV):
         d = layer.head_dim or spec.hidden_size // heads
         shapes = [("q_proj", heads * d, h), ("o_proj", h, heads * d)]
+    elif isinstance(layer, RecurrentState) and layer.mixer == "gdn":
+        return _gdn_matrices(spec, i, layer)
     elif isinstance(layer, RecurrentState):  # the mixer's projections, as state_mixer_params counts them
         shapes = [("mixer", state_mixer_params(h, layer), 1)]
     return [Matrix(i, "attention", n, r, c, tuple(f"{a}.{n}" for a in _ATTN)) for n, r, c in shapes]
+
+
+# a Gated DeltaNet layer's weights under their own names, which quantized checkpoints list one by one
+# (Qwen3.5/3.6 ModelOpt quantized_layers: linear_attn.in_proj_qkv, in_proj_z, out_proj in FP8):
+# vLLM qwen3_next.py GatedDeltaNet fuses in_proj_qkvz and in_proj_ba; qwen3_5.py splits
+# in_proj_qkv, in_proj_z, in_proj_b, in_proj_a. Their params sum to state_mixer_params' "gdn".
+_GDN_NAMES = {
+    "in_proj_qkv": ("in_proj_qkv", "in_proj_qkvz"),
+    "in_proj_z": ("in_proj_z", "in_proj_qkvz"),
+    "in_proj_ba": ("in_proj_ba", "in_proj_b", "in_proj_a"),
+    "out_proj": ("out_proj",),
+    "state": ("conv1d", "A_log", "dt_bias", "norm"),  # not Linear layers: never quantized
+}
+
+
+def _gdn_matrices(spec: ModelSpec, i: int, layer: RecurrentState) -> list[Matrix]:
+    h = spec.hidden_size
+    conv_in = layer.conv_channels + layer.conv_groups * layer.conv_group_channels
+    inner = layer.ssm_heads * layer.ssm_head_dim
+    parts = [
+        ("in_proj_qkv", conv_in, h),
+        ("in_proj_z", inner, h),
+        ("in_proj_ba", 2 * layer.ssm_heads, h),
+        ("out_proj", h, inner),
+        ("state", conv_in * layer.conv_kernel + 2 * layer.ssm_heads + layer.ssm_head_dim, 1),
+    ]
+    return [
+        Matrix(
+            i,
+            "attention",
+            f"mixer.{n}",
+            r,
+            c,
+            tuple(f"{a}.{x}" for a in _ATTN for x in _GDN_NAMES[n]),
+            quantizable=n != "state",
+        )  # fmt: skip
+        for n, r, c in parts
+    ]
+
+
+# Gemma 4 keeps its routed experts beside the MLP, not inside it: `layers.N.experts` and `layers.N.mlp`
+# (the dense MLP every layer runs, kvplan's shared expert), as transformers' modeling_gemma4.py
+# Gemma4TextDecoderLayer and vLLM's gemma4.py name them; its checkpoints exclude `layers.N.mlp*` from
+# quantization, which must not reach the experts
+_LAYER_LEVEL_EXPERTS = ("Gemma4",)
 
 
 def _mlp_matrices(
@@ -112,10 +160,14 @@ def _mlp_matrices(
     mats = ("gate_proj", "up_proj", "down_proj") if spec.mlp_gated else ("up_proj", "down_proj")
     sub = {"dense_mlp": ("",), "shared_experts": ("shared_experts.", "shared_expert.", "shared_mlp."),
            "routed_experts": ("experts.0.", "experts.")}[component]  # fmt: skip
+    outer: tuple[str, ...] = _MLP
+    if (spec.architecture or "").startswith(_LAYER_LEVEL_EXPERTS) and component != "dense_mlp":
+        outer = ("",) if component == "routed_experts" else ("mlp",)
+        sub = sub if component == "routed_experts" else ("",)
     out = []
     for m in mats:
         rows, cols = (h, size) if m == "down_proj" else (size, h)
-        names = tuple(f"{a}.{s}{n}" for a in _MLP for s in sub for n in _MLP_NAMES[m])
+        names = tuple(f"{a}.{s}{n}".lstrip(".") for a in outer for s in sub for n in _MLP_NAMES[m])
         prefix = "experts." if component == "routed_experts" else ""
         out.append(Matrix(i, component, prefix + m, rows, cols, names, count))
     return out

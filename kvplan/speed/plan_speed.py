@@ -299,6 +299,9 @@ def _layer_gemms(
     for m in mats:
         if m.component in ("norms", "router", "embedding"):
             continue
+        if m.name.startswith("mixer."):  # a Gated DeltaNet's parts: one weight stream, as the whole mixer
+            groups.setdefault((m.component, 1, False, "mixer"), []).append(m)
+            continue
         row = m.name in _ROW_PARALLEL
         key = (m.component, m.cols, row, m.name if row or m.component == "routed_experts" else "")
         if m.component == "routed_experts" and m.name.startswith("experts.") and not row:
@@ -312,7 +315,14 @@ def _layer_gemms(
             split = sh.attn_tp
         elif sh is not None and comp == "routed_experts":
             split = sh.expert_tp
-        g = _gemm(ms, fmt_of(ms[0]), split, row)
+        if name == "mixer":  # each part's bits in its own format, streamed as one [params x 1] weight
+            fmt = fmt_of(max(ms, key=lambda m: m.params))
+            bits = sum(fmt_of(m).matrix_bits(m.rows, m.cols) * m.count for m in ms)
+            rows = sum(m.params for m in ms)
+            g = step_model.Gemm(1, ceil_div(rows, split), ceil_div(ceil_div(bits, 8), split), fmt.name,
+                                fmt.bits_per_value < 16)  # fmt: skip
+        else:
+            g = _gemm(ms, fmt_of(ms[0]), split, row)
         if sh is not None and comp == "attention" and sh.attn_dp > 1:
             g = dataclasses.replace(g, per_rank=True)
         if comp == "routed_experts" and name == "experts.gate_up":

@@ -17,7 +17,11 @@ def _dense_prefix(r: Reader, key: str, flags: list, num_layers: int) -> int | No
         return None
     first = flags.index(1) if 1 in flags else num_layers
     if any(f != 1 for f in flags[first:]):
-        r.bad(key, "dense layers after the first MoE layer are not modelled (only leading dense layers)")
+        r.bad(
+            key,
+            "dense layers after the first MoE layer are not modelled (only leading dense layers); describe the "
+            "model in a YAML spec (model_specs/models/)",
+        )
         return None
     return first
 
@@ -35,8 +39,24 @@ def _layer_placement(r: Reader) -> tuple[int, int]:
     layers = r.int("num_hidden_layers", default=None)
     if layers is not None and first >= layers:
         r.bad("first_k_dense_replace", f"{first} leaves no MoE layer among the {layers} layers")
-    if r.list("mlp_only_layers"):
-        r.bad("mlp_only_layers", "dense layers listed among MoE layers are not modelled")
+    only = r.list("mlp_only_layers")
+    if only:
+        # Qwen2/3-MoE's (and Laguna's) layers with a dense MLP instead of the experts (transformers
+        # modeling_qwen3_moe.py Qwen3MoeDecoderLayer: `layer_idx not in config.mlp_only_layers`)
+        n = layers if layers is not None else max(only) + 1
+        if any(isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < n for x in only):
+            r.bad("mlp_only_layers", f"expected layer indices from 0 to {n - 1}")
+            return first, 1
+        if r.int("decoder_sparse_step", default=1) != 1:
+            r.bad("mlp_only_layers", "with decoder_sparse_step above 1 is not modelled; describe the model "
+                  "in a YAML spec (model_specs/models/)")  # fmt: skip
+            return first, 1
+        dense = _dense_prefix(r, "mlp_only_layers", [0 if i in only else 1 for i in range(n)], n)
+        if dense is None:
+            return first, 1
+        if r.has("first_k_dense_replace") and dense != first:
+            r.bad("mlp_only_layers", f"{dense} leading dense layers but first_k_dense_replace is {first}")
+        first = dense
     kinds = r.list("mlp_layer_types")
     if kinds is not None:
         n = r.int("num_hidden_layers", default=len(kinds))
@@ -45,8 +65,9 @@ def _layer_placement(r: Reader) -> tuple[int, int]:
             return first, 1
         flags = [_MLP_KINDS[k] for k in kinds]
         dense = _dense_prefix(r, "mlp_layer_types", flags, n)
-        if dense is not None and r.has("first_k_dense_replace") and dense != first:
-            r.bad("mlp_layer_types", f"{dense} leading dense layers but first_k_dense_replace is {first}")
+        if dense is not None and (r.has("first_k_dense_replace") or only) and dense != first:
+            given = "mlp_only_layers gives" if only else "first_k_dense_replace is"
+            r.bad("mlp_layer_types", f"{dense} leading dense layers but {given} {first}")
         return (dense or 0), 1
     freq = r.cfg.get("moe_layer_freq")
     if isinstance(freq, list):

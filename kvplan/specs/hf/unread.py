@@ -1,6 +1,7 @@
 """Never silent: config.json fields that look like they change memory but that kvplan does not read.
 
-The issue's rule: any `*_layers`, `*pattern*`, `*ratio*` or `quantization*` field kvplan does not
+The issue's rule: any `*_layers`, `*_per_layer` (Laguna's `num_attention_heads_per_layer`), `*pattern*`,
+`*ratio*` or `quantization*` field kvplan does not
 understand gives a warning naming it, so a figure that may be off says so.
 """
 
@@ -9,7 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-MEMORY_FIELD = re.compile(r"(_layers$|layers_|layer_types|pattern|(^|_)ratios?($|_)|^quantization)")
+MEMORY_FIELD = re.compile(
+    r"(_layers$|layers_|_per_layer$|layer_types|pattern|(^|_)ratios?($|_)|^quantization)"
+)
 
 # Fields of that shape that kvplan reads, or that change no memory an engine allocates by default.
 UNDERSTOOD = {
