@@ -112,7 +112,8 @@ def estimate(
 
     model: a shipped name/alias/HF id, a spec .yaml or a Hugging Face config.json.
     Common flags (all of `kvplan estimate --help` are accepted, with underscores):
-      gpus="H100" | "8xH100" | "2x8xH100"; max_model_len / avg_context: tokens (8192 or "8K");
+      gpus="H100" | "8xH100" | "2x8xH100"; max_model_len / avg_context: tokens (8192 or "8K";
+      max_model_len="auto": the length vLLM 0.14+ fits to the KV pool);
       kv_cache_dtype="auto" | "fp8" | ...; engine="vllm" | "sglang"; engine_version="0.11";
       gpu_memory_utilization: a fraction (0.92); kv_cache_memory / reserve_memory: bytes per GPU
       ("51.02GiB", "40GB" or an integer); tensor_parallel_size / pipeline_parallel_size: counts;

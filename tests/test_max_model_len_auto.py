@@ -114,3 +114,13 @@ def test_check_log_reproduces_the_fit_from_the_logged_kv_memory(tmp_path):
     assert row["cause"].startswith("matches")
     assert f"vLLM --max-model-len auto: the engine fitted {n:,} tokens (from 131,072)" in d["notes"]
     assert d["setup"]["max_model_len"] == n
+
+
+def test_python_api_takes_auto():
+    import kvplan
+
+    p = kvplan.estimate("llama3.1-8b", gpus="L4", max_model_len="auto")
+    assert p.settings.max_model_len_auto_from == 131_072
+    assert (
+        p.settings.max_model_len == plan("llama3.1-8b", "L4", max_model_len_auto=True).settings.max_model_len
+    )
