@@ -65,7 +65,7 @@ def test_cli_takes_auto_and_minus_one_alike():
     ("flags", "code", "message"),
     [
         (["--engine", "sglang"], 2, "--max-model-len auto is vLLM's; SGLang serves the context length given"),
-        (["--engine-version", "0.13"], 2, "--max-model-len auto came in vLLM 0.14 (PR #29431)"),
+        (["--engine-version", "0.13"], 2, "--max-model-len auto came in vLLM 0.14; vLLM 0.13 takes a length"),
         (["--kv-cache-memory", "1MiB"], 3, "vLLM cannot auto-fit --max-model-len: 1 MiB of KV memory"),
     ],
 )

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 
 from helpers import REPO
-from kvplan.specs.matrices import weight_matrices
+from kvplan.specs.matrices import state_mixer_params, weight_matrices
+from kvplan.specs.models import RecurrentState
 from kvplan.specs.registry import load_model
-from tests.helpers import plan
+from tests.helpers import plan, run_cli
 
 CORPUS = REPO / "tests" / "fixtures" / "hf" / "corpus"
 GEMMA4 = CORPUS / "gemma-4-26b-a4b-nvfp4.json"
@@ -63,9 +64,6 @@ def test_gated_deltanet_projections_take_their_listed_formats():
 def test_gdn_parts_sum_to_the_whole_mixer_and_plan_the_same_unquantized():
     # the split changes names, not the count: an unquantized Qwen3-Next plans byte for byte as before
     spec = load_model(str(CORPUS / "qwen3-next-80b-a3b-thinking.json"))
-    from kvplan.specs.matrices import state_mixer_params
-    from kvplan.specs.models import RecurrentState
-
     layer = next(lt for lt in spec.layer_types.values() if isinstance(lt, RecurrentState))
     i = next(n for n, lt in enumerate(spec.layers) if lt is layer)
     parts = [m for m in weight_matrices(spec) if m.layer == i and m.name.startswith("mixer.")]
@@ -88,8 +86,6 @@ def test_mlp_only_layers_as_leading_dense_layers_plan():
 
 
 def test_mlp_only_layers_beyond_a_leading_run_is_refused_with_a_way_on(tmp_path):
-    from tests.helpers import run_cli
-
     cfg = json.loads(LAGUNA.read_text())
     cfg["mlp_only_layers"] = [0, 5]
     del cfg["mlp_layer_types"]

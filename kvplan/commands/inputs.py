@@ -308,10 +308,8 @@ def plan_request(f: EstimateFlags, gpus_flag: str = "--gpus") -> PlanRequest:
         nodes=nodes,
         tp=f.tensor_parallel_size,
         pp=f.pipeline_parallel_size,
-        max_model_len=None
-        if auto
-        else parse_count(f.max_model_len, "--max-model-len")
-        if f.max_model_len
+        max_model_len=parse_count(f.max_model_len, "--max-model-len")
+        if f.max_model_len and not auto
         else None,
         max_model_len_auto=auto,
         avg_context_tokens=parse_count(f.avg_context, "--avg-context") if f.avg_context else None,

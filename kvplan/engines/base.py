@@ -166,6 +166,7 @@ class Engine(ABC):
     latest: ClassVar[Version]
     first: ClassVar[Version] = (0, 1)  # the engine's first release: anything older never existed
     null_blocks: ClassVar[int]  # blocks the engine keeps out of use (vLLM's null block)
+    auto_fit_since: ClassVar[Version | None] = None  # first release fitting --max-model-len auto
     own_flags: ClassVar[dict[str, str]]  # flag -> PlanRequest field only this engine reads
     own_flag_defaults: ClassVar[dict[str, object]] = {}
     own_env: ClassVar[tuple[str, ...]] = ()  # environment variables (--env) this engine reads
@@ -223,6 +224,10 @@ class Engine(ABC):
     def request_cap(self) -> int | None:
         """The cap on running requests a flag sets (None: only the KV cache caps them)."""
         return self.req.max_num_seqs
+
+    def auto_fit_line(self, full: int, fitted: int, available_bytes: int) -> str:
+        """The line the engine logs once it has fitted --max-model-len auto (auto_fit_since)."""
+        raise NotImplementedError(f"{self.display_name} has no --max-model-len auto")
 
     def oversized_request(self, max_len: int, fitting_len: int | None) -> tuple[int, str] | None:
         """When one request at --max-model-len does not fit the pool (`fitting_len`: the longest that

@@ -420,6 +420,9 @@ class Vllm(Engine):
     display_name = "vLLM"
     latest = (0, 33)
     null_blocks = 1  # README, How the engines size their KV cache: one block is kept as the null block
+    # --max-model-len auto (or -1) fits the length after profiling (vllm/v1/core/kv_cache_utils.py
+    # _auto_fit_max_model_len: vLLM PR #29431, listed in v0.14.0's release notes)
+    auto_fit_since = (0, 14)
     own_flags = {
         "--gpu-memory-utilization": "gpu_memory_utilization",
         "--num-gpu-blocks-override": "num_gpu_blocks_override",
@@ -447,6 +450,15 @@ class Vllm(Engine):
     layout: VllmLayout | None = None
     layers: list[Layer] | None = None  # the model's layers as the layout was made from them
     state_lines: tuple[str, ...] = ()  # what vLLM logs when it raises the block size for a state
+
+    def auto_fit_line(self, full: int, fitted: int, available_bytes: int) -> str:
+        # kv_cache_utils.py _auto_fit_max_model_len's two info lines (format_gib: 2 decimals)
+        if fitted < full:
+            return (
+                f"Auto-fit max_model_len: reduced from {full} to {fitted} to fit in available GPU memory "
+                f"({available_bytes / GiB:.2f} GiB available for KV cache)"
+            )
+        return f"Auto-fit max_model_len: full model context length {full} fits in available GPU memory"
 
     def check_flags(self) -> None:
         req = self.req

@@ -239,18 +239,13 @@ def _arithmetic_rows(f: dict[str, Any], arith: Plan, slack: int, req: PlanReques
     """The log's own KV figure through kvplan's block accounting: tokens, concurrency, blocks, K size."""
     a = arith.engine
     rows: list[Row] = []
-    if req.max_model_len_auto and f.get("max_model_len") is not None:
+    tokens_per_block = a.kv_cache_tokens / a.num_blocks if a.kv_cache_tokens and a.num_blocks else 0
+    if arith.settings.max_model_len_auto_from and f.get("max_model_len") is not None:
         fitted = arith.settings.max_model_len
-        diff = abs(fitted - f["max_model_len"])
-        per_block = a.kv_cache_tokens / a.num_blocks if a.kv_cache_tokens and a.num_blocks else 0
-        cause = (
-            _agree(diff, slack * per_block, "tokens")
-            if diff == 0 or diff <= slack * per_block
-            else "vLLM fitted another length: check --block-size, --kv-cache-dtype and -tp"
-        )
+        cause = _agree(abs(fitted - f["max_model_len"]), slack * tokens_per_block, "tokens",
+                       "vLLM fitted another length: check --block-size, --kv-cache-dtype and -tp")  # fmt: skip
         rows.append(Row("max-model-len (auto-fit)", "tokens", f["max_model_len"], fitted, cause))
     if f.get("kv_cache_tokens") is not None and a.kv_cache_tokens is not None:
-        tokens_per_block = a.kv_cache_tokens / a.num_blocks if a.num_blocks else 0
         diff = abs(a.kv_cache_tokens - f["kv_cache_tokens"])
         cause = _agree(diff, slack * tokens_per_block, "tokens")
         rows.append(Row("KV cache tokens", "tokens", f["kv_cache_tokens"], a.kv_cache_tokens, cause))
@@ -308,11 +303,7 @@ def _prediction_rows(
         rows.append(
             Row("KV cache memory", "bytes", logged_kv, eng.available_kv_bytes, "follows from the line above")
         )
-    if (
-        f.get("max_model_len_auto")
-        and f.get("max_model_len") is not None
-        and pred.settings.max_model_len_auto_from
-    ):
+    if pred.settings.max_model_len_auto_from and f.get("max_model_len") is not None:
         fitted = pred.settings.max_model_len
         rows.append(
             Row("max-model-len (auto-fit)", "tokens", f["max_model_len"], fitted, "follows the KV memory")
@@ -418,12 +409,17 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
     )
 
 
-def _agree(diff: float, tol: float, unit: str) -> str:
+def _agree(
+    diff: float,
+    tol: float,
+    unit: str,
+    otherwise: str = "page size differs: check --block-size, --kv-cache-dtype, -tp and the model's KV heads",
+) -> str:
     if diff == 0:
         return "matches"
     if diff <= tol:
         return f"matches within the 0.01 GiB rounding of the logged KV memory ({diff:,.0f} {unit})"
-    return "page size differs: check --block-size, --kv-cache-dtype, -tp and the model's KV heads"
+    return otherwise
 
 
 def _concurrency_cause(req: PlanRequest) -> str:

@@ -789,11 +789,6 @@ def _layout(req: PlanRequest) -> Layout:
     return layout
 
 
-# vLLM --max-model-len auto (or -1): after profiling, the longest max_model_len one request of which fits
-# the KV memory (vllm/v1/core/kv_cache_utils.py _auto_fit_max_model_len: vLLM PR #29431, listed in v0.14.0's release notes)
-AUTO_FIT_SINCE: engines.Version = (0, 14)
-
-
 def estimate(req: PlanRequest) -> Plan:
     if req.max_model_len_auto:
         return _auto_fit(req)
@@ -801,20 +796,21 @@ def estimate(req: PlanRequest) -> Plan:
 
 
 def _auto_fit(req: PlanRequest) -> Plan:
-    """vLLM's --max-model-len auto: plan at the model's maximum; where one request of it does not fit,
-    at the longest that does (kvplan's own fit rule, the one its 'does not fit' refusal names)."""
+    """--max-model-len auto: plan at the model's maximum; where one request of it does not fit, at the
+    longest that does (kvplan's own fit rule, the one its 'does not fit' refusal names)."""
     if req.max_model_len is not None:
         raise UsageError("--max-model-len is auto or a length, not both")
     engine = engines.for_request(req)
-    if engine.name != "vllm":
+    since = engine.auto_fit_since
+    if since is None:
         raise UsageError(
             f"--max-model-len auto is vLLM's; {engine.display_name} serves the context length given "
             "(default: the model's maximum): give --max-model-len a length, or --engine vllm"
         )
-    if engine.version < AUTO_FIT_SINCE:
+    if engine.version < since:
         raise UsageError(
-            f"--max-model-len auto came in vLLM {engines.fmt_version(AUTO_FIT_SINCE)} "
-            f"(PR #29431); {engine.label} takes a length"
+            f"--max-model-len auto came in {engine.display_name} {engines.fmt_version(since)}; "
+            f"{engine.label} takes a length"
         )
     base = dataclasses.replace(req, max_model_len_auto=False)
     full = req.model.max_context
@@ -834,19 +830,13 @@ def _auto_fit(req: PlanRequest) -> Plan:
     fitted = plan.settings.max_model_len
     lines = list(plan.engine.log_lines)
     at = next((i + 1 for i, line in enumerate(lines) if line.startswith("Available KV cache memory")), 0)
-    if fitted < full:
-        line = (
-            f"Auto-fit max_model_len: reduced from {full} to {fitted} to fit in available GPU memory "
-            f"({(plan.engine.available_kv_bytes or 0) / GiB:.2f} GiB available for KV cache)"
-        )
-        note = (
-            f"--max-model-len auto: vLLM fits {fitted:,} tokens, the longest request the KV pool holds "
-            f"(whole blocks, one kept as the null block); the model's maximum, {full:,}, does not fit"
-        )
-    else:
-        line = f"Auto-fit max_model_len: full model context length {full} fits in available GPU memory"
-        note = f"--max-model-len auto: the model's maximum, {full:,} tokens, fits; vLLM keeps it"
-    lines.insert(at, line)
+    lines.insert(at, engine.auto_fit_line(full, fitted, plan.engine.available_kv_bytes or 0))
+    note = (
+        f"--max-model-len auto: vLLM fits {fitted:,} tokens, the longest request the KV pool holds "
+        f"(whole blocks, one kept as the null block); the model's maximum, {full:,}, does not fit"
+        if fitted < full
+        else f"--max-model-len auto: the model's maximum, {full:,} tokens, fits; vLLM keeps it"
+    )
     return dataclasses.replace(
         plan,
         settings=dataclasses.replace(plan.settings, max_model_len_auto_from=full),

@@ -160,14 +160,13 @@ def _mlp_matrices(
     mats = ("gate_proj", "up_proj", "down_proj") if spec.mlp_gated else ("up_proj", "down_proj")
     sub = {"dense_mlp": ("",), "shared_experts": ("shared_experts.", "shared_expert.", "shared_mlp."),
            "routed_experts": ("experts.0.", "experts.")}[component]  # fmt: skip
-    outer: tuple[str, ...] = _MLP
+    prefixes = [f"{a}.{s}" for a in _MLP for s in sub]  # the module path up to the projection
     if (spec.architecture or "").startswith(_LAYER_LEVEL_EXPERTS) and component != "dense_mlp":
-        outer = ("",) if component == "routed_experts" else ("mlp",)
-        sub = sub if component == "routed_experts" else ("",)
+        prefixes = list(sub) if component == "routed_experts" else ["mlp."]
     out = []
     for m in mats:
         rows, cols = (h, size) if m == "down_proj" else (size, h)
-        names = tuple(f"{a}.{s}{n}".lstrip(".") for a in outer for s in sub for n in _MLP_NAMES[m])
+        names = tuple(p + n for p in prefixes for n in _MLP_NAMES[m])
         prefix = "experts." if component == "routed_experts" else ""
         out.append(Matrix(i, component, prefix + m, rows, cols, names, count))
     return out

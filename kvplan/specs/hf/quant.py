@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -257,25 +257,33 @@ def _glob(pattern: str) -> str:
     return rf"(?:^|\.){body}(?:\.|$)"
 
 
+def _is_plain(pattern: str) -> bool:
+    """A module name, not a regex or a wildcard pattern."""
+    return not pattern.startswith("re:") and "*" not in pattern and "?" not in pattern
+
+
+def _segment_runs(name: str) -> Iterator[str]:
+    """Every run of whole dotted segments of a module name: a plain pattern matches the name if it is one
+    (`layers.0.mlp` matches `model.layers.0.mlp.experts.gate_proj`)."""
+    parts = name.split(".")
+    for a in range(len(parts)):
+        for b in range(a + 1, len(parts) + 1):
+            yield ".".join(parts[a:b])
+
+
 class Matcher:
     """Module patterns as checkpoints write them: `re:<regex>` (compressed-tensors, re.match on the
     full name), else a module name or fnmatch pattern matching a module or any of its parents."""
 
     def __init__(self, patterns: tuple[str, ...]) -> None:
         self.regexes = [re.compile(p[3:]) for p in patterns if p.startswith("re:")]
-        globs = [p for p in patterns if not p.startswith("re:")]
         # A checkpoint lists hundreds of modules (DeepSeek-V3.2-NVFP4: 307), one regex of them all
-        # searched at every position took 10 s: plain names are looked up as sets of whole dotted
+        # searched at every position took 10 s: plain names are looked up by the runs of a name's
         # segments, and patterns with a wildcard are grouped by the layer they name, if any.
-        self.literals: dict[str, Any] = {}  # a trie of dotted segments; "" marks a pattern's end
+        self.literals = {p for p in patterns if _is_plain(p)}
         by_layer: dict[str | None, list[str]] = {}
-        for p in globs:
-            if "*" not in p and "?" not in p:
-                node = self.literals
-                for part in p.split("."):
-                    node = node.setdefault(part, {})
-                node[""] = {}
-            else:
+        for p in patterns:
+            if not p.startswith("re:") and not _is_plain(p):
                 m = _LAYER_NUMBER.search(p)
                 by_layer.setdefault(m.group(1) if m else None, []).append(_glob(p))
         self.wild = {k: re.compile("|".join(v)) for k, v in by_layer.items()}
@@ -284,16 +292,8 @@ class Matcher:
         return bool(self.regexes or self.literals or self.wild)
 
     def _glob_matches(self, name: str) -> bool:
-        if self.literals:  # a pattern that is a run of the name's whole segments
-            parts = name.split(".")
-            for i in range(len(parts)):
-                node: dict[str, Any] = self.literals
-                for part in parts[i:]:
-                    if part not in node:
-                        break
-                    node = node[part]
-                    if "" in node:
-                        return True
+        if self.literals and any(run in self.literals for run in _segment_runs(name)):
+            return True
         if not self.wild:
             return False
         keys = [None, *_LAYER_NUMBER.findall(name)]
@@ -331,9 +331,7 @@ class _Groups:
         self.literal: dict[str, int] = {}  # a plain module name -> the first group listing it
         self.other: list[tuple[int, Matcher | None]] = []  # groups with patterns (None: targets all)
         for i, g in enumerate(scheme.groups):
-            if g.targets and all(
-                "*" not in t and "?" not in t and not t.startswith("re:") for t in g.targets
-            ):
+            if g.targets and all(_is_plain(t) for t in g.targets):
                 for t in g.targets:
                     self.literal.setdefault(t, i)
             else:
@@ -343,12 +341,8 @@ class _Groups:
         best = len(self.groups)
         if self.literal:
             for name in names:
-                parts = name.split(".")
-                for a in range(len(parts)):
-                    for b in range(a + 1, len(parts) + 1):
-                        i = self.literal.get(".".join(parts[a:b]))
-                        if i is not None and i < best:
-                            best = i
+                for run in _segment_runs(name):
+                    best = min(best, self.literal.get(run, best))
         for i, matcher in self.other:
             if i >= best:
                 break
