@@ -268,6 +268,12 @@ SKIPPED: dict[str, str] = {
     "sglang_0.5.11.dev20260512_deepseek-v4-flash-fp8_mi300x_tp4_dp4attn.log": "DeepSeek-V4 under SGLang "
     "(DSV4PoolConfigurator pools not modelled; the run died creating them, so no pool line)",
     "vllm_0.10.2_llama-3.1-8b-instruct_jetson-thor_tp1.log": "GPU not shipped (Jetson Thor, unified memory)",
+    "vllm_0.23.0_qwen3.6-27b-text-nvfp4-mtp_rtx5060ti16gb_tp2_mtp3.log": "GPU not shipped (RTX 5060 Ti 16GB); "
+    "its token arithmetic under MTP is checked in tests/test_vllm_hybrid_spec.py",
+    "vllm_0.23.0_qwen3.6-27b-fp8_rtx5060ti16gb_tp4_mtp3.log": "GPU not shipped (RTX 5060 Ti 16GB); its token "
+    "arithmetic under MTP and prefix caching is checked in tests/test_vllm_hybrid_spec.py",
+    "vllm_0.18.0_qwen3-8b_rtx4090-48gb_tp1_ngram4.log": "GPU not shipped (a modified 48GB RTX 4090, named only "
+    "in the repository's notes); its token arithmetic under n-gram drafting is checked in tests/test_vllm_hybrid_spec.py",
     "vllm_0.10.2_llava-v1.6-mistral-7b_unknowngpu_tp1.log": "GPU unknown (80GB class); no LLaVA config",
     "vllm_0.10.2_qwen2-vl-2b_unknowngpu_tp1.log": "GPU unknown (16GB consumer card under WSL)",
     "vllm_0.10.2_qwen3-4b_unknowngpu_tp1.log": "GPU unknown (80GB class); no Qwen3-4B config",

@@ -149,6 +149,8 @@ class PlanRequest:
     calibration: Profile | None = field(default=None, compare=False, repr=False)
     calibration_use: CalibrationUse | None = None  # which file, and whether forced onto another device
     enable_prefix_caching: bool = True
+    # False when no flag or log said it (the engine's own default may differ: vLLM before 0.28 leaves it off for hybrid models)
+    prefix_caching_stated: bool = True
     shared_prefix_tokens: int = 0
     prefix_hit_rate: float = 1.0
     usage: str = "serve"  # vLLM's usage context: serve (`vllm serve`) or offline (the LLM class)

@@ -218,3 +218,27 @@ def test_arguments_and_concurrency_line_naming_two_lengths_are_said(tmp_path):
         "check-log", str(LOGS / "vllm_v011_llama31_8b_h100.log"), "--gpus", "H100", "--json"
     ).json()
     assert not any("two" in n or "arguments give" in n for n in plain["notes"])
+
+
+def test_weights_of_zero_are_refused_not_divided_by(tmp_path):
+    # fuzz round 3, F1: "Model loading took 0 GiB" raised ZeroDivisionError in the prediction rows
+    text = VLLM.replace("Model loading took 14.9889 GiB", "Model loading took 0 GiB")
+    assert text != VLLM
+    for extra in ((), ("--json",)):
+        r = run_cli("check-log", _write(tmp_path, text), "--gpus", "H100", *extra)
+        assert r.exit_code == 2
+        assert (
+            r.stderr.strip()
+            .splitlines()[-1]
+            .startswith("error: startup.log: the log's weights are 0 GiB per GPU (line ")
+        )
+
+
+def test_a_hard_wrapped_args_line_is_read_whole():
+    # fuzz round 3, F3: this real log's 'non-default args' dict wraps 'gpu_memory_utilization': 0.25 onto the
+    # next line; read without it, check-log took vLLM's default 0.9 and measured 52 GiB of non-KV memory
+    text = (LOGS / "real" / "vllm_0.10.1.1_qwen2-7b-instruct_a100-80gb_tp1.log").read_text()
+    assert "'max_model_len': 16384, 'gpu_memory_utilization': 0.25}" in text.splitlines()[3]
+    facts = logparse.parse(text).facts
+    assert facts["gpu_memory_utilization"] == 0.25
+    assert facts["max_model_len"] == 16384

@@ -65,8 +65,14 @@ def test_qwen3_next_vllm_block_size_and_log_lines():
     groups = p.engine.details.groups
     # kv_cache_utils: 12 attention and 36 state layers -> group size 12: 1 attention + 3 state groups
     assert sorted((g.kind, g.num_layers) for g in groups) == [("full", 12)] + [("state", 12)] * 3
-    # a request: ceil(262,144 / 544) = 482 attention blocks + 1 page per state group
-    assert p.engine.details.blocks_per_request == 482 + 3
+    # a request: ceil(262,144 / 544) = 482 attention blocks + 2 pages per state group: vLLM 0.28+ turns
+    # prefix caching on for hybrid models, in Mamba cache mode 'align' (MambaSpec.max_memory_usage_bytes)
+    assert p.engine.details.blocks_per_request == 482 + 3 * 2
+    off = plan(
+        str(CORPUS / "qwen3-next-80b-a3b-thinking.json"), "H200", num_gpus=2, max_model_len=262144,
+        enable_prefix_caching=False,
+    )  # fmt: skip
+    assert off.engine.details.blocks_per_request == 482 + 3  # mode 'none': one page per state group
 
 
 def test_qwen3_next_real_vllm_log_reproduced_exactly():

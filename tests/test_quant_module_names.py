@@ -95,3 +95,14 @@ def test_mlp_only_layers_beyond_a_leading_run_is_refused_with_a_way_on(tmp_path)
     assert r.exit_code == 2
     assert "mlp_only_layers: dense layers after the first MoE layer are not modelled" in r.stderr
     assert "describe the model in a YAML spec (model_specs/models/)" in r.stderr
+
+
+def test_an_invalid_module_regex_is_refused_in_one_line(tmp_path):
+    # fuzz round 3, F2: "re:((" in an ignore list raised re.error from the module matcher
+    cfg = json.loads((CORPUS / "qwen3.6-27b-nvfp4.json").read_text())
+    cfg["quantization_config"]["ignore"] = ["re:(("]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = run_cli("estimate", "-m", str(tmp_path), "-g", "H100")
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "module pattern 're:((' is not a valid regular expression" in lines[0]

@@ -31,7 +31,7 @@ KvQuantZeroPoint = Annotated[
     ),
 ]
 EnablePrefixCaching = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--enable-prefix-caching/--no-enable-prefix-caching",
         help="As in vLLM (on by default); sharing is modelled when --shared-prefix-tokens is given.",
@@ -226,7 +226,7 @@ def estimate(
     block_size: o.BlockSize = None,
     tensor_parallel_size: o.TensorParallelSize = None,
     pipeline_parallel_size: o.PipelineParallelSize = None,
-    enable_prefix_caching: EnablePrefixCaching = True,
+    enable_prefix_caching: EnablePrefixCaching = None,
     shared_prefix_tokens: o.SharedPrefixTokens = "0",
     prefix_hit_rate: o.PrefixHitRate = 1.0,
     max_num_batched_tokens: o.MaybeMaxNumBatchedTokens = None,

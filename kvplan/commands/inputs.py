@@ -89,7 +89,7 @@ class EstimateFlags:
     block_size: int | None = None
     tensor_parallel_size: int | None = None
     pipeline_parallel_size: int | None = None
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: bool | None = None  # None: not given (on, as vLLM from 0.28)
     shared_prefix_tokens: str = "0"
     prefix_hit_rate: float = 1.0
     max_num_batched_tokens: str | None = None  # None: the engine's default for the card and --usage
@@ -339,7 +339,8 @@ def plan_request(f: EstimateFlags, gpus_flag: str = "--gpus") -> PlanRequest:
         disable_hybrid_swa_memory=f.disable_hybrid_swa_memory,
         mamba_ssm_dtype=normalize_dtype_name(f.mamba_ssm_cache_dtype) if f.mamba_ssm_cache_dtype else None,
         images_per_request=f.images_per_request,
-        enable_prefix_caching=f.enable_prefix_caching,
+        enable_prefix_caching=f.enable_prefix_caching is not False,
+        prefix_caching_stated=f.enable_prefix_caching is not None,
         **bandwidth,
         shared_prefix_tokens=parse_count(f.shared_prefix_tokens, "--shared-prefix-tokens"),
         prefix_hit_rate=f.prefix_hit_rate,

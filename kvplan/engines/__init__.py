@@ -115,7 +115,19 @@ def with_state_dtypes(spec: ModelSpec, engine: Engine, notes: list[str]) -> Mode
         conv, ssm, why = engine.state_dtypes(spec, layer)
         if why and why not in notes:
             notes.append(f"{why}; pass --mamba-ssm-cache-dtype to change it")
+        update: dict[str, object] = {}
         if (conv, ssm) != (layer.conv_dtype, layer.ssm_dtype):
-            types[name] = layer.model_copy(update={"conv_dtype": conv, "ssm_dtype": ssm})
+            update.update(conv_dtype=conv, ssm_dtype=ssm)
+        rows = engine.state_conv_rows(layer)
+        if rows and layer.conv_kernel:
+            update["conv_kernel"] = layer.conv_kernel + rows
+            line = (
+                f"{engine.label} widens each Gated DeltaNet layer's convolution state by the {rows} "
+                "speculative tokens (mamba_utils.py gated_delta_net_state_shape: conv_kernel - 1 + num_spec rows)"
+            )
+            if line not in notes:
+                notes.append(line)
+        if update:
+            types[name] = layer.model_copy(update=update)
             changed = True
     return spec.model_copy(update={"layer_types": types}) if changed else spec

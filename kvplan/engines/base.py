@@ -129,6 +129,7 @@ class StageCache:
     layers: list[Layer]
     layer_ids: range
     kv_budget_bytes: int
+    engine_budget_bytes: int | None = None  # the whole stage's KV budget when a draft shares it (vLLM)
 
 
 @dataclass(frozen=True)
@@ -300,8 +301,21 @@ class Engine(ABC):
         """(formula, source) of the KV budget, for --explain."""
 
     @abstractmethod
-    def prepare(self, layers: list[Layer], fmt: Format, block_size: int, tp: int, max_len: int) -> None:
-        """Work out the engine's own grouping of the model's layers (raises EngineUnsupported)."""
+    def prepare(
+        self,
+        layers: list[Layer],
+        fmt: Format,
+        block_size: int,
+        tp: int,
+        max_len: int,
+        draft_layers: tuple[Layer, ...] = (),
+    ) -> None:
+        """Work out the engine's own grouping of the model's layers, and a speculative draft's layers
+        where they share its blocks (raises EngineUnsupported)."""
+
+    def state_conv_rows(self, layer: RecurrentState) -> int:
+        """Rows the engine adds to a recurrent layer's convolution state (speculative decoding)."""
+        return 0
 
     def block_bytes(self, layer_ids: range, layers: list[Layer], fmt: Format, tp: int) -> int | None:
         """Bytes of one engine block on a GPU holding `layer_ids` (None: no block accounting)."""

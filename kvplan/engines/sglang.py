@@ -620,8 +620,18 @@ class Sglang(Engine):
             "SGLang python/sglang/srt/model_executor/model_runner.py at v0.5.0",
         )
 
-    def prepare(self, layers: list[Layer], fmt: Format, block_size: int, tp: int, max_len: int) -> None:
-        _cells(layers, fmt, tp)  # refuses layer kinds SGLang's pool is not modelled for
+    def prepare(
+        self,
+        layers: list[Layer],
+        fmt: Format,
+        block_size: int,
+        tp: int,
+        max_len: int,
+        draft_layers: tuple[Layer, ...] = (),
+    ) -> None:
+        _cells(
+            layers, fmt, tp
+        )  # the draft has a pool of its own (plan._draft_pool)  # refuses layer kinds SGLang's pool is not modelled for
 
     def report(
         self, stages: list[StageCache], fmt: Format, block_size: int, tp: int, max_len: int

@@ -135,8 +135,9 @@ def env_flag(name: str, text: str) -> bool:
 
 
 def tokens_from_concurrency(version: Version) -> bool:
-    # README, How the engines size their KV cache: 0.21 to 0.25 printed int(C * L) as the KV cache size in tokens
-    return (0, 21) <= version <= (0, 25)
+    # README, How the engines size their KV cache: 0.21 to 0.27 printed int(C * L) as the KV cache size in
+    # tokens (a real 0.27.1 log of a hybrid model: 292,522 = int(857 / 12 x 4,096), not 857 // 4 x 784)
+    return (0, 21) <= version <= (0, 27)
 
 
 def default_block_size(spec: ModelSpec, gpu: GpuSpec) -> tuple[int, str]:
@@ -204,14 +205,21 @@ def _spec_key(layer: Layer, hybrid: bool) -> tuple[str, int]:
     return "full", 0
 
 
-def _charge(kind: str, size: int, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> int:
+def _charge(
+    kind: str,
+    size: int,
+    max_model_len: int,
+    block_size: int,
+    max_num_batched_tokens: int,
+    state_blocks: int = 1,
+) -> int:
     if kind == "sliding":
         # README, How the engines size their KV cache: ceil(min(window - 1 + max_num_batched_tokens, max_model_len) / block_size) + 1
         return ceil_div(min(size - 1 + max_num_batched_tokens, max_model_len), block_size) + 1
     if kind == "state":
-        # kv_cache_interface.py MambaSpec.max_memory_usage_bytes: one page per request
-        # (mamba_cache_mode "none": hybrid models run without prefix caching by default)
-        return 1
+        # kv_cache_interface.py MambaSpec.max_memory_usage_bytes: (1 + num_speculative_blocks) pages a request
+        # with mamba_cache_mode "none", (2 + num_speculative_blocks) with "align" (Vllm.state_blocks)
+        return state_blocks
     if kind == "chunked":
         # vLLM ChunkedLocalAttentionSpec: ceil(min(chunk + max_num_batched_tokens, max_model_len) / block_size)
         return ceil_div(min(size + max_num_batched_tokens, max_model_len), block_size)
@@ -296,20 +304,22 @@ def vllm_layout(
     max_model_len: int,
     max_num_batched_tokens: int,
     hybrid: bool = True,
+    state_blocks: int = 1,
 ) -> VllmLayout:
-    """Group the model's layers the way vLLM's KV-cache manager does (README, How the engines size their KV cache)."""
+    """Group the model's layers the way vLLM's KV-cache manager does (README, How the engines size their KV
+    cache); `state_blocks`: the pages a request holds in each recurrent-state group."""
     cached = _cached_layers(layers)
 
     def held(layer: Layer, bs: int) -> int:
         if isinstance(layer, RecurrentState):
-            return 1
+            return state_blocks
         if not hybrid and isinstance(layer, (SlidingWindow, ChunkedAttention)):
             return ceil_div(max_model_len, bs)  # treated as full attention
         return kv.layer_blocks(layer, max_model_len, bs)
 
     def group(kind: str, size: int, ids: tuple[int, ...], slots: int, bs: int, page: int) -> KvGroup:
         label = kind if kind in ("full", "state") else f"{kind}({size})"
-        charge = _charge(kind, size, max_model_len, bs, max_num_batched_tokens)
+        charge = _charge(kind, size, max_model_len, bs, max_num_batched_tokens, state_blocks)
         return KvGroup(label, ids, slots, bs, page, charge, held(layers[ids[0]], bs))
 
     keys = {i: _spec_key(layers[i], hybrid) for i in cached}
@@ -518,6 +528,11 @@ class Vllm(Engine):
         return applied
 
     def view_notes(self, spec: ModelSpec) -> list[str]:
+        _, state_rule = self.state_blocks(spec.layers)
+        notes = [state_rule] if state_rule and not self.req.disable_hybrid_kv_cache_manager else []
+        return notes + self._chunked_notes(spec)
+
+    def _chunked_notes(self, spec: ModelSpec) -> list[str]:
         if not self.env_applied(spec) or self.req.disable_hybrid_kv_cache_manager:
             return []
         on, why = self.chunked_hybrid()
@@ -811,21 +826,94 @@ class Vllm(Engine):
             "vLLM vllm/v1/worker/gpu_worker.py at v0.11.0",
         )
 
-    def prepare(self, layers: list[Layer], fmt: Format, block_size: int, tp: int, max_len: int) -> None:
+    def prepare(
+        self,
+        layers: list[Layer],
+        fmt: Format,
+        block_size: int,
+        tp: int,
+        max_len: int,
+        draft_layers: tuple[Layer, ...] = (),
+    ) -> None:
         hybrid = not self.req.disable_hybrid_kv_cache_manager
-        self.layers = list(layers)
-        self.layout = vllm_layout(layers, fmt, block_size, tp, max_len, self.req.batched_tokens, hybrid)
+        # vllm/v1/spec_decode: the draft's attention layers join the target's KV-cache groups and share its
+        # blocks (the last pipeline stage holds them)
+        self.target_layers = len(layers)
+        self.layers = [*layers, *draft_layers]
+        blocks, _ = self.state_blocks(layers)
+        self.layout = vllm_layout(
+            self.layers, fmt, block_size, tp, max_len, self.req.batched_tokens, hybrid, blocks
+        )
+
+    def _with_draft(self, layer_ids: range | list[int]) -> set[int]:
+        ids = set(layer_ids)
+        n = getattr(self, "target_layers", 0)
+        if self.layers is not None and n and (n - 1) in ids:
+            ids.update(range(n, len(self.layers)))
+        return ids
 
     def block_bytes(self, layer_ids: range, layers: list[Layer], fmt: Format, tp: int) -> int | None:
-        return self.layout.block_bytes(set(layer_ids), layers, fmt, tp) if self.layout else None
+        if not self.layout or self.layers is None:
+            return None
+        return self.layout.block_bytes(self._with_draft(layer_ids), self.layers, fmt, tp)
+
+    def spec_tokens(self) -> int:
+        """vLLM's num_speculative_tokens (0 without --speculative-config)."""
+        spec = self.req.speculative
+        return spec.verify_tokens - 1 if spec is not None else 0
+
+    def state_blocks(self, layers: list[Layer] | tuple[Layer, ...]) -> tuple[int, str | None]:
+        """Pages a request holds in each recurrent-state group, and the rule (None: no state layers).
+
+        vllm/v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes: 1 + num_speculative_blocks with
+        mamba_cache_mode "none", 2 + num_speculative_blocks with "align", the mode vLLM sets for a hybrid
+        model when prefix caching is on (vllm/model_executor/models/config.py: "Mamba cache mode is set to
+        'align' ... by default when prefix caching is enabled"); num_speculative_blocks is the
+        speculative config's num_speculative_tokens. Real 0.23.0 and 0.27.1 logs of Qwen3.5/3.6 hold them."""
+        states = [la for la in layers if isinstance(la, RecurrentState)]
+        if not states:
+            return 1, None
+        k = self.spec_tokens()
+        req = self.req
+        # prefix caching on a hybrid model: vLLM's default from 0.28 (off before, on when asked); the align
+        # mode is read from 0.23 on (a 0.10 log: "disabling prefix caching since it is not yet supported")
+        asked = req.enable_prefix_caching and (req.prefix_caching_stated or self.version >= (0, 28))
+        align = asked and self.version >= (0, 23)
+        base = 2 if align else 1
+        spec = f" + {k} speculative" if k else ""
+        if align:
+            rule = f"prefix caching on: mamba_cache_mode 'align', {base}{spec} pages"
+            if any(la.mixer != "gdn" for la in states):
+                rule += (
+                    " (assumed: vLLM picks mode 'all', a page per block of context, for models that declare "
+                    "Mamba prefix caching; kvplan does not know which do)"
+                )
+        elif asked:
+            rule = (
+                f"prefix caching on, but its Mamba modes are not modelled before vLLM 0.23: charged as "
+                f"mode 'none', {base}{spec} page(s)"
+            )
+        else:
+            rule = f"prefix caching off: mamba_cache_mode 'none', {base}{spec} page(s)"
+        return base + k, (
+            f"vLLM charges a request {base + k} page(s) in each recurrent-state group ({rule}; "
+            "kv_cache_interface.py MambaSpec.max_memory_usage_bytes)"
+        )
+
+    def state_conv_rows(self, layer: RecurrentState) -> int:
+        # mamba_utils.py MambaStateShapeCalculator.gated_delta_net_state_shape: the convolution state holds
+        # conv_kernel - 1 + num_spec rows under speculative decoding (the 0.23.0 MTP logs: block 1,600)
+        return self.spec_tokens() if layer.mixer == "gdn" else 0
 
     def report(
         self, stages: list[StageCache], fmt: Format, block_size: int, tp: int, max_len: int
     ) -> EngineReport:
         if self.layout is None or self.layers is None:
             raise EngineUnsupported("no vLLM block layout")
-        block_bytes = [self.layout.block_bytes(set(s.layer_ids), self.layers, fmt, tp) for s in stages]
-        budgets = [s.kv_budget_bytes for s in stages]
+        block_bytes = [
+            self.layout.block_bytes(self._with_draft(s.layer_ids), self.layers, fmt, tp) for s in stages
+        ]
+        budgets = [s.engine_budget_bytes or s.kv_budget_bytes for s in stages]
         report = vllm_report(
             self.layout, budgets, block_bytes, max_len, self.version, self.req.num_gpu_blocks_override
         )
@@ -847,9 +935,10 @@ class Vllm(Engine):
         if layout.padding_layers:
             notes.append(f"vLLM adds {layout.padding_layers} padding layers to equalise its KV-cache groups")
         if any(g.kind == "state" for g in layout.groups):
+            pages = next(g.blocks_per_request for g in layout.groups if g.kind == "state")
             notes.append(
-                "vLLM holds each layer's recurrent state in one attention-sized page (padded) and charges a "
-                "request one page per state group; kvplan counts the state's own bytes"
+                "vLLM holds each layer's recurrent state in attention-sized pages (padded) and charges a "
+                f"request {pages} page(s) per state group; kvplan counts the state's own bytes"
             )
         same_charge = layout.blocks_per_request == layout.held_blocks_per_request
         if same_charge and math.floor(report.max_concurrency) != kvplan_concurrency and self.null_blocks:

@@ -23,7 +23,7 @@ from kvplan.formats import normalize_dtype_name
 from kvplan.limits import MAX_GPUS, MAX_TOKENS
 from kvplan.logs.logparse import ParsedLog
 from kvplan.plan.plan import Plan, PlanRequest, estimate
-from kvplan.request import model_dtype_name
+from kvplan.request import Speculative, model_dtype_name
 from kvplan.specs.models import GpuSpec, ModelSpec
 from kvplan.units import GiB
 
@@ -125,6 +125,11 @@ def request_from_log(
                 f"the log's {key} is {value:,}, which no engine runs (kvplan takes 1 to {high:,}); "
                 "paste the engine's own startup log"
             )
+    if f.get("weights_bytes") == 0:
+        raise UsageError(
+            f"the log's weights are 0 GiB per GPU (line {log.evidence['weights_bytes'][:80]!r}), which no "
+            "model loads; paste the engine's own startup log"
+        )
     for key, what in (("weights_bytes", "weights"), ("available_kv_bytes", "KV cache memory")):
         if f.get(key) is not None and f[key] > gpu.memory_bytes:
             raise UsageError(
@@ -161,6 +166,7 @@ def request_from_log(
                 f"--engine-version {given}, but the log is from {engine.display_name} {f['version']}; "
                 "drop --engine-version"
             )
+    kw.update(_log_caching_and_drafts(f))
     if f.get("max_model_len_auto"):  # vLLM --max-model-len auto: kvplan fits it as vLLM does
         kw["max_model_len"], kw["max_model_len_auto"] = None, True
     kw.update({k: v for k, v in overrides.items() if v is not None})
@@ -172,6 +178,38 @@ def request_from_log(
             "pass the model's own config.json with --model"
         )
     return PlanRequest(model=model, gpu=gpu, **kw)
+
+
+def _log_caching_and_drafts(f: dict[str, Any]) -> dict[str, Any]:
+    """Prefix caching as the engine resolved it (its config line) and the log's speculative decoding."""
+    kw: dict[str, Any] = {}
+    if f.get("enable_prefix_caching") is not None:
+        kw["enable_prefix_caching"] = bool(f["enable_prefix_caching"])
+    else:
+        kw["prefix_caching_stated"] = False
+    spec = _log_speculative(f)
+    if spec is not None:
+        kw["speculative"] = spec
+    return kw
+
+
+def _log_speculative(f: dict[str, Any]) -> Speculative | None:
+    """The log's speculative decoding as kvplan plans it: MTP (the checkpoint's own layers) and n-gram
+    drafting; a separate draft checkpoint (EAGLE) needs its config, which a log does not carry."""
+    method, n = f.get("speculative_method"), f.get("speculative_tokens")
+    if method is None or n is None:
+        return None
+    if method in ("mtp", "ngram"):
+        # an acceptance length only times a step, which check-log does not: 1 stands in where kvplan has no
+        # sourced default (n-gram)
+        return Speculative.make(
+            method, n, None, None if method == "mtp" else 1.0, "the log's speculative_config method"
+        )
+    raise UsageError(
+        f"the log runs speculative decoding with a draft checkpoint ({method}, {n} tokens), whose layers "
+        "share vLLM's KV blocks; check-log does not take its config: run estimate with "
+        "--speculative-config and --speculative-draft-config instead"
+    )
 
 
 def _minor(version: str | None, engine: type[engines.Engine]) -> str | None:

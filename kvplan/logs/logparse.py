@@ -101,6 +101,8 @@ _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per req
 # vllm/v1/core/kv_cache_utils.py _auto_fit_max_model_len (vLLM --max-model-len auto)
 _AUTO_FIT = re.compile(r"Auto-fit max_model_len: reduced from " + _NUM + r" to " + _NUM)
 _AUTO_FULL = re.compile(r"Auto-fit max_model_len: full model context length " + _NUM + r" fits")
+# vLLM's engine config line: speculative_config=SpeculativeConfig(method='mtp', model=..., num_spec_tokens=3)
+_SPEC_CONFIG = re.compile(r"speculative_config=SpeculativeConfig\(method='(\w+)'.*?num_spec_tokens=(\d+)\)")
 _VERSION = re.compile(
     r"(?:LLM engine|vLLM API server version|vLLM version)[\s:(]*v?(\d+\.\d+(?:\.\d+)?[\w.+-]*)"
 )
@@ -329,6 +331,10 @@ def _vllm_line(log: ParsedLog, line: str) -> None:
     if m:
         log.put("max_model_len", int(_f(m.group(1))), line, keep="last")
         log.put("max_concurrency", _f(m.group(2)), line, keep="min")
+    m = _SPEC_CONFIG.search(line)
+    if m:
+        log.put("speculative_method", m.group(1).lower(), line)
+        log.put("speculative_tokens", int(m.group(2)), line)
     m = _AUTO_FIT.search(line)
     if m:
         log.put("max_model_len_auto", True, line)
@@ -529,6 +535,37 @@ def _check_pool(log: ParsedLog) -> None:
             )
 
 
+_ARGS_OPEN = re.compile(r"non-default args: \{")
+
+
+def _join_wrapped_args(text: str) -> str:
+    """vLLM's 'non-default args: {...}' line as one line where a terminal copy hard-wrapped it (a real
+    0.10.1.1 log splits 'gpu_memory_utilization': 0.25 onto the next line): the dict runs on until its
+    braces balance, over at most 20 lines."""
+    if "non-default args: {" not in text:
+        return text
+    out: list[str] = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = _ARGS_OPEN.search(line)
+        if m:
+            depth = line.count("{", m.end() - 1) - line.count("}", m.end() - 1)
+            j = i + 1
+            while depth > 0 and j < len(lines) and j <= i + 20:
+                depth += lines[j].count("{") - lines[j].count("}")
+                line += lines[j]
+                j += 1
+            if depth == 0:
+                out.append(line)
+                i = j
+                continue
+        out.append(lines[i])
+        i += 1
+    return "\n".join(out)
+
+
 def _parse(text: str, engine: str | None) -> ParsedLog:
     log = ParsedLog()
     log.engine = engine
@@ -536,7 +573,7 @@ def _parse(text: str, engine: str | None) -> ParsedLog:
         return log
     read_line = _FORMATS[engine][0]
     seen: dict[str, list[tuple[str, Any, str, str]]] = {}  # a line read once: its facts, replayed on a repeat
-    for line in _anchored_lines(text, _ANCHORS[engine]):
+    for line in _anchored_lines(_join_wrapped_args(text), _ANCHORS[engine]):
         puts = seen.get(line)
         if puts is None:
             rec = _Recorder()

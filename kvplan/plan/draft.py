@@ -16,7 +16,7 @@ from kvplan.model import kv
 from kvplan.model.params import is_moe_layer, param_breakdown
 from kvplan.model.weights import StageWeights, param_bytes
 from kvplan.request import Speculative
-from kvplan.specs.models import ModelSpec
+from kvplan.specs.models import Layer, ModelSpec
 
 # vLLM v0.10.2 vllm/v1/spec_decode/eagle.py EagleProposer.load_model: at PP 1 the draft takes the target's embed_tokens, and every method but eagle3 the target's lm_head
 SHARED = "embedding shared with the target at PP 1, LM head too except EAGLE-3 (vLLM v0.10.2 vllm/v1/spec_decode/eagle.py load_model)"
@@ -36,6 +36,9 @@ class DraftMemory:
     kv_bytes_per_gpu: int = 0  # the draft's share of the KV memory (vLLM) or its own pool (SGLang)
     pool_tokens: int = 0  # tokens the draft's KV holds per GPU
     in_budget: bool = True  # vLLM: inside the KV budget; SGLang: beside it, outside --mem-fraction-static
+    kv_layers: tuple[
+        Layer, ...
+    ] = ()  # the draft's layers with a KV cache (vLLM groups them with the target's)
 
 
 def draft_memory(
@@ -78,7 +81,7 @@ def _mtp(
         "kind per MTP layer (vLLM v0.10.2 vllm/v1/core/kv_cache_utils.py: the draft's attention layers join "
         "the KV cache groups)"
     )
-    return DraftMemory("mtp", n, weights, float(n * bits) / 8, rule)
+    return DraftMemory("mtp", n, weights, float(n * bits) / 8, rule, kv_layers=(model.layers[-1],) * n)
 
 
 def _eagle(method: str, draft: ModelSpec, fmt: Format, tp: int, kv_tp: int) -> DraftMemory:
@@ -101,4 +104,6 @@ def _eagle(method: str, draft: ModelSpec, fmt: Format, tp: int, kv_tp: int) -> D
         f"in {w_fmt.name} over TP {tp} (body + fc {fc:,}{' + its LM head' if method == 'eagle3' else ''}); {SHARED}; "
         "KV: its layers at the target's KV dtype"
     )
-    return DraftMemory(method, draft.num_layers, weights, float(bits) / 8, rule)
+    return DraftMemory(
+        method, draft.num_layers, weights, float(bits) / 8, rule, kv_layers=tuple(draft.layers)
+    )

@@ -39,7 +39,7 @@ from kvplan.model.weights import (
 from kvplan.plan.draft import SGLANG_POOL, DraftMemory, draft_memory
 from kvplan.plan.offload import offload_limit_bytes, offload_stage
 from kvplan.request import PlanRequest, model_dtype_name
-from kvplan.specs.models import ChunkedAttention, CrossAttention, GpuSpec, ModelSpec, SlidingWindow
+from kvplan.specs.models import ChunkedAttention, CrossAttention, GpuSpec, Layer, ModelSpec, SlidingWindow
 from kvplan.speed.plan_speed import Decode, Prefill, link_notes, plan_speed
 from kvplan.units import GiB, fmt_bytes, fmt_gib, plural
 
@@ -393,13 +393,14 @@ def _offload(
 
 
 def _prepare_engine(
-    engine: Engine, spec: ModelSpec, fmt: Format, bs: int, tp: int, max_len: int
-) -> str | None:
+    engine: Engine, spec: ModelSpec, fmt: Format, bs: int, tp: int, max_len: int,
+    draft_layers: tuple[Layer, ...] = (),
+) -> str | None:  # fmt: skip
     """Let the engine lay out its blocks; the reason it cannot, or None."""
     if fmt.name not in engines.ENGINE_KV_DTYPES or fmt.group_size:
         return f"{engine.label} has no {fmt.name} KV cache; kvplan's figures are a what-if"
     try:
-        engine.prepare(list(spec.layers), fmt, bs, tp, max_len)
+        engine.prepare(list(spec.layers), fmt, bs, tp, max_len, draft_layers)
     except EngineUnsupported as exc:
         return str(exc)
     return None
@@ -482,6 +483,7 @@ def _pool(
         kv_bytes = engine.kv_budget_cap(
             _stage_budget(req, budget, w, engine_block, tp, pp), layers, fmt, kv_tp
         )
+        whole = kv_bytes
         if draft_bytes_per_token and w.stage == pp - 1:  # vLLM: the draft's layers share the blocks
             target = float(kv.model_bits_per_token(layers, fmt, kv_tp)) / 8
             kv_bytes = math.floor(kv_bytes * target / (target + draft_bytes_per_token))
@@ -498,7 +500,7 @@ def _pool(
                 kv_bytes // block_bytes if block_bytes else None,
             )
         )
-        caches.append(StageCache(layers, rng, kv_bytes))
+        caches.append(StageCache(layers, rng, kv_bytes, whole))
     return Pool(stages, [c.layers for c in caches], fmt, bs, kv_tp), caches
 
 
@@ -880,7 +882,9 @@ def _estimate(req: PlanRequest) -> Plan:
             ],
         )
     budget = engine.budget(spec, gpu, tp, pp)
-    problem = _prepare_engine(engine, spec, fmt, bs, kv_tp, max_len)
+    problem = _prepare_engine(
+        engine, spec, fmt, bs, kv_tp, max_len, draft.kv_layers if shared and draft else ()
+    )
     if req.num_gpu_blocks_override is not None and problem is not None:
         raise UsageError(f"--num-gpu-blocks-override needs vLLM's block accounting: {problem}")
     pool, caches = _pool(

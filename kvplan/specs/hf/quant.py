@@ -271,12 +271,22 @@ def _segment_runs(name: str) -> Iterator[str]:
             yield ".".join(parts[a:b])
 
 
+def _regex(pattern: str) -> re.Pattern:
+    try:
+        return re.compile(pattern[3:])
+    except re.error as exc:
+        raise SpecError(
+            f"quantization_config: module pattern {pattern!r} is not a valid regular expression ({exc}); "
+            "fix or remove it in the config"
+        ) from None
+
+
 class Matcher:
     """Module patterns as checkpoints write them: `re:<regex>` (compressed-tensors, re.match on the
     full name), else a module name or fnmatch pattern matching a module or any of its parents."""
 
     def __init__(self, patterns: tuple[str, ...]) -> None:
-        self.regexes = [re.compile(p[3:]) for p in patterns if p.startswith("re:")]
+        self.regexes = [_regex(p) for p in patterns if p.startswith("re:")]
         # A checkpoint lists hundreds of modules (DeepSeek-V3.2-NVFP4: 307), one regex of them all
         # searched at every position took 10 s: plain names are looked up by the runs of a name's
         # segments, and patterns with a wildcard are grouped by the layer they name, if any.
