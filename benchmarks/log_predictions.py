@@ -301,14 +301,15 @@ SKIPPED: dict[str, str] = {
     "sglang_unknownver_qwen3-14b_unknowngpu_tp2.log": "GPU unknown; log cut off mid CUDA-graph capture",
 }
 
-_ARGS_START = re.compile(r"non-default args: \{")
-_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|[^,}]+)")
 _VERSION = re.compile(r"vLLM (?:API server )?version:? v?(\d+\.\d+(?:\.\d+)?)|\(v(\d+\.\d+(?:\.\d+)?)")
 
 
 def user_args(text: str) -> dict[str, str]:
     """The 'non-default args: {...}' dict vLLM prints (what the user typed), across hard-wrapped lines."""
-    m = _ARGS_START.search(text)
+    from kvplan.logs import logparse
+
+    text = logparse.join_wrapped_args(text)  # terminal copies hard-wrap the line
+    m = logparse.ARGS_OPEN.search(text)
     if not m:
         return {}
     depth, end = 0, len(text)
@@ -317,9 +318,9 @@ def user_args(text: str) -> dict[str, str]:
         if depth == 0:
             end = i + 1
             break
-    body = text[m.end() - 1 : end].replace("\n", "")  # terminal copies hard-wrap the line
+    body = text[m.end() - 1 : end]
     top = re.sub(r"\{[^{}]*\}", "{}", body[1:-1])  # nested dicts' own keys are not flags
-    return {k: v.strip().strip("'") for k, v in _PAIR.findall("{" + top + "}")}
+    return {k: v.strip().strip("'") for k, v in logparse.DICT_PAIR.findall("{" + top + "}")}
 
 
 # --- sources and splits --------------------------------------------------------------------------------

@@ -104,6 +104,11 @@ class Speculative:
         )  # fmt: skip
         return Speculative(method, draft_steps, verify, acceptance, source, flag, draft)
 
+    @property
+    def draft_tokens(self) -> int:
+        """Tokens proposed a request a step: vLLM's num_speculative_tokens (SGLang: draft tokens - 1)."""
+        return self.verify_tokens - 1
+
 
 @dataclass(frozen=True)
 class PlanRequest:

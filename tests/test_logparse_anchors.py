@@ -22,7 +22,7 @@ def _every_line(text: str) -> logparse.ParsedLog:
     if log.engine is None:
         return log
     read_line, read_text = logparse._FORMATS[log.engine]
-    for line in logparse._join_wrapped_args(text).splitlines():  # a hard-wrapped args dict as one line
+    for line in logparse.join_wrapped_args(text).splitlines():  # a hard-wrapped args dict as one line
         read_line(log, line)
     if read_text is not None:
         read_text(log, text)

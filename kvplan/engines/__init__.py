@@ -52,7 +52,7 @@ __all__ = [
     "for_request",
     "parse_version",
     "windows_as_full",
-    "with_state_dtypes",
+    "with_engine_states",
 ]
 
 
@@ -105,8 +105,9 @@ def windows_as_full(spec: ModelSpec) -> ModelSpec:
     )
 
 
-def with_state_dtypes(spec: ModelSpec, engine: Engine, notes: list[str]) -> ModelSpec:
-    """The model with every recurrent state's "auto" dtypes resolved as this engine resolves them."""
+def with_engine_states(spec: ModelSpec, engine: Engine, notes: list[str]) -> ModelSpec:
+    """The model with every recurrent state as this engine holds it: "auto" dtypes resolved, and the
+    convolution rows it adds (vLLM under speculative decoding)."""
     types = dict(spec.layer_types)
     changed = False
     for name, layer in spec.layer_types.items():

@@ -459,6 +459,7 @@ class Vllm(Engine):
 
     layout: VllmLayout | None = None
     layers: list[Layer] | None = None  # the model's layers as the layout was made from them
+    target_layers = 0  # the model's own layers in `layers`; a speculative draft's follow them
     state_lines: tuple[str, ...] = ()  # what vLLM logs when it raises the block size for a state
 
     def auto_fit_line(self, full: int, fitted: int, available_bytes: int) -> str:
@@ -846,8 +847,9 @@ class Vllm(Engine):
         )
 
     def _with_draft(self, layer_ids: range | list[int]) -> set[int]:
+        """A stage's layer ids, with the draft's when the stage holds the model's last layer."""
         ids = set(layer_ids)
-        n = getattr(self, "target_layers", 0)
+        n = self.target_layers
         if self.layers is not None and n and (n - 1) in ids:
             ids.update(range(n, len(self.layers)))
         return ids
@@ -860,7 +862,7 @@ class Vllm(Engine):
     def spec_tokens(self) -> int:
         """vLLM's num_speculative_tokens (0 without --speculative-config)."""
         spec = self.req.speculative
-        return spec.verify_tokens - 1 if spec is not None else 0
+        return spec.draft_tokens if spec is not None else 0
 
     def state_blocks(self, layers: list[Layer] | tuple[Layer, ...]) -> tuple[int, str | None]:
         """Pages a request holds in each recurrent-state group, and the rule (None: no state layers).

@@ -112,7 +112,7 @@ _V0 = re.compile(r"# (?:GPU|CUDA) blocks:|Initializing an LLM engine")
 # key=value pairs of vLLM's engine-config line and SGLang's ServerArgs(...)
 _KV_PAIR = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^,)\s]+)")
 # 'key': value pairs of vLLM's "non-default args: {...}" line
-_DICT_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|[^,}]+)")
+DICT_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|[^,}]+)")
 
 _SGLANG_KV = re.compile(
     r"KV Cache is allocated\.(?: dtype: [\w.]+,)? #tokens: "
@@ -321,7 +321,7 @@ def _vllm_line(log: ParsedLog, line: str) -> None:
     if _VLLM_CONFIG.search(line):
         _config(log, line.split("with config", 1)[1], _KV_PAIR)
     if "non-default args" in line:
-        _config(log, line, _DICT_PAIR)
+        _config(log, line, DICT_PAIR)
     m = _VERSION.search(line)
     if m:
         # setuptools-scm names a build from a checkout without tags 0.1.devN+g<commit>: no release
@@ -535,10 +535,10 @@ def _check_pool(log: ParsedLog) -> None:
             )
 
 
-_ARGS_OPEN = re.compile(r"non-default args: \{")
+ARGS_OPEN = re.compile(r"non-default args: \{")
 
 
-def _join_wrapped_args(text: str) -> str:
+def join_wrapped_args(text: str) -> str:
     """vLLM's 'non-default args: {...}' line as one line where a terminal copy hard-wrapped it (a real
     0.10.1.1 log splits 'gpu_memory_utilization': 0.25 onto the next line): the dict runs on until its
     braces balance, over at most 20 lines."""
@@ -549,7 +549,7 @@ def _join_wrapped_args(text: str) -> str:
     i = 0
     while i < len(lines):
         line = lines[i]
-        m = _ARGS_OPEN.search(line)
+        m = ARGS_OPEN.search(line)
         if m:
             depth = line.count("{", m.end() - 1) - line.count("}", m.end() - 1)
             j = i + 1
@@ -573,7 +573,7 @@ def _parse(text: str, engine: str | None) -> ParsedLog:
         return log
     read_line = _FORMATS[engine][0]
     seen: dict[str, list[tuple[str, Any, str, str]]] = {}  # a line read once: its facts, replayed on a repeat
-    for line in _anchored_lines(_join_wrapped_args(text), _ANCHORS[engine]):
+    for line in _anchored_lines(join_wrapped_args(text), _ANCHORS[engine]):
         puts = seen.get(line)
         if puts is None:
             rec = _Recorder()

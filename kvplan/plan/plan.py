@@ -241,7 +241,7 @@ def _engine_view(
         bs, why = engine.block_size(spec, req.gpu)
         if why:
             notes.append(why)
-    spec = engines.with_state_dtypes(spec, engine, notes)
+    spec = engines.with_engine_states(spec, engine, notes)
     spec = _with_images(spec, req.images_per_request, notes)
     windowed = any(isinstance(layer, (SlidingWindow, ChunkedAttention)) for layer in spec.layers)
     kept = engine.windows_kept(spec) if windowed else None

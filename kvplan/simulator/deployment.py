@@ -157,8 +157,8 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
     if spec is not None:
         # vllm/v1/core/sched/scheduler.py (v0.11.0): EAGLE-style drafters (eagle, eagle3, mtp) also hold
         # num_lookahead_tokens = num_speculative_tokens slots; n-gram holds none
-        lookahead = spec.verify_tokens - 1 if s.engine == "vllm" and spec.method != "ngram" else 0
-        sim_spec = SpecDecode(spec.verify_tokens - 1, lookahead, spec.acceptance_length)
+        lookahead = spec.draft_tokens if s.engine == "vllm" and spec.method != "ngram" else 0
+        sim_spec = SpecDecode(spec.draft_tokens, lookahead, spec.acceptance_length)
         notes.append(
             f"speculative decoding ({spec.method}): a decoding request verifies {spec.verify_tokens} tokens a "
             f"step and keeps {spec.acceptance_length:.2f} on average ({spec.acceptance_source}); kept tokens "
