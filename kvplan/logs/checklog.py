@@ -87,6 +87,7 @@ class CheckResult:
     arithmetic_rows: list[Row]
     measured_reserve_bytes: int | None
     notes: list[str] = field(default_factory=list)
+    unmeasured_reason: str = ""  # why measured_reserve_bytes is None
 
     def to_dict(self) -> dict[str, Any]:
         def row(r: Row) -> dict[str, Any]:
@@ -416,6 +417,10 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
     if note := _max_model_len_note(f):
         notes.append(note)
     rows, measured = _prediction_rows(f, pred, engine, notes)
+    unmeasured = "the log gives no KV memory figure to calibrate from"
+    if measured is not None and (mismatch := _other_gpu(f, pred, req.gpu.name)):
+        notes.append(mismatch)
+        measured, unmeasured = None, "the log's GPU memory is not --gpus'; pass the GPU the log ran on"
     amd = req.gpu.vendor == "amd"
     if engine.name == "vllm" and amd and vm.rocm_loading_device_wide(engine.parse_version(eng.version)):
         notes.append(vm.ROCM_LOADING_NOTE)
@@ -444,6 +449,25 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
         arithmetic_rows=arows,
         measured_reserve_bytes=measured,
         notes=notes,
+        unmeasured_reason=unmeasured,
+    )
+
+
+def _other_gpu(f: dict[str, Any], pred: Plan, gpu: str) -> str | None:
+    """Why the log cannot be from `gpu`, or None: its total memory (vLLM) is not the GPU's, or the memory
+    SGLang found free before loading is more than the GPU has or under 85% of it (a CUDA context and a
+    desktop take 1-4% on the fixture logs). The non-KV memory measured against the wrong GPU is not kept."""
+    have = pred.memory_bytes_per_gpu
+    total, free = f.get("total_gpu_memory_bytes"), f.get("free_at_start_bytes")
+    if total is not None and abs(total - have) > 0.01 * total:
+        seen = f"total GPU memory {total / GiB:,.2f} GiB"
+    elif free is not None and not 0.85 * have <= free <= 1.01 * have:
+        seen = f"free memory at startup {free / GiB:,.2f} GiB"
+    else:
+        return None
+    return (
+        f"the log's {seen} per GPU does not fit {gpu}'s {have / GiB:,.2f} GiB: a different GPU than --gpus, "
+        "or another process on it? pass the right --gpus; the non-KV memory is not measured"
     )
 
 

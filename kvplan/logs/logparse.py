@@ -26,6 +26,17 @@ def _f(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    """A count from the log (tokens, blocks, requests): the engines print whole numbers ('93,872')."""
+    value = _f(text)
+    if value != int(value):
+        raise UsageError(
+            f"the log's count {text[:24]!r} is not a whole number (the engines print counts as 93,872); "
+            "paste the engine's own log"
+        )
+    return int(value)
+
+
 def _gib(text: str) -> int:
     return round(_f(text) * GiB)
 
@@ -58,8 +69,8 @@ _VLLM_NUMBERS: list[tuple[re.Pattern, str, Any, str]] = [
         "min",
     ),
     (re.compile(r"available_kv_cache_memory\s+" + _NUM + r" ?GiB"), "available_kv_bytes", _gib, "min"),
-    (re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), "kv_cache_tokens", lambda s: int(_f(s)), "min"),
-    (re.compile(r"# (?:GPU|CUDA) blocks: " + _NUM), "num_gpu_blocks", lambda s: int(_f(s)), "min"),
+    (re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), "kv_cache_tokens", _count, "min"),
+    (re.compile(r"# (?:GPU|CUDA) blocks: " + _NUM), "num_gpu_blocks", _count, "min"),
     (re.compile(r"Model loading took " + _NUM + r" ?GiB"), "weights_bytes", _gib, "last"),
     (re.compile(r"Loading model weights took " + _NUM + r" ?GB"), "weights_bytes", _gib, "last"),
     (re.compile(r"model weights take " + _NUM + r" ?GiB"), "weights_bytes", _gib, "last"),
@@ -83,8 +94,8 @@ _VLLM_NUMBERS: list[tuple[re.Pattern, str, Any, str]] = [
     # "Chunked prefill is enabled with max_num_batched_tokens=N" is printed once before the usage
     # context's defaults are applied (EngineArgs, vllm/engine/arg_utils.py) and again after; the
     # engine config runs with the last value printed
-    (re.compile(r"max_num_batched_tokens=" + _NUM), "max_num_batched_tokens", lambda s: int(_f(s)), "last"),
-    (re.compile(r"Add " + _NUM + r" padding layers"), "padding_layers", lambda s: int(_f(s)), "first"),
+    (re.compile(r"max_num_batched_tokens=" + _NUM), "max_num_batched_tokens", _count, "last"),
+    (re.compile(r"Add " + _NUM + r" padding layers"), "padding_layers", _count, "first"),
 ]
 # vLLM >= 0.10.2 (vllm/v1/worker/gpu_worker.py, after the CUDA graph capture): the profiler's breakdown
 _USAGE = re.compile(
@@ -126,9 +137,9 @@ _SGLANG_KV = re.compile(
     + r" GB)"
 )
 _SGLANG_NUMBERS: list[tuple[re.Pattern, str, Any, str]] = [
-    (re.compile(r"max_total_num_tokens=" + _NUM), "kv_cache_tokens", lambda s: int(_f(s)), "min"),
-    (re.compile(r"full_layer_tokens=" + _NUM), "kv_cache_tokens", lambda s: int(_f(s)), "min"),
-    (re.compile(r"swa_layer_tokens=" + _NUM), "swa_kv_cache_tokens", lambda s: int(_f(s)), "min"),
+    (re.compile(r"max_total_num_tokens=" + _NUM), "kv_cache_tokens", _count, "min"),
+    (re.compile(r"full_layer_tokens=" + _NUM), "kv_cache_tokens", _count, "min"),
+    (re.compile(r"swa_layer_tokens=" + _NUM), "swa_kv_cache_tokens", _count, "min"),
     (re.compile(r"Load weight end\..*?mem usage=" + _NUM + r" GB"), "weights_bytes", _gib, "last"),
     (re.compile(r"Load weight begin\. avail mem=" + _NUM + r" GB"), "free_at_start_bytes", _gib, "min"),
     # DeepSeek-V4's pools are sized from one budget, printed per rank (0.5.11+, DSV4PoolConfigurator in
@@ -142,7 +153,7 @@ _SGLANG_NUMBERS: list[tuple[re.Pattern, str, Any, str]] = [
         "min",
     ),
     (re.compile(r"available_gpu_mem=" + _NUM + r" GB"), "available_gpu_mem_after_bytes", _gib, "min"),
-    (re.compile(r"context_len=" + _NUM), "max_model_len", lambda s: int(_f(s)), "first"),
+    (re.compile(r"context_len=" + _NUM), "max_model_len", _count, "first"),
 ]
 
 # config keys -> facts (vLLM engine config and non-default args; SGLang ServerArgs)
@@ -193,6 +204,17 @@ _INT_FACTS = {
 }
 _FLOAT_FACTS = {"gpu_memory_utilization", "mem_fraction_static", "swa_full_tokens_ratio", "cpu_offload_gb"}
 _BOOL_FACTS = {"enforce_eager", "enable_prefix_caching", "disable_hybrid_swa_memory"}
+_TRUE, _FALSE = ("True", "true", "1"), ("False", "false", "0")
+# settings no engine starts with at 0 (a layout of 0 GPUs, a block of 0 tokens, 0 running requests)
+_POSITIVE_FACTS = {
+    "max_model_len",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "block_size",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+}
 
 
 def _pattern(
@@ -222,6 +244,16 @@ _SGLANG_LEADS: list[tuple[re.Pattern, tuple[re.Pattern, ...], str]] = [
         _pattern("max_total_num_tokens=", _SGLANG_NUMBERS),
         "a count of tokens",
     ),
+    (
+        re.compile(r"Load weight end\..*?(?P<at>mem usage=)"),
+        _pattern("Load weight end", _SGLANG_NUMBERS),
+        "a size in GB",
+    ),
+    (
+        re.compile(r"Load weight begin\. (?P<at>avail mem=)"),
+        _pattern("Load weight begin", _SGLANG_NUMBERS),
+        "a size in GB",
+    ),
 ]
 
 
@@ -229,7 +261,8 @@ def _check_read(line: str, leads: list[tuple[re.Pattern, tuple[re.Pattern, ...],
     for lead, patterns, what in leads:
         m = lead.search(line)
         if m and not any(p.search(line) for p in patterns):
-            text = line[m.start() : m.start() + 90].strip()
+            start = m.start("at") if "at" in lead.groupindex else m.start()  # the figure, not the line's head
+            text = line[start : start + 90].strip()
             sign = (
                 " (a negative figure: the engine stops before serving)"
                 if re.search(r"[:=]\s*-\d", text)
@@ -266,17 +299,7 @@ def _config(log: ParsedLog, line: str, pairs: re.Pattern) -> None:
             # the "Auto-fit max_model_len" and "Maximum concurrency" lines
             log.put("max_model_len_auto", True, line)
             continue
-        try:
-            if fact in _INT_FACTS:
-                value = int(_f(value))
-                if value < 0:
-                    raise UsageError(f"the log's {key}={value} is negative; paste the engine's own log")
-            elif fact in _FLOAT_FACTS:
-                value = _f(value)
-            elif fact in _BOOL_FACTS:
-                value = value in ("True", "true", "1")
-        except ValueError:
-            continue
+        value = _typed(key, fact, value)
         if fact == "dtype":
             value = value.replace("torch.", "")
         log.put(fact, value, line)
@@ -284,11 +307,41 @@ def _config(log: ParsedLog, line: str, pairs: re.Pattern) -> None:
             log.put("configured_max_model_len", value, line)
 
 
+def _typed(key: str, fact: str, value: str) -> Any:
+    """A config value as its fact's type; a figure an engine would not start with is refused, not skipped."""
+    try:
+        if fact in _INT_FACTS:
+            number: Any = _count(value)
+        elif fact in _FLOAT_FACTS:
+            number = _f(value)
+        elif fact in _BOOL_FACTS:
+            if value not in _TRUE + _FALSE:
+                raise UsageError(
+                    f"the log's {key}={value[:24]} is neither True nor False; paste the engine's own log"
+                )
+            return value in _TRUE
+        else:
+            return value
+    except ValueError:
+        raise UsageError(
+            f"the log's {key}={value[:24]} is not a number; paste the engine's own log"
+        ) from None
+    if number < 0:
+        raise UsageError(f"the log's {key}={value[:24]} is negative; paste the engine's own log")
+    if number == 0 and fact in _POSITIVE_FACTS:
+        raise UsageError(
+            f"the log's {key}=0 is not a setting the engine starts with; paste the engine's own log"
+        )
+    return number
+
+
 def _chunked_prefill(log: ParsedLog, line: str, value: str) -> None:
     try:
-        chunk = int(_f(value.lstrip("-"))) * (-1 if value.startswith("-") else 1)
+        chunk = _count(value.lstrip("-")) * (-1 if value.startswith("-") else 1)
     except ValueError:
-        return
+        raise UsageError(
+            f"the log's chunked_prefill_size={value[:24]} is not a number; paste the engine's own log"
+        ) from None
     log.put("chunked_prefill_size", chunk, line)
 
 
@@ -297,7 +350,7 @@ def _sglang_line(log: ParsedLog, line: str) -> None:
         _config(log, line.split("ServerArgs(", 1)[1], _KV_PAIR)
     m = _SGLANG_KV.search(line)
     if m:
-        log.put("kv_cache_tokens", int(_f(m.group(1))), line, keep="min")
+        log.put("kv_cache_tokens", _count(m.group(1)), line, keep="min")
         if m.group(2):
             log.put("k_size_bytes", _gib(m.group(2)), line, keep="min")
             log.put("v_size_bytes", _gib(m.group(3)), line, keep="min")
@@ -329,7 +382,7 @@ def _vllm_line(log: ParsedLog, line: str) -> None:
         log.put("untagged_version" if untagged else "version", m.group(1), line)
     m = _CONCURRENCY.search(line)
     if m:
-        log.put("max_model_len", int(_f(m.group(1))), line, keep="last")
+        log.put("max_model_len", _count(m.group(1)), line, keep="last")
         log.put("max_concurrency", _f(m.group(2)), line, keep="min")
     m = _SPEC_CONFIG.search(line)
     if m:
@@ -338,11 +391,11 @@ def _vllm_line(log: ParsedLog, line: str) -> None:
     m = _AUTO_FIT.search(line)
     if m:
         log.put("max_model_len_auto", True, line)
-        log.put("auto_fit_from", int(_f(m.group(1))), line, keep="last")
-        log.put("auto_fit_to", int(_f(m.group(2))), line, keep="min")
+        log.put("auto_fit_from", _count(m.group(1)), line, keep="last")
+        log.put("auto_fit_to", _count(m.group(2)), line, keep="min")
     elif m := _AUTO_FULL.search(line):
         log.put("max_model_len_auto", True, line)
-        log.put("auto_fit_from", int(_f(m.group(1))), line, keep="last")
+        log.put("auto_fit_from", _count(m.group(1)), line, keep="last")
     for pattern, fact, conv, keep in _VLLM_NUMBERS:
         m = pattern.search(line)
         if m:
@@ -510,6 +563,7 @@ def parse(text: str) -> ParsedLog:
     if (read_text := _FORMATS[engine][1]) is not None:
         read_text(log, text[start:])
     _check_pool(log)
+    _check_auto_fit(log)
     return log
 
 
@@ -533,6 +587,25 @@ def _check_pool(log: ParsedLog) -> None:
                 f"cache, so there is nothing to check (line {log.evidence[fact][:80]!r}); paste the log of "
                 "a startup that served"
             )
+
+
+def _check_auto_fit(log: ParsedLog) -> None:
+    """vLLM --max-model-len auto prints the length it fitted twice: 'Auto-fit max_model_len: reduced from A
+    to B' and 'Maximum concurrency for B tokens per request' (vllm/v1/core/kv_cache_utils.py); B above A, or
+    two different B, is an edited log, and a check of either would compare against the wrong length."""
+    f = log.facts
+    start, fitted, ran = f.get("auto_fit_from"), f.get("auto_fit_to"), f.get("max_model_len")
+    if start is not None and fitted is not None and fitted > start:
+        raise UsageError(
+            f"the log's auto-fit line raises max_model_len from {start:,} to {fitted:,}; vLLM only lowers it "
+            "(paste the engine's own log)"
+        )
+    if f.get("max_model_len_auto") and (fitted if fitted is not None else start) not in (None, ran) and ran:
+        said = fitted if fitted is not None else start
+        raise UsageError(
+            f"the log's auto-fit line gives max_model_len {said:,} but its concurrency line {ran:,} tokens per "
+            "request; vLLM prints one length in both (paste the engine's own log)"
+        )
 
 
 ARGS_OPEN = re.compile(r"non-default args: \{")

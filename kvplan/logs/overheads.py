@@ -130,7 +130,7 @@ def save_measured(result: CheckResult, model: str, gpu: str, source: str) -> Pat
     """Keep what a checked log measured (`check-log --save-calibration`) in the default file;
     the entry replaces one with the same model, GPU, engine, layout and batch budget."""
     if result.measured_reserve_bytes is None:
-        raise UsageError(f"{source}: the log gives no KV memory figure to calibrate from")
+        raise UsageError(f"{source}: nothing to save: {result.unmeasured_reason}")
     if result.measured_reserve_bytes < 0:
         raise UsageError(
             f"{source}: the log's KV memory exceeds kvplan's budget before any reserve; "

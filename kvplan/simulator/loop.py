@@ -161,6 +161,12 @@ class Run:
             )
 
 
+def _days(seconds: float) -> str:
+    """A span in days, readable however long: 1e300 s is '1.16e+295', not 295 digits."""
+    days = seconds / 86400
+    return f"{days:,.1f}" if days < 1e6 else f"{days:.3g}"
+
+
 def _check_steps(deployment: Deployment, workload: Workload) -> None:
     """Refuse, before any work, a run whose prompts alone need more than MAX_SIM_STEPS engine steps:
     each step prefills at most the step's token budget (vLLM --max-num-batched-tokens, SGLang
@@ -172,7 +178,7 @@ def _check_steps(deployment: Deployment, workload: Workload) -> None:
     span = max((r.arrival_s for r in workload.requests), default=0.0)
     if span > MAX_SIMULATED_S:
         raise UsageError(
-            f"the workload sends its requests over {span / 86400:,.1f} days, more than the "
+            f"the workload sends its requests over {_days(span)} days, more than the "
             f"{MAX_SIMULATED_S / 86400:.0f} days of simulated time kvplan runs; send them faster (--request-rate) "
             "or replay a shorter part of the trace"
         )

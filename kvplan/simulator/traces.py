@@ -74,7 +74,11 @@ def read_mooncake(path: Path, text: str) -> list[RequestSpec]:
         ts = row["timestamp"]
         if isinstance(ts, bool) or not isinstance(ts, int | float):
             raise _bad(path, n, f"timestamp must be a number of milliseconds, got {ts!r}")
-        t = _time(float(ts) if abs(ts) < 2.0**1023 else math.inf, last, path, n)  # an int past float's range
+        try:
+            seconds = float(ts)
+        except OverflowError:  # an int past float's range
+            seconds = math.inf
+        t = _time(seconds, last, path, n)
         last = t
         inp = _length(row["input_length"], path, n, "input_length")
         out = _length(row["output_length"], path, n, "output_length")
