@@ -80,6 +80,15 @@ def clean_stale_temps(path: Path) -> None:
                 tmp.unlink()
 
 
+def check_output(path: Path, flag: str) -> None:
+    """An output file named on the command line (a chart) is a new file or a regular one to replace: a
+    symlink, FIFO, device or directory there is refused in one line, never replaced by a file."""
+    if os.path.islink(path):
+        raise UsageError(f"{flag} {path}: a symbolic link; name the file itself")
+    if path.exists() and not path.is_file():
+        raise UsageError(f"{flag} {path}: not a regular file; choose a file name")
+
+
 def write_atomic(path: Path, data: str | bytes, mode: int | None = None) -> None:
     """Write `data` to `path` through a temporary file and a rename: readers never see half a file.
     The temp file is created exclusively with an unpredictable name (never through a planted

@@ -5,13 +5,15 @@ Each test fails on the code before its fix.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
 
 from kvplan.errors import UsageError
 from kvplan.logs import logparse
-from tests.helpers import run_cli
+from tests.helpers import plan, run_cli
 
 
 def _mooncake(tmp_path, stamps: list[str]):
@@ -169,3 +171,158 @@ def test_an_sglang_log_from_another_gpu_is_said_and_its_memory_not_kept(tmp_path
     assert saved.exit_code == 2 and "nothing to save: the log's GPU memory is not --gpus'" in saved.stderr
     right = run_cli("check-log", str(path), "--gpus", "H100", "--json").json()
     assert right["measured_reserve_bytes"] > 0 and not any("does not fit" in n for n in right["notes"])
+
+
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "hf" / "corpus"
+
+
+def _with_last_layer_type(tmp_path, name: str, kind: str) -> str:
+    cfg = json.loads((CORPUS / name).read_text())
+    text = cfg.get("text_config", cfg)
+    types = list(text.get("layer_types") or ["full_attention"] * text["num_hidden_layers"])
+    types[-1] = kind
+    text["layer_types"] = types
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    return str(p)
+
+
+def test_an_unknown_layer_type_in_a_hybrid_model_is_one_line_naming_the_known_ones(tmp_path):
+    r = run_cli("estimate", "-m", _with_last_layer_type(tmp_path, "qwen3.5-9b.json", "weird_attention"), "-g", "H200",
+                "--max-model-len", "4096")  # fmt: skip
+    assert r.exit_code == 2
+    assert r.stderr.strip().endswith(
+        "text_config.layer_types[31]: layer type 'weird_attention' is not one kvplan can plan (attention, conv, "
+        "full_attention, linear_attention, mamba)"
+    ), r.stderr  # and not a second line blaming num_hidden_layers for the layer it dropped
+    assert r.stderr.count("\n") == 1
+
+
+def test_layer_types_a_family_does_not_read_are_warned_of_when_they_say_more_than_attention(tmp_path):
+    path = _with_last_layer_type(tmp_path, "kimi-k2-instruct.json", "weird_attention")
+    r = run_cli("estimate", "-m", path, "-g", "8xH200", "--max-model-len", "4096")
+    assert r.exit_code == 0
+    assert (
+        "layer_types names weird_attention but model_type 'kimi_k2' lays out its layers from its own fields; "
+        "planned from those" in r.stderr
+    )
+    plain = run_cli("estimate", "-m", _with_last_layer_type(tmp_path, "kimi-k2-instruct.json", "full_attention"),
+                    "-g", "8xH200", "--max-model-len", "4096")  # fmt: skip
+    assert plain.exit_code == 0 and "layer_types" not in plain.stderr
+
+
+def test_expert_parallel_where_it_places_nothing_says_so():
+    dense = plan("llama3.1-8b", "H100", num_gpus=2, enable_expert_parallel=True)
+    assert (
+        "vLLM --enable-expert-parallel: llama3.1-8b has no routed experts, so the flag changes nothing"
+        in (dense.assumptions)
+    )
+    assert dense.kv_pool_tokens == plan("llama3.1-8b", "H100", num_gpus=2).kv_pool_tokens
+    one = plan("mixtral-8x7b", "H200", max_model_len=4096, enable_expert_parallel=True)
+    assert any(
+        "at TP x DP = 1 the one GPU holds every expert, so the flag changes nothing" in a
+        for a in one.assumptions
+    )
+    assert not any(
+        "--enable-expert-parallel" in a for a in plan("llama3.1-8b", "H100", num_gpus=2).assumptions
+    )
+
+
+def test_a_kv_group_size_that_does_not_divide_the_head_is_said_with_what_is_counted():
+    odd = plan("llama3.1-8b", "H100", kv_cache_dtype="int4", kv_quant_group_size=7)
+    note = (
+        "--kv-quant-group-size 7 does not divide the 128-value KV vectors: each ends in a group of 2 values"
+    )
+    assert any(a.startswith(note) for a in odd.assumptions)
+    # 128 values at 4 bits + ceil(128 / 7) = 19 groups of a 16-bit scale and a 16-bit zero point, K and V, 8 heads,
+    # 32 layers
+    assert odd.kv_bytes_per_token == 32 * 8 * 2 * (128 * 4 + 19 * 32) // 8
+    assert not any(
+        "does not divide" in a for a in plan("llama3.1-8b", "H100", kv_cache_dtype="int4").assumptions
+    )
+
+
+def test_auto_fit_refusal_names_the_flag_that_sized_the_kv_memory():
+    r = run_cli(
+        "estimate", "-m", "llama3.1-8b", "-g", "L4", "--max-model-len", "auto", "--kv-cache-memory", "1MiB"
+    )
+    assert r.exit_code == 3
+    assert r.stderr.strip().endswith("use a smaller --kv-cache-dtype or raise --kv-cache-memory"), r.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "directory"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("compare", "plot", "-m", "llama3.1-8b", "-o"),
+        ("simulate", "-m", "llama3.1-8b", "--max-model-len", "8K", "--num-prompts", "20", "--plot"),
+    ],
+)
+def test_a_chart_is_never_written_over_a_fifo_a_symlink_or_a_directory(tmp_path, kind, command):
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "chart.png"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "symlink":
+        target.symlink_to(tmp_path / "elsewhere.png")
+    else:
+        target.mkdir()
+    r = run_cli(*command, str(target))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert (
+        "a symbolic link; name the file itself" if kind == "symlink" else "not a regular file"
+    ) in r.stderr
+    assert not (tmp_path / "elsewhere.png").exists()
+    assert (
+        target.is_symlink()
+        if kind == "symlink"
+        else (target.is_fifo() if kind == "fifo" else target.is_dir())
+    )
+    plain = tmp_path / "plain.png"
+    plain.write_bytes(b"old")  # a regular file named on the command line is replaced, whole
+    ok = run_cli(*command, str(plain))
+    assert ok.exit_code == 0 and plain.read_bytes().startswith(b"\x89PNG")
+
+
+def test_files_saved_with_a_utf8_byte_order_mark_are_read(tmp_path):
+    bom = b"\xef\xbb\xbf"
+    cfg = tmp_path / "config.json"
+    cfg.write_bytes(bom + (CORPUS / "qwen3-32b.json").read_bytes())
+    r = run_cli("estimate", "-m", str(cfg), "-g", "H100", "--max-model-len", "8K", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["model"]["num_layers"] == 64
+    trace = tmp_path / "trace.csv"
+    trace.write_bytes(bom + b"TIMESTAMP,ContextTokens,GeneratedTokens\n0,600,20\n1,600,20\n")
+    r = run_cli("simulate", "-m", "qwen3-8b", "--max-model-len", "8K", "--trace", str(trace), "--json")
+    assert r.exit_code == 0 and r.json()["completed"] == 2, r.stderr
+
+
+def test_solve_says_why_ep_within_80_columns_and_keeps_launch_lines_whole():
+    from typer.testing import CliRunner
+
+    from kvplan.cli import app
+
+    out = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1"}).invoke(
+        app, ["solve", "-m", "deepseek-v3", "-g", "H200", "--users", "256", "--max-model-len", "8K"]
+    )
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    why = [i for i, line in enumerate(lines) if line.startswith("    why EP: ")]
+    assert why, out.stdout
+    # the reason wraps onto indented lines; a launch line stays one line, to be copied
+    assert all(
+        len(line) <= 80 for line in lines if "vllm serve" not in line and "sglang.launch_server" not in line
+    )
+    assert lines[why[0] + 1].startswith("    ") and not lines[why[0] + 1].startswith("    why")
+    assert any(len(line) > 80 for line in lines if "vllm serve" in line)
+
+
+def test_sglang_context_length_minus_one_is_not_read_as_vllm_auto():
+    text = SGLANG.replace("context_length=8192", "context_length=-1")
+    assert text != SGLANG
+    with pytest.raises(UsageError, match="the log's context_length=-1 is negative"):
+        logparse.parse(
+            text
+        )  # it said "--max-model-len auto is vLLM's ... give --max-model-len", a flag check-log lacks
+    vllm_auto = VLLM.replace("'max_model_len': 32768}", "'max_model_len': -1}")
+    assert logparse.parse(vllm_auto).get("max_model_len_auto") is True

@@ -11,6 +11,7 @@ from kvplan.cli import options as o
 from kvplan.cli.app import WholeHelpGroup, console, reports_errors
 from kvplan.commands.comparisons import ClusterFlags
 from kvplan.errors import UsageError
+from kvplan.userdata import check_output
 
 app = typer.Typer(
     add_completion=False,
@@ -155,6 +156,8 @@ def _chart_path(output: str | None) -> Path | None:
     path = Path(output) if output else None
     if path is not None and path.suffix.lower() not in (".png", ".svg"):
         raise UsageError(f"--output {output}: the chart is written as .png or .svg; name the file so")
+    if path is not None:
+        check_output(path, "--output")
     return path
 
 

@@ -98,6 +98,10 @@ def simulate(
     flags = {k: v for k, v in locals().items() if k not in ("json_out", "plot")}
     from kvplan import api
     from kvplan.simulator.progress import progress_bar
+    from kvplan.simulator.render import plot_target
+
+    if plot is not None:
+        plot_target(plot)  # a bad --plot is refused before the run, not after it
 
     with progress_bar(enabled=not json_out) as progress:
         result = api.simulate(progress=progress, **flags)

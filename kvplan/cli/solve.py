@@ -208,7 +208,10 @@ def solve(
 
 def _solve_load(f: SolveFlags, load: LoadFlags, plot: str | None, json_out: bool) -> None:
     from kvplan.commands import inputs
+    from kvplan.simulator.render import plot_target
 
+    if plot is not None:
+        plot_target(plot)  # refused before the search, not after it
     ans = inputs.solve_load(f, load)
     if load.disaggregated:
         if json_out:

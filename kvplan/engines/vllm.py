@@ -948,6 +948,14 @@ class Vllm(Engine):
         return notes
 
 
+def _idle_ep(sharding: Sharding, ep_on: bool, why: str) -> Sharding:
+    """--enable-expert-parallel where it places nothing: vLLM takes the flag and changes nothing; said so."""
+    if not ep_on:
+        return sharding
+    rule = f"vLLM --enable-expert-parallel: {why}, so the flag changes nothing"
+    return dataclasses.replace(sharding, rules=(*sharding.rules, rule))
+
+
 def vllm_sharding(spec: ModelSpec, tp: int, dp: int, ep_on: bool, redundant: int) -> Sharding:
     """vLLM's placement of an MoE model's experts over its TP x DP GPUs (one DP rank = one engine core of
     TP GPUs, with its own attention, dense layers and KV cache)."""
@@ -960,7 +968,7 @@ def vllm_sharding(spec: ModelSpec, tp: int, dp: int, ep_on: bool, redundant: int
     if not experts:
         if redundant:
             raise UsageError(f"--num-redundant-experts: {spec.name} has no routed experts")
-        return plain_sharding(spec, tp)
+        return _idle_ep(plain_sharding(spec, tp), ep_on, f"{spec.name} has no routed experts")
     group = tp * dp
     dp_line = (
         f"vLLM --data-parallel-size {dp}: {dp} engine cores of TP {tp} GPUs, each with its own attention, dense "
@@ -995,6 +1003,6 @@ def vllm_sharding(spec: ModelSpec, tp: int, dp: int, ep_on: bool, redundant: int
         return Sharding(tp, tp, 1, group, 1, experts, local, redundant, engine_dp=dp, all_to_all=dp > 1,
                         rules=rules)  # fmt: skip
     if dp == 1:
-        return plain_sharding(spec, tp)
+        return _idle_ep(plain_sharding(spec, tp), ep_on, "at TP x DP = 1 the one GPU holds every expert")
     rules += (f"without --enable-expert-parallel each routed expert is sliced over TP x DP = {group} GPUs",)
     return Sharding(tp, tp, 1, 1, group, experts, experts, engine_dp=dp, rules=rules)

@@ -293,7 +293,7 @@ def _config(log: ParsedLog, line: str, pairs: re.Pattern) -> None:
         value = _value(raw)
         if value in ("None", "null", ""):
             continue
-        if fact == "max_model_len" and value in ("-1", "auto"):
+        if key in ("max_model_len", "max_seq_len") and value in ("-1", "auto"):  # vLLM's; not SGLang's
             # vLLM --max-model-len auto (or -1): fitted to the KV memory after profiling
             # (vllm/v1/core/kv_cache_utils.py _auto_fit_max_model_len); the fitted length is read from
             # the "Auto-fit max_model_len" and "Maximum concurrency" lines

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from kvplan.formats import Format, normalize_dtype_name
+from kvplan.formats import PER_ROW, Format, normalize_dtype_name
 from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,
@@ -79,6 +79,29 @@ def indexer_bits(layer: Layer) -> int:
 def mixed_indexers(layers) -> bool:
     """True when some latent layers keep a DSA indexer key and others share one (GLM-5.2)."""
     return len({bool(la.index_head_dim) for la in layers if isinstance(la, LatentAttention)}) > 1
+
+
+def partial_group_note(layers, fmt: Format) -> str | None:
+    """A group size that does not divide a cached vector: its last group is short, and kvplan counts it as a
+    whole group (one scale and zero point), as vector_bits does; said, since no engine stores such groups."""
+    g = fmt.group_size
+    if not g or g >= PER_ROW:
+        return None
+    lengths = set()
+    for layer in layers:
+        if isinstance(layer, (*HeadLayer, CrossAttention)):
+            lengths |= {layer.head_dim, layer.v_dim}
+        elif isinstance(layer, (LatentAttention, CompressedLatent)):
+            lengths.add(layer.latent_dim if isinstance(layer, LatentAttention) else layer.head_dim)
+    odd = sorted(n for n in lengths if n % g)
+    if not odd:
+        return None
+    n = odd[0]
+    return (
+        f"--kv-quant-group-size {g} does not divide the {n}-value KV vectors: each ends in a group of {n % g} "
+        "values, counted as a whole group (its scale and zero point); a divisor of the head size is what a "
+        "real kernel would use"
+    )
 
 
 def layer_bits_per_token(layer: Layer, fmt: Format, tp: int = 1) -> int:

@@ -255,6 +255,8 @@ def _engine_view(
     if why:
         notes.append(why)
     notes += engine.view_notes(spec)
+    if note := kv.partial_group_note(spec.layers, fmt):
+        notes.append(note)
     return spec, bs
 
 
@@ -797,6 +799,15 @@ def estimate(req: PlanRequest) -> Plan:
     return _estimate(req)
 
 
+def _kv_memory_flag(req: PlanRequest) -> str:
+    """The flag that sizes the KV memory in this request: the one to raise for more of it."""
+    if req.kv_cache_memory_bytes is not None:
+        return "--kv-cache-memory"
+    if req.num_gpu_blocks_override is not None:
+        return "--num-gpu-blocks-override"
+    return "--gpu-memory-utilization"
+
+
 def _auto_fit(req: PlanRequest) -> Plan:
     """--max-model-len auto: plan at the model's maximum; where one request of it does not fit, at the
     longest that does (kvplan's own fit rule, the one its 'does not fit' refusal names)."""
@@ -824,8 +835,7 @@ def _auto_fit(req: PlanRequest) -> Plan:
             raise RequestDoesNotFit(
                 f"vLLM cannot auto-fit --max-model-len: {fmt_bytes(e.figures.get('kv_budget_bytes_per_gpu', 0))} "
                 "of KV memory per GPU holds not one block of a request ('Cannot auto-fit max_model_len: "
-                "not enough GPU memory'); add GPUs, use a smaller --kv-cache-dtype or raise "
-                "--gpu-memory-utilization",
+                f"not enough GPU memory'); add GPUs, use a smaller --kv-cache-dtype or raise {_kv_memory_flag(req)}",
                 **e.figures,
             ) from None
         plan = _estimate(dataclasses.replace(base, max_model_len=fit))

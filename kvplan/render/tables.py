@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from rich.console import Console
@@ -401,6 +402,14 @@ def _parallel_label(ep: int, dpa: int) -> str:
     return f"\nDPA {dpa}" if dpa > 1 else ""
 
 
+def _indented(console: Console, text: str) -> None:
+    """Prose under an answer, wrapped to the terminal and indented 4 columns on every line (a launch line
+    is kept whole instead, to be copied)."""
+    lines = textwrap.wrap(text, max(console.width, 40) - 4, break_long_words=False, break_on_hyphens=False)
+    for line in lines:
+        console.print("    " + escape(line), highlight=False, soft_wrap=True)
+
+
 def _launch_lines(console: Console, i: int, a, sg: str) -> None:
     """An answer's launch lines (those of the engines it has one for) and why it is expert-parallel."""
     lines = []
@@ -411,7 +420,7 @@ def _launch_lines(console: Console, i: int, a, sg: str) -> None:
     for j, line in enumerate(lines):
         console.print((f"[bold]#{i}[/] " if j == 0 else "    ") + line, highlight=False, soft_wrap=True)
     if a.why_expert_parallel:
-        console.print(f"    why EP: {escape(a.why_expert_parallel)}", highlight=False, soft_wrap=True)
+        _indented(console, f"why EP: {a.why_expert_parallel}")
 
 
 def render_solve(q, answers, console: Console, max_context: bool) -> None:
@@ -485,7 +494,7 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
         )
         _launch_lines(console, i, a, sg)
         if a.why_pipeline:
-            console.print(f"    why PP: {escape(a.why_pipeline)}", highlight=False, soft_wrap=True)
+            _indented(console, f"why PP: {a.why_pipeline}")
     console.print()
     at = (
         f"each request at {answers[0].tpot_context_source}"

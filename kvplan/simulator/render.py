@@ -3,10 +3,12 @@ and as a chart file (matplotlib, imported only here)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvplan.errors import UsageError
+from kvplan.userdata import check_output, write_atomic
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -108,11 +110,18 @@ def render(result: SimResult, console: Console) -> None:
         console.print(f"- {a}", highlight=False)
 
 
-def _pyplot(path: str) -> tuple[Path, Any]:
-    """The chart file (a .png or .svg) and matplotlib's pyplot, imported only here, headless."""
+def plot_target(path: str) -> Path:
+    """The chart file --plot names: a .png or .svg, new or a regular file (checked before any work)."""
     out = Path(path)
     if out.suffix.lower() not in (".png", ".svg"):
         raise UsageError(f"--plot {path}: give a .png or .svg file name")
+    check_output(out, "--plot")
+    return out
+
+
+def _pyplot(path: str) -> tuple[Path, Any]:
+    """The chart file (a .png or .svg) and matplotlib's pyplot, imported only here, headless."""
+    out = plot_target(path)
     try:
         import matplotlib
 
@@ -124,13 +133,14 @@ def _pyplot(path: str) -> tuple[Path, Any]:
 
 
 def _save(plt: Any, fig: Any, out: Path, path: str) -> str:
-    """Write the chart (refused in one line if the file cannot be written) and free the figure."""
+    """Write the chart through a temporary file and a rename (refused in one line if it cannot be written)
+    and free the figure."""
+    buffer = io.BytesIO()
     try:
-        fig.savefig(out)
-    except OSError as exc:
-        raise UsageError(f"--plot {path}: cannot write ({exc.strerror or exc})") from None
+        fig.savefig(buffer, format=out.suffix.lower().lstrip("."))
     finally:
         plt.close(fig)
+    write_atomic(out, buffer.getvalue())
     return str(out)
 
 

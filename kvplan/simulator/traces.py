@@ -174,7 +174,7 @@ def read_trace(
     except (SpecError, OSError) as exc:  # missing, a FIFO, too large: the same one line
         raise UsageError(str(exc)) from None
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise UsageError(f"{p}: not UTF-8 text; give a Mooncake .jsonl or an Azure .csv trace") from None
     if not text.strip():

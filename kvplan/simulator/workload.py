@@ -81,7 +81,7 @@ def uniform_lengths(
 
 def read_histogram(path: Path) -> list[tuple[int, int, float]]:
     """A length histogram: CSV lines `input_len,output_len,weight` (a header line is allowed)."""
-    text = read_regular(path, MAX_HISTOGRAM_BYTES).decode("utf-8", errors="replace")
+    text = read_regular(path, MAX_HISTOGRAM_BYTES).decode("utf-8-sig", errors="replace")
     rows: list[tuple[int, int, float]] = []
     for i, line in enumerate(text.splitlines(), 1):
         line = line.strip()

@@ -68,7 +68,7 @@ _SpecLoader.yaml_implicit_resolvers = {
 def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
     """A regular file of at most `limit` bytes (limits.py), as UTF-8 text."""
     try:
-        return read_regular(path, limit).decode("utf-8")
+        return read_regular(path, limit).decode("utf-8-sig")  # a byte-order mark (Windows editors) dropped
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not a UTF-8 text file") from None
 

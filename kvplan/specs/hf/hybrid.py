@@ -169,7 +169,8 @@ def _typed_layers(r: Reader, basics: Basics, types: list[Any], out: Layers) -> N
                 out.layer_types[name] = _STATE_TYPES[name](r, basics)
             out.pattern.append(name)
         else:
-            r.bad(f"layer_types[{i}]", f"layer type {name!r} is not one kvplan can plan")
+            known = ", ".join(sorted(_ATTENTION_TYPES | set(_STATE_TYPES)))
+            r.bad(f"layer_types[{i}]", f"layer type {name!r} is not one kvplan can plan ({known})")
             return
 
 
@@ -245,11 +246,13 @@ def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
             "planned by kvplan yet; describe the model in a YAML spec (model_specs/models/) to plan it"
         )
     out = Layers()
+    known_problems = len(r.problems)
     kinds = _nemotron_h(r, basics, notes)
     types = r.cfg.get("layer_types")
     if kinds is not None:
         _nemotron_layers(r, basics, kinds, out)
     elif isinstance(types, list) and any(t in _STATE_TYPES for t in types):
+        r.read.add("layer_types")
         _typed_layers(r, basics, types, out)
     elif r.has("full_attention_interval") and r.has("linear_num_value_heads"):
         _interval_layers(r, basics, out)
@@ -261,7 +264,7 @@ def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
         return None
     if not out.pattern:
         out.pattern = ["attention"]
-    if len(out.pattern) != basics.num_layers and basics.num_layers:
+    if len(out.pattern) != basics.num_layers and basics.num_layers and len(r.problems) == known_problems:
         r.bad(
             "num_hidden_layers", f"is {basics.num_layers} but the layer pattern has {len(out.pattern)} layers"
         )

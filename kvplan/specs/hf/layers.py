@@ -30,8 +30,24 @@ FAMILIES: list[FamilyReader] = [
 
 
 def read_layers(r: Reader, basics: Basics, notes: list[str]) -> Layers:
-    types = r.list("layer_types")
-    for i, t in enumerate(types or []):
+    found = _read_layers(r, basics, notes)
+    types = r.cfg.get("layer_types")
+    if types is not None and "layer_types" not in r.read:  # the family's reader lays out its own layers
+        odd = sorted({str(t) for t in types} - _PLAIN) if isinstance(types, list) else [repr(types)[:40]]
+        if odd:
+            notes.append(
+                f"WARNING: {r.prefix}layer_types names {', '.join(odd[:3])}{' ...' if len(odd) > 3 else ''} but model_type "
+                f"{r.cfg.get('model_type')!r} lays out its layers from its own fields; planned from those"
+            )
+    return found
+
+
+_PLAIN = {"full_attention", "attention"}  # what every layer of an attention-only family is
+
+
+def _read_layers(r: Reader, basics: Basics, notes: list[str]) -> Layers:
+    types = r.cfg.get("layer_types")
+    for i, t in enumerate(types if isinstance(types, list) else []):
         if not isinstance(t, str):  # every family compares and hashes the names
             r.bad(
                 f"layer_types[{i}]",
