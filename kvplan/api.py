@@ -402,7 +402,11 @@ def simulate(
     from kvplan import simulator as sim
     from kvplan.commands import inputs
     from kvplan.plan.plan import estimate as run_estimate
+    from kvplan.search.rate import check_target_ms
 
+    for name, target in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
+        if target is not None:
+            check_target_ms(name, target)
     if deployment is None:
         if model is None:
             raise UsageError("simulate: give a model (or a prepared deployment)")

@@ -149,7 +149,7 @@ def kv_format(
     if group_size is None and scale_bits is None and zero_point is None:
         return base
     if base.value_bits >= 16 and (group_size or scale_bits is not None or zero_point):
-        flag = "--kv-quant-group-size" if group_size else "--kv-quant-scale-bits" if scale_bits else (
+        flag = "--kv-quant-group-size" if group_size else "--kv-quant-scale-bits" if scale_bits is not None else (
             "--kv-quant-zero-point")  # fmt: skip
         raise UsageError(f"{flag}: {key} is not quantized; group scales apply to int8/int4/int2/fp8")
     if zero_point and not key.startswith("int"):

@@ -68,6 +68,7 @@ class Speculative:
     acceptance_source: str  # --acceptance-length, or the default's source
     flag: str  # the flag it came from, for messages
     draft: ModelSpec | None = None  # the draft checkpoint's config (--speculative-draft-config), EAGLE heads
+    unread: tuple[str, ...] = ()  # --speculative-config keys kvplan does not read (said in the assumptions)
 
     @staticmethod
     def make(
@@ -77,6 +78,8 @@ class Speculative:
         acceptance: float | None,
         flag: str,
         draft: ModelSpec | None = None,
+        steps_flag: str | None = None,
+        unread: tuple[str, ...] = (),
     ) -> Speculative:
         if method not in SPEC_METHODS:
             raise UsageError(
@@ -84,7 +87,9 @@ class Speculative:
                 "(a separate draft model's weights, KV and step are not modelled yet)"
             )
         if not 1 <= draft_steps <= 64:
-            raise UsageError(f"{flag}: draft tokens per step must be between 1 and 64, got {draft_steps}")
+            raise UsageError(
+                f"{steps_flag or flag}: draft tokens per step must be between 1 and 64, got {draft_steps}"
+            )
         verify = draft_steps + 1 if verify_tokens is None else verify_tokens
         if not 2 <= verify <= 1024:
             raise UsageError(f"--speculative-num-draft-tokens must be between 2 and 1,024, got {verify}")
@@ -102,7 +107,7 @@ class Speculative:
             acceptance, "--acceptance-length", 1.0, float(verify),
             f"tokens accepted per step, at most the {verify} a request verifies",
         )  # fmt: skip
-        return Speculative(method, draft_steps, verify, acceptance, source, flag, draft)
+        return Speculative(method, draft_steps, verify, acceptance, source, flag, draft, unread)
 
     @property
     def draft_tokens(self) -> int:
@@ -333,6 +338,10 @@ class PlanRequest:
                 )
         if not 0 <= self.prefix_hit_rate <= 1:
             raise UsageError(f"--prefix-hit-rate must be in [0, 1], got {self.prefix_hit_rate}")
+        if self.prefix_hit_rate != 1.0 and not self.shared_prefix_tokens:
+            raise UsageError(
+                "--prefix-hit-rate is the share of requests that hit --shared-prefix-tokens; give the prefix too"
+            )
         if self.shared_prefix_tokens < 0 or self.shared_prefix_tokens > max_len:
             raise UsageError(
                 f"--shared-prefix-tokens must be between 0 and --max-model-len ({max_len:,}), "

@@ -146,7 +146,7 @@ def test_weights_or_kv_larger_than_the_gpu_are_refused(tmp_path):
     r = run_cli("check-log", _write(tmp_path, text), "--gpus", "H100")
     assert r.exit_code == 2
     assert r.stderr.strip() == (
-        "error: startup.log: the log's weights, 149,889.00 GiB per GPU, exceed the H100-SXM's 79.19 GiB: pass "
+        "error: startup.log: the log's weights, 149,889.00 GiB per GPU, exceeds the H100-SXM's 79.19 GiB: pass "
         "the --gpus the log ran on"
     )
     assert 149_889 * GiB > 80e9

@@ -153,6 +153,8 @@ def ladder_cmd(
 
 
 def _chart_path(output: str | None) -> Path | None:
+    if output is not None and not output.strip():
+        raise UsageError("--output: give a file name, FILE.png or FILE.svg")
     path = Path(output) if output else None
     if path is not None and path.suffix.lower() not in (".png", ".svg"):
         raise UsageError(f"--output {output}: the chart is written as .png or .svg; name the file so")

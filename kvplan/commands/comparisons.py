@@ -111,14 +111,14 @@ def split(text: str) -> list[str]:
 
 
 def base_request(model_ref: str, flags: ClusterFlags, max_model_len: str | None) -> PlanRequest:
+    from kvplan.commands import inputs
     from kvplan.commands.inputs import load_cluster, parse_network
     from kvplan.plan.plan import PlanRequest
-    from kvplan.specs.registry import load_model
     from kvplan.units import parse_bytes, parse_count
 
     gpu, num_gpus, nodes = load_cluster(flags.gpus)
     return PlanRequest(
-        model=load_model(model_ref),
+        model=inputs.load_spec(model_ref),
         gpu=gpu,
         num_gpus=num_gpus,
         nodes=nodes,
@@ -137,7 +137,7 @@ def base_request(model_ref: str, flags: ClusterFlags, max_model_len: str | None)
 
 
 def _models(models: str | None) -> tuple[list[str], list[ModelSpec]]:
-    from kvplan.specs.registry import load_model
+    from kvplan.commands import inputs
 
     names = split(models) if models else list(compare.DEFAULT_MODELS)
     if not names:
@@ -147,7 +147,7 @@ def _models(models: str | None) -> tuple[list[str], list[ModelSpec]]:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise UsageError(f"--models: {', '.join(twice)} given twice; name each model once")
-    return names, [load_model(n) for n in names]
+    return names, [inputs.load_spec(n) for n in names]
 
 
 def _cluster(base: PlanRequest, rows: list[Row]) -> TableCluster:

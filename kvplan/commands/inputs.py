@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvplan.errors import KvplanError, UsageError
+from kvplan.errors import KvplanError, SpecError, UsageError
 from kvplan.limits import MAX_LOG_BYTES, read_regular
 
 if TYPE_CHECKING:
@@ -146,6 +146,25 @@ def _json_flag(text: str, flag: str) -> Any:
         raise UsageError(f"{flag}: a number in it is too long; give a JSON object") from None
 
 
+def load_spec(ref: str, flag: str = "--model") -> ModelSpec:
+    """A model (registry.load_model) whose stated total/active parameters are checked against its
+    architecture here, so that a spec file's refusal names the file (a plan names only the model)."""
+    from kvplan.model.params import param_breakdown
+    from kvplan.specs.registry import load_model
+
+    spec = load_model(ref, flag)
+    if Path(ref).suffix.lower() in (".yaml", ".yml"):
+        try:
+            param_breakdown(spec)
+        except SpecError as exc:
+            raise SpecError(f"{ref}: {str(exc).removeprefix(f'{spec.name}: ')}") from None
+    return spec
+
+
+# the --speculative-config keys kvplan reads (vllm/config/speculative.py SpeculativeConfig); vLLM takes more
+_SPEC_KEYS_READ = {"method", "num_speculative_tokens", "model"}
+
+
 def parse_speculative(f: EstimateFlags | SolveFlags) -> Any:
     """--speculative-config (vLLM) or --speculative-algorithm/-num-steps/-num-draft-tokens (SGLang), and
     --acceptance-length: a request.Speculative, or None."""
@@ -172,8 +191,10 @@ def parse_speculative(f: EstimateFlags | SolveFlags) -> Any:
         if not isinstance(n, int) or isinstance(n, bool):
             raise UsageError("--speculative-config: give num_speculative_tokens, a whole number")
         return Speculative.make(
-            method, n, None, f.acceptance_length, "--speculative-config method", _draft_config(f, method)
-        )
+            method, n, None, f.acceptance_length, "--speculative-config method", _draft_config(f, method),
+            "--speculative-config num_speculative_tokens",
+            tuple(sorted(str(k)[:40] for k in cfg if k not in _SPEC_KEYS_READ)),
+        )  # fmt: skip
     if sglang:
         if engine != "sglang":
             raise UsageError("--speculative-algorithm is an sglang flag; vLLM takes --speculative-config")
@@ -186,7 +207,7 @@ def parse_speculative(f: EstimateFlags | SolveFlags) -> Any:
             )
         return Speculative.make(
             SGLANG_SPEC[algo], f.speculative_num_steps, f.speculative_num_draft_tokens, f.acceptance_length,
-            "--speculative-algorithm", _draft_config(f, SGLANG_SPEC[algo]),
+            "--speculative-algorithm", _draft_config(f, SGLANG_SPEC[algo]), "--speculative-num-steps",
         )  # fmt: skip
     if sglang_extra:
         raise UsageError(
@@ -213,9 +234,8 @@ def _draft_config(f: EstimateFlags | SolveFlags, method: str) -> Any:
             f"--speculative-draft-config: {method} has no draft checkpoint of its own "
             "(mtp uses the target's MTP layers, ngram none); leave the flag out"
         )
-    from kvplan.specs.registry import load_model
 
-    return load_model(f.speculative_draft_config)
+    return load_spec(f.speculative_draft_config, "--speculative-draft-config")
 
 
 _NETWORK_RE = re.compile(r"^\s*(\d{1,6})\s*G(?:b/s|bps|b)?\s*$", re.IGNORECASE)
@@ -274,11 +294,10 @@ def parse_env(items: list[str] | None) -> tuple[tuple[str, str], ...]:
 def plan_request(f: EstimateFlags, gpus_flag: str = "--gpus") -> PlanRequest:
     from kvplan.formats import normalize_dtype_name
     from kvplan.plan.plan import PlanRequest
-    from kvplan.specs.registry import load_model
     from kvplan.units import parse_bytes, parse_count
 
     gpu, num_gpus, nodes = load_cluster(f.gpus, gpus_flag)
-    spec = load_model(f.model)
+    spec = load_spec(f.model)
     mnbt = (
         parse_count(f.max_num_batched_tokens, "--max-num-batched-tokens")
         if f.max_num_batched_tokens
@@ -388,6 +407,12 @@ def disaggregated_requests(
     decode = plan_request(
         dataclasses.replace(f, gpus=decode_gpus, tensor_parallel_size=d_tp), "--decode-gpus"
     )
+    for req, tp, gpus, flags in ((prefill, p_tp, prefill_gpus, "--prefill-gpus/--prefill-tp"),
+                                 (decode, d_tp, decode_gpus, "--decode-gpus/--decode-tp")):  # fmt: skip
+        if tp and req.num_gpus and req.num_gpus % tp:
+            raise UsageError(
+                f"{flags}: TP {tp} does not divide the {req.num_gpus} GPUs of {gpus}; choose a divisor"
+            )
     return prefill, decode
 
 
@@ -524,7 +549,6 @@ def parse_log(text: str, source: str) -> ParsedLog:
 
 def log_model(log: ParsedLog, source: str, model: str | None) -> ModelSpec:
     """--model, else the model the log names (which must then be a shipped one)."""
-    from kvplan.specs.registry import load_model
 
     model_ref = model or log.get("model")
     if not model_ref:
@@ -532,7 +556,7 @@ def log_model(log: ParsedLog, source: str, model: str | None) -> ModelSpec:
     if not model:
         model_ref = _logged_model_ref(str(model_ref), source)
     try:
-        spec = load_model(model_ref)
+        spec = load_spec(model_ref)
         if model and log.get("model"):
             _same_model(spec, str(log.get("model")), source)
         return spec
@@ -600,6 +624,28 @@ def log_gpu(log: ParsedLog, source: str, gpus: str | None) -> GpuSpec:
     return gpu
 
 
+# a setting check-log takes from the log unless its flag is given: the flag a refusal names, and the log's field
+_LOG_SETTINGS = (
+    ("--gpu-memory-utilization", "gpu_memory_utilization"),
+    ("--mem-fraction-static", "mem_fraction_static"),
+    ("--kv-cache-dtype", "kv_cache_dtype"),
+    ("--block-size", "block_size"),
+    ("--page-size", "block_size"),
+    ("--max-num-batched-tokens", "max_num_batched_tokens"),
+    ("--max-num-seqs", "max_num_seqs"),
+    ("--max-model-len", "max_model_len"),
+    ("--dtype", "dtype"),
+)
+
+
+def _log_named(message: str, log: Any, overrides: dict[str, Any]) -> str:
+    """A refusal of a setting the log gave (not a flag the user typed) names the log's field instead."""
+    for flag, key in _LOG_SETTINGS:
+        if message.startswith(flag) and overrides.get(key) is None and key in log.facts:
+            return f"the log's {key}{message[len(flag) :]}; paste the engine's own log"
+    return message
+
+
 def check_log(
     log_file: str | None,
     model: str | None,
@@ -626,8 +672,13 @@ def check_log(
     try:
         req = request_from_log(log, spec, gpu, overrides)
     except UsageError as exc:
-        raise UsageError(f"{source}: {exc}") from None
-    result = check(log, req)
+        raise UsageError(f"{source}: {_log_named(str(exc), log, overrides)}") from None
+    try:
+        result = check(log, req)
+    except UsageError as exc:  # a refusal of the log's own setting names the log; of a flag, the flag
+        if (named := _log_named(str(exc), log, overrides)) == str(exc):
+            raise
+        raise UsageError(f"{source}: {named}") from None
     if gpus:
         asked = load_cluster(gpus)[1]
         used = result.prediction.cluster.num_gpus
@@ -796,11 +847,10 @@ def solve(f: SolveFlags) -> tuple[Query, list[Answer]]:
 
 def solve_query(f: SolveFlags) -> Query:
     from kvplan.search.solve import ENGINE_DTYPES, Query
-    from kvplan.specs.registry import load_model
     from kvplan.units import parse_count
 
     _check_solve_flags(f)
-    spec = load_model(f.model)
+    spec = load_spec(f.model)
     if f.moe_imbalance != 1.0:
         from kvplan.limits import check_number
         from kvplan.request import MAX_MOE_IMBALANCE
@@ -910,12 +960,13 @@ def _gpu_types(text: str, flag: str) -> tuple[GpuSpec, ...]:
 def _check_solve_flags(f: SolveFlags) -> None:
     """solve's numbers, bounded so that the search stays small whatever is typed."""
     from kvplan.limits import MAX_GPUS, MAX_USERS, check_range
+    from kvplan.search.rate import check_target_ms
 
     check_range(f.users, "--users", 1, MAX_USERS)
     check_range(f.max_gpus, "--max-gpus", 1, MAX_GPUS)
     check_range(f.top, "--top", 1, 1000)
-    if f.tpot_ms is not None and not 0 < f.tpot_ms < 1e9:  # also refuses nan and inf
-        raise UsageError(f"--tpot-ms must be a positive number of milliseconds, got {f.tpot_ms}")
+    if f.tpot_ms is not None:
+        check_target_ms("--tpot-ms", f.tpot_ms)
     if f.gpu_memory_utilization is not None and not 0 < f.gpu_memory_utilization <= 1:
         raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {f.gpu_memory_utilization}")
 

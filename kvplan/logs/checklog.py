@@ -131,10 +131,14 @@ def request_from_log(
             f"the log's weights are 0 GiB per GPU (line {log.evidence['weights_bytes'][:80]!r}), which no "
             "model loads; paste the engine's own startup log"
         )
-    for key, what in (("weights_bytes", "weights"), ("available_kv_bytes", "KV cache memory")):
+    for key, what in (
+        ("weights_bytes", "weights"),
+        ("available_kv_bytes", "KV cache memory"),
+        ("free_at_start_bytes", "free memory at startup"),  # SGLang's 'Load weight begin. avail mem'
+    ):
         if f.get(key) is not None and f[key] > gpu.memory_bytes:
             raise UsageError(
-                f"the log's {what}, {f[key] / GiB:,.2f} GiB per GPU, exceed the {gpu.name}'s "
+                f"the log's {what}, {f[key] / GiB:,.2f} GiB per GPU, exceeds the {gpu.name}'s "
                 f"{gpu.memory_bytes / GiB:,.2f} GiB: pass the --gpus the log ran on"
             )
     kw: dict[str, Any] = {

@@ -113,7 +113,9 @@ _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per req
 _AUTO_FIT = re.compile(r"Auto-fit max_model_len: reduced from " + _NUM + r" to " + _NUM)
 _AUTO_FULL = re.compile(r"Auto-fit max_model_len: full model context length " + _NUM + r" fits")
 # vLLM's engine config line: speculative_config=SpeculativeConfig(method='mtp', model=..., num_spec_tokens=3)
-_SPEC_CONFIG = re.compile(r"speculative_config=SpeculativeConfig\(method='(\w+)'.*?num_spec_tokens=(\d+)\)")
+_SPEC_CONFIG = re.compile(
+    r"speculative_config=SpeculativeConfig\(method='(\w+)'.*?num_spec_tokens=([^,)\s]*)\)"
+)
 _VERSION = re.compile(
     r"(?:LLM engine|vLLM API server version|vLLM version)[\s:(]*v?(\d+\.\d+(?:\.\d+)?[\w.+-]*)"
 )
@@ -386,8 +388,19 @@ def _vllm_line(log: ParsedLog, line: str) -> None:
         log.put("max_concurrency", _f(m.group(2)), line, keep="min")
     m = _SPEC_CONFIG.search(line)
     if m:
+        tokens = m.group(2)
+        if not tokens.isdigit() or int(tokens) < 1:
+            raise UsageError(
+                f"the log's speculative config gives num_spec_tokens={tokens[:24]}; vLLM runs a whole number >= 1 "
+                "(paste the engine's own log)"
+            )
         log.put("speculative_method", m.group(1).lower(), line)
-        log.put("speculative_tokens", int(m.group(2)), line)
+        log.put("speculative_tokens", int(tokens), line)
+    elif "speculative_config=SpeculativeConfig(" in line:
+        raise UsageError(
+            "cannot read the log's speculative_config=SpeculativeConfig(...): kvplan reads its method='...' and "
+            "num_spec_tokens=N; paste the engine's own log"
+        )
     m = _AUTO_FIT.search(line)
     if m:
         log.put("max_model_len_auto", True, line)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kvplan.errors import UsageError
 from kvplan.formats import Format, weight_format
 from kvplan.model.parallel import Sharding, stage_ranges
 from kvplan.model.params import ParamBreakdown, is_moe_layer
@@ -144,6 +145,11 @@ def checkpoint_stage_weights(
     counted = sum(s.bytes_per_gpu for s in stages) * tp
     if not ckpt or not counted:
         return stages
+    if not 0.1 <= ckpt / counted <= 5:  # 16-bit weights counted vs a 1.6-bit checkpoint; 5x: fp32 and a tower
+        raise UsageError(
+            f"{spec.name}: checkpoint_weight_bytes {ckpt:,} is {ckpt / counted:.2g}x kvplan's count of the "
+            f"architecture ({counted:,} bytes): not this model's checkpoint; fix or drop the field"
+        )
     diff = ckpt / counted - 1
     notes.append(
         f"weight bytes = the checkpoint's model.safetensors.index.json metadata.total_size "

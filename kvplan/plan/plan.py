@@ -206,6 +206,8 @@ class Plan:
             out[key] = value
         out["settings"]["engine_defaults"] = self.settings.engine_defaults.to_dict()
         out["decode"] = self.decode.to_dict()
+        if out["speculative_memory"] is not None:  # its layers are kvplan's own objects, not in the schema
+            out["speculative_memory"].pop("kv_layers")
         if out["engine"]["details"] is None:  # the schema has always had an object here
             out["engine"]["details"] = {}
         return out
@@ -323,7 +325,7 @@ def _weights(
     w_name = normalize_dtype_name(req.weight_dtype) if req.weight_dtype else spec.weight_dtype
     w_fmt = weight_format(w_name)
     e_fmt = weight_format(req.weight_dtype or spec.expert_weight_dtype or w_name)
-    notes += [n for n in spec.notes if n.startswith(("WARNING", "weights "))]
+    notes += [n for n in spec.notes if n.startswith(("WARNING", "weights "))] + spec.assumptions
     if req.weight_dtype or not (spec.weight_formats or spec.checkpoint_weight_bytes):
         stages = stage_weights(spec, params, w_fmt, e_fmt, tp, pp)
     else:  # per-matrix formats of a quantized checkpoint; the checkpoint's own total when known
@@ -948,6 +950,11 @@ def _estimate(req: PlanRequest) -> Plan:
             "attention-DP rank's GPUs (all-reduced over them), its MLP/MoE side over the TP group, its "
             "tokens dispatched all-to-all where the engine does; the routed experts' FLOPs are still charged "
             "as TP-sliced (a vLLM EP group spreading them over more GPUs is not credited)"
+        )
+    if req.speculative is not None and req.speculative.unread:
+        notes.append(
+            f"{req.speculative.flag.split()[0]}: {', '.join(req.speculative.unread)} not read by kvplan, so its "
+            "figures leave out whatever they change; check the spelling if vLLM should take them"
         )
     if draft is not None:
         draft = _draft_pool(engine, draft, pool, req, notes)

@@ -372,7 +372,9 @@ def render_check(result, console: Console, source: str, saved) -> None:
         console.print()
     for note in result.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
-    if result.measured_reserve_bytes is not None:
+    if (
+        result.measured_reserve_bytes is not None and result.measured_reserve_bytes >= 0
+    ):  # a note says why not
         if saved:
             console.print(
                 f"saved: {fmt_gib(result.measured_reserve_bytes)} of measured non-KV memory per GPU to {escape(str(saved))}; "
@@ -417,6 +419,8 @@ def _launch_lines(console: Console, i: int, a, sg: str) -> None:
         lines.append(f"vLLM:   {escape(a.vllm_flags)}")
     if a.sglang_flags:
         lines.append(f"SGLang: {escape(a.sglang_flags + sg)}")
+    elif a.sglang_refused:
+        lines.append(f"SGLang: none (under SGLang's accounting: {escape(a.sglang_refused)})")
     for j, line in enumerate(lines):
         console.print((f"[bold]#{i}[/] " if j == 0 else "    ") + line, highlight=False, soft_wrap=True)
     if a.why_expert_parallel:

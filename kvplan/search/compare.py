@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvplan import engines
-from kvplan.errors import InfeasibleError, KvplanError, UsageError
+from kvplan.errors import InfeasibleError, KvplanError, RequestDoesNotFit, UsageError
 from kvplan.formats import KV_DTYPES, kv_format
 from kvplan.limits import MAX_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENS
 from kvplan.model import kv
@@ -126,6 +126,11 @@ def _share(spec: ModelSpec, factor: int, what: str) -> ModelSpec:
     keeps K/V and the others read it."""
     if factor < 2:
         raise UsageError(f"variant {what}: the sharing factor must be >= 2")
+    cached = sum(isinstance(layer, (HeadLayer, LatentAttention)) for layer in spec.layers)
+    if factor > cached:
+        raise UsageError(
+            f"variant {what}: {spec.name} has {cached} layers with a KV cache; share at most {cached} a group"
+        )
     out: list[Layer] = []
     producer = None
     run = 0
@@ -167,6 +172,32 @@ def _number(digits: str, what: str, high: int) -> int:
     return int(digits)
 
 
+def _kind(token: str) -> str:
+    """What a variant token changes: the KV dtype, the attention's shape, sharing, a window or offload."""
+    low = token.lower()
+    if low in KV_DTYPES or low == "auto":
+        return "KV dtype"
+    if not _TOKEN.match(low):
+        return ""  # refused as unknown where it is read
+    for prefix, kind in (("share", "sharing"), ("window", "window"), ("offload", "offload")):
+        if low.startswith(prefix):
+            return kind
+    return "" if low == "shipped" else "attention"
+
+
+def _one_of_each(tokens: list[str], text: str) -> None:
+    """Two tokens of one kind (mha+mqa, fp8+int8) would silently keep the last: refused."""
+    seen: dict[str, str] = {}
+    for tok in tokens:
+        kind = _kind(tok)
+        if kind and kind in seen:
+            raise UsageError(
+                f"--variants: {text!r} gives two of one kind ({kind}: {seen[kind]}, {tok}); keep one"
+            )
+        if kind:
+            seen[kind] = tok
+
+
 def make_variant(spec: ModelSpec, text: str, offload_gib: float = 0.0) -> Variant:
     """Apply `text` (tokens joined by '+') to `spec`; `offload_gib` adds a CPU tier to every row."""
     tokens = [t.strip() for t in text.split("+") if t.strip()]
@@ -175,6 +206,7 @@ def make_variant(spec: ModelSpec, text: str, offload_gib: float = 0.0) -> Varian
     dtype = None
     offload = offload_gib
     notes: list[str] = []
+    _one_of_each(tokens, text)
     for tok in tokens:
         low = tok.lower()
         if low in KV_DTYPES or low == "auto":
@@ -401,20 +433,32 @@ def ladder(
         v = make_variant(spec, text)
         return estimate(dataclasses.replace(_request(fixed, v), **kw))
 
-    naive = plan_for("mha")
-    paged = naive
+    full = base.max_model_len or spec.max_context
+    naive_how = f"contiguous {full:,}-token buffer per request, MHA, bf16"
+    try:
+        naive = plan_for("mha")
+        paged = naive
+    except RequestDoesNotFit as exc:  # MHA's KV of one full-length request exceeds the budget: none fit
+        fit = exc.figures.get("largest_fitting_max_model_len")
+        if not fit:
+            raise
+        naive = None
+        # the same pool, at a length one request fits; a request of the average length may not fit either
+        paged = plan_for("mha", max_model_len=fit, avg_context_tokens=min(avg_context, fit))
+        naive_how += " (one does not fit the budget)"
+    paged_conc = _avg_requests(paged) if avg_context <= paged.settings.max_model_len else 0
     steps_raw = [
         (
             "naive PyTorch",
             "mha",
-            naive.fragmentation.prealloc_max_concurrency_per_replica or 0,
-            f"contiguous {base.max_model_len or spec.max_context:,}-token buffer per request, MHA, bf16",
+            naive.fragmentation.prealloc_max_concurrency_per_replica or 0 if naive else 0,
+            naive_how,
         ),
         (
             "+ PagedAttention",
             "mha",
-            _avg_requests(paged),
-            f"blocks of {naive.settings.block_size} for the {avg_context:,} tokens a request holds on average",
+            paged_conc,
+            f"blocks of {paged.settings.block_size} for the {avg_context:,} tokens a request holds on average",
         ),
     ]
     g = plan_for(gqa)

@@ -49,6 +49,15 @@ RATE_TOLERANCE = 0.02  # --max-rate: the bisection stops when the bracket is wit
 SOLO_PROMPTS = 10  # the "tiny load" check: this many requests, one at a time
 
 
+MAX_TARGET_MS = 1e9  # 11.6 days: past any latency target
+
+
+def check_target_ms(name: str, v: float) -> None:
+    """A latency target: more than 0 and under MAX_TARGET_MS milliseconds (NaN is neither)."""
+    if not 0 < v < MAX_TARGET_MS:
+        raise UsageError(f"{name} must be more than 0 and under {MAX_TARGET_MS:.0e} milliseconds, got {v:g}")
+
+
 @dataclass(frozen=True)
 class LoadTargets:
     ttft_ms: float
@@ -57,8 +66,7 @@ class LoadTargets:
 
     def __post_init__(self) -> None:
         for name, v in (("--ttft-ms", self.ttft_ms), ("--tpot-ms", self.tpot_ms)):
-            if not 0 < v < 1e9:
-                raise UsageError(f"{name} must be a positive number of milliseconds, got {v}")
+            check_target_ms(name, v)
         if self.percentile not in PERCENTILES:
             raise UsageError(f"--percentile must be 50, 90 or 99, got {self.percentile}")
 

@@ -106,6 +106,7 @@ class Answer:
     expert_parallel_size: int = 1
     attention_dp_size: int = 1
     why_expert_parallel: str | None = None
+    sglang_refused: str | None = None  # why the layout has no SGLang launch line (SGLang does not serve it)
     # under speculative decoding: the step at the answer's load (tpot_ms is its per-token figure)
     speculative: plan_speed.SpecStep | None = None
 
@@ -458,7 +459,9 @@ def solve(q: Query) -> tuple[list[Answer], _Bounds]:
         top = answers[: q.top]
         for a in top:
             if a.expert_parallel_size == 1 and a.attention_dp_size == 1:
-                a.sglang_max_concurrency = _sglang_concurrency(q, a)
+                a.sglang_max_concurrency, a.sglang_refused = _sglang_concurrency(q, a)
+                if a.sglang_refused:  # no launch line for a layout SGLang does not start
+                    a.sglang_flags = None
     finally:
         _PLANS.clear()
     return top, bounds
@@ -505,10 +508,11 @@ def check_query(q: Query) -> None:
         )
 
 
-def _sglang_concurrency(q: Query, a: Answer) -> int:
-    """The same layout under SGLang's accounting, for its launch line."""
+def _sglang_concurrency(q: Query, a: Answer) -> tuple[int | None, str | None]:
+    """The same layout under SGLang's accounting, for its launch line: the users it holds, or None and
+    why SGLang does not serve it (or serves none of these requests)."""
     if engines.engine_class(q.engine) is Sglang:
-        return a.max_concurrency
+        return a.max_concurrency, None
     try:
         sg = estimate(
             dataclasses.replace(
@@ -525,9 +529,10 @@ def _sglang_concurrency(q: Query, a: Answer) -> int:
                 block_size=None,
             )
         )
-        return sg.max_concurrency_per_replica * a.data_parallel_size
-    except KvplanError:
-        return 0
+    except KvplanError as exc:
+        return None, str(exc).splitlines()[0].split("; ")[0]  # the reason, not advice for estimate
+    users = sg.max_concurrency_per_replica * a.data_parallel_size
+    return (users, None) if users else (None, "not one request of this length fits its KV pool")
 
 
 def _cost(q: Query, gpu: GpuSpec, n: int) -> float:
@@ -732,6 +737,9 @@ def _longest_context(
             p = _replica(q, gpu, tp, pp, dtype, length, par)
         except KvplanError:
             return None
+        unit = unit_gpus(q, tp, pp, par)
+        if bounds.weights_min is None or unit < bounds.weights_min[0]:  # the weights fit: the verdict's cue
+            bounds.weights_min = (unit, f"{gpu.name} {_label(q, tp, pp, par)}")
         if p.max_concurrency < per_replica_users:
             return None
         if q.tpot_ms is not None and _unit_tpot(q, p, par, per_replica_users) > q.tpot_ms:
@@ -802,22 +810,23 @@ def verdict(q: Query, bounds: _Bounds) -> str:
 
 
 def _weights_gpus(q: Query) -> tuple[int, str] | None:
-    """The fewest GPUs (as rented) whose layout holds the weights: the largest TP in a node, then one
-    pipeline stage per node."""
+    """The fewest GPUs (as rented) whose layout holds the weights: the smallest TP in a node that does,
+    else the largest TP with one pipeline stage per node."""
     best = None
     for gpu in q.gpus:
-        tps = engine_tps(q, gpu)
-        if not tps:
-            continue
-        tp = max(tps)
-        for pp in range(1, MAX_PP + 1):
+        tps = sorted(engine_tps(q, gpu))
+        layouts = [(tp, 1) for tp in tps] + [(tps[-1], pp) for pp in range(2, MAX_PP + 1)] if tps else []
+        for tp, pp in layouts:
             try:
                 _replica(q, gpu, tp, pp, q.kv_dtypes[0], min(q.max_model_len or 1, q.model.max_context))
             except WeightsDoNotFit:
                 continue
             except InfeasibleError:
                 pass
-            _, n, nodes = rented(q, gpu, tp * pp, 1)
+            # on the GPUs given (--max-context) the layout's own GPUs; otherwise as rented (whole nodes)
+            _, n, nodes = (
+                (tp * pp, tp * pp, 1) if q.fixed_num_gpus is not None else rented(q, gpu, tp * pp, 1)
+            )
             if best is None or n < best[0]:
                 where = f"{nodes} node{'s' if nodes > 1 else ''}: " if nodes > 1 else ""
                 best = (n, f"{where}TP {tp} x PP {pp}")

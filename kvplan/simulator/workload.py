@@ -132,7 +132,7 @@ def synthetic(
     if not (request_rate > 0 and not math.isnan(request_rate)):
         raise UsageError(f"--request-rate must be > 0 (inf: all at once), got {request_rate}")
     if not (0 < burstiness < 1e6):
-        raise UsageError(f"--burstiness must be > 0, got {burstiness}")
+        raise UsageError(f"--burstiness must be more than 0 and under 1e+06 (1: Poisson), got {burstiness:g}")
     rng = random.Random(seed)
     if histogram is not None:
         rows = read_histogram(histogram)

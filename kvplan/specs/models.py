@@ -295,6 +295,9 @@ class ModelSpec(_Strict):
     sources: Annotated[list[str], Field(min_length=1)]
     notes: list[str] = []
     warnings: list[str] = []  # fields read from a config.json that kvplan could not model
+    # how a config.json was read where a figure rests on that reading (torch_dtype unknown, a window as long
+    # as the context, hash-routed layers, ...): printed with every plan's assumptions
+    assumptions: list[str] = []
 
     num_layers: PositiveInt
     hidden_size: PositiveInt

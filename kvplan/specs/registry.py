@@ -103,17 +103,17 @@ def _checked_ref(ref: str, flag: str) -> str:
     return ref
 
 
-def load_model(ref: str) -> ModelSpec:
+def load_model(ref: str, flag: str = "--model") -> ModelSpec:
     """A shipped model by name/alias/HF id, a YAML spec file, a Hugging Face config.json or a folder
     holding one, else a Hugging Face Hub id (org/name[@revision]) fetched into the Hub's cache."""
-    path = Path(_checked_ref(ref, "--model")).expanduser()
+    path = Path(_checked_ref(ref, flag)).expanduser()
     if path.suffix.lower() in (".yaml", ".yml"):
         return validate(ModelSpec, read_yaml(path), path)
     if path.suffix.lower() == ".json" or (path.is_dir() and (path / "config.json").is_file()):
         cfg_path = path / "config.json" if path.is_dir() else path
         return _from_config(cfg_path)
     try:
-        return _find_shipped("models", ref, ModelSpec, "model", "--model")
+        return _find_shipped("models", ref, ModelSpec, "model", flag)
     except UsageError as unknown:
         from kvplan.specs import hub
 
@@ -121,6 +121,12 @@ def load_model(ref: str) -> ModelSpec:
             raise SpecError(f"{path}: a folder without a config.json in it") from None
         if path.is_symlink() and not path.exists():
             read_text(path)  # refused with the reason: a dangling link or a link loop
+        if path.exists() and not path.is_file():  # /dev/null, a FIFO, a socket
+            raise SpecError(f"{path}: not a regular file; give a .yaml spec or a config.json") from None
+        if path.is_file():
+            raise SpecError(
+                f"{path}: {flag} takes a .yaml spec, a config.json (or a folder holding one) or a model name"
+            ) from None
         if path.exists() or not hub.looks_like_hub_id(ref):
             raise
         return _from_config(hub.fetch_folder(ref, str(unknown)) / hub.CONFIG, name=ref.strip())

@@ -147,7 +147,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     raw_dtype = top.get("torch_dtype") or top.get("dtype") or cfg.get("torch_dtype") or "bfloat16"
     act = _DTYPES.get(str(raw_dtype), None)
     if act is None:
-        notes.append(f"torch_dtype {raw_dtype!r} not recognised; activations assumed bf16")
+        notes.append(f"WARNING: torch_dtype {str(raw_dtype)[:40]!r} not recognised; activations assumed bf16")
         act = "bf16"
     config_dtype = None
     if act == "fp32":
@@ -182,6 +182,11 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "architecture": str(archs[0]) if isinstance(archs, list) and archs else None,
         "sources": [str(path)],
         "notes": notes,
+        # the reading notes beside the provenance line, the quantization summary (a plan prints its own
+        # weight formats), stderr warnings and the image-token count (a plan states its own)
+        "assumptions": [
+            n for n in notes[1:] if not n.startswith(("WARNING", "weights ", "cross-attention layers hold"))
+        ],
         "num_layers": num_layers,
         "hidden_size": hidden,
         "num_attention_heads": heads,
