@@ -39,7 +39,8 @@ TP > 1 rows planned on the GPU's PCIe card (kvplan's PCIe all-reduce: NCCL throu
 NVLink), since GPUs that cannot reach each other's memory have no NVLink between them (NO_P2P below).
 Kept and stated, not excluded: --async-scheduling (not modelled: the simulator's steps are
 serial), vLLM 0.10.x and SGLang 0.5.4-0.5.7 rows (simulated with the v0.11.0 / v0.5.3 scheduler
-rules), SGLang bench_serving's range ratio 0 (lengths uniform in [1, len]: replayed as len/2 with
+rules), --enforce-eager rows (no CUDA graph memory; the step time still as CUDA-graph launched),
+SGLang bench_serving's range ratio 0 (lengths uniform in [1, len]: replayed as len/2 with
 range ratio 0.999), architecture twins (Qwen2-7B as Qwen2.5-7B, Llama-3.3-70B as Llama-3.1-70B,
 DeepSeek-R1 as DeepSeek-V3).
 
@@ -113,6 +114,8 @@ MODELS = {
     "Qwen/Qwen3-8B": ("qwen3-8b", ""),
     "Qwen/Qwen3-32B": ("qwen3-32b", ""),
     "Qwen/Qwen3-235B-A22B": ("qwen3-235b-a22b", ""),
+    "Qwen/Qwen3-14B": ("tests/fixtures/hf/corpus/qwen3-14b.json", ""),
+    "Qwen/Qwen3-30B-A3B": ("tests/fixtures/hf/corpus/qwen3-30b-a3b.json", ""),
     "openai/gpt-oss-120b": ("gpt-oss-120b", ""),
     "openai/gpt-oss-20b": ("gpt-oss-20b", ""),
     "deepseek-ai/DeepSeek-R1": ("deepseek-v3", "DeepSeek-R1 as DeepSeek-V3 (same architecture)"),
@@ -343,10 +346,15 @@ def _case(line: int, r: dict[str, str]) -> Case:
         flags["max_model_len"] = m[1]
     if m := re.search(r"KV ([\d.]+) GiB", text):
         flags["kv_cache_memory"] = f"{m[1]}GiB"
-    elif m := re.search(r"(?:gpu_memory_utilization|--gpu-memory-utilization) ([\d.]+)", text):
+    elif m := re.search(r"(?:gpu_memory_utilization|--gpu-memory-utilization) (\d*\.?\d+)", text):
         flags["gpu_memory_utilization"] = float(m[1])
     if "--async-scheduling" in text:
         notes.append("--async-scheduling (not modelled)")
+    if "--enforce-eager" in text:  # no CUDA graphs: their memory is not taken; the step still assumes them
+        flags["enforce_eager"] = True
+        notes.append(
+            "--enforce-eager: no CUDA graph memory; the step time is CUDA-graph launched (not modelled)"
+        )
     inp, out = _int(r["input_len"]), _int(r["output_len"])
     assert inp is not None and out is not None
     ratio = 0.0
