@@ -11,6 +11,7 @@ conv_kernel - 1 + k rows (mamba_utils.py gated_delta_net_state_shape).
 from __future__ import annotations
 
 import json
+import math
 
 from helpers import REPO, plan, run_cli
 from kvplan.logs.logparse import parse
@@ -125,3 +126,22 @@ def test_a_draft_checkpoint_in_a_log_is_refused_in_one_line(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "draft checkpoint (eagle3, 3 tokens)" in lines[0]
     assert "--speculative-draft-config" in lines[0]
+
+
+def test_kvplan_counts_the_state_pages_vllm_charges_a_request():
+    # Qwen3.5-27B on an H100 at 32K, vLLM 0.33 (prefix caching on: 'align' mode) with MTP 3: vLLM charges a
+    # request 41 attention blocks + 5 pages in each of 3 state groups = 56 of 362 blocks (6.46x); kvplan counted
+    # one copy of each state and said 8 users. Now 2 + 3 copies: 6, the engine's figure less the null block.
+    kw = {"max_model_len": 32768}
+    p = plan(QWEN35, "H100", speculative=_mtp(3), **kw)
+    assert p.engine.details.blocks_per_request == 41 + 3 * 5 and p.engine.num_blocks == 362
+    assert p.max_concurrency == 6 and abs(p.concurrency_factor - 362 / 56) < 0.01
+    plain = plan(QWEN35, "H100", **kw)  # 2 pages a state group ('align', no draft)
+    d = plain.engine.details
+    assert sorted({g.blocks_per_request for g in d.groups if g.kind == "state"}) == [2]
+    assert (
+        plain.max_concurrency == 8
+        and abs(plain.concurrency_factor - plain.engine.num_blocks / d.blocks_per_request) < 0.01
+    )
+    off = plan(QWEN35, "H100", enable_prefix_caching=False, **kw)  # one page: kvplan's count as before
+    assert off.max_concurrency == math.floor(off.engine.max_concurrency)

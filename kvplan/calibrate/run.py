@@ -7,6 +7,7 @@ are read without them. Profiles are YAML, written atomically.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -307,6 +308,11 @@ def parts_for(device: str, only: str | None, nproc: int | None) -> tuple[tuple[s
             raise UsageError(f"--nproc-per-node: an all-reduce needs at least 2 processes, got {procs}")
         if device == "cuda" and procs > gpus:
             raise UsageError(f"--nproc-per-node {procs}: this machine has {gpus} GPU(s)")
+        cores = os.cpu_count() or 1
+        if device != "cuda" and procs > cores:  # each process is a torch runtime of its own (~130 MB)
+            raise UsageError(
+                f"--nproc-per-node {procs}: this machine has {cores} CPU core(s); give at most {cores}"
+            )
     return tuple(p for p in PARTS if p in wanted), procs
 
 

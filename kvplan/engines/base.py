@@ -313,6 +313,10 @@ class Engine(ABC):
         """Work out the engine's own grouping of the model's layers, and a speculative draft's layers
         where they share its blocks (raises EngineUnsupported)."""
 
+    def state_blocks(self, layers: list[Layer] | tuple[Layer, ...]) -> tuple[int, str | None]:
+        """Copies of each recurrent state a request holds, and the rule (None: one, nothing to say)."""
+        return 1, None
+
     def state_conv_rows(self, layer: RecurrentState) -> int:
         """Rows the engine adds to a recurrent layer's convolution state (speculative decoding)."""
         return 0

@@ -940,7 +940,7 @@ class Vllm(Engine):
             pages = next(g.blocks_per_request for g in layout.groups if g.kind == "state")
             notes.append(
                 "vLLM holds each layer's recurrent state in attention-sized pages (padded) and charges a "
-                f"request {pages} page(s) per state group; kvplan counts the state's own bytes"
+                f"request {pages} page(s) per state group; kvplan counts {pages} copies of the state's own bytes"
             )
         same_charge = layout.blocks_per_request == layout.held_blocks_per_request
         if same_charge and math.floor(report.max_concurrency) != kvplan_concurrency and self.null_blocks:

@@ -9,13 +9,20 @@ from dataclasses import dataclass
 from kvplan.errors import UsageError
 from kvplan.formats import Format
 from kvplan.model import kv
-from kvplan.specs.models import Layer
+from kvplan.specs.models import Layer, RecurrentState
 
 
-def request_bytes(layers: list[Layer], fmt: Format, context: int, block_size: int, tp: int) -> int:
-    """Block-rounded bytes one request of `context` tokens holds on one GPU."""
+def request_bytes(
+    layers: list[Layer], fmt: Format, context: int, block_size: int, tp: int, state_copies: int = 1
+) -> int:
+    """Block-rounded bytes one request of `context` tokens holds on one GPU; `state_copies`: the copies of
+    each recurrent state a request holds (vLLM: one page per speculative token, and one more for prefix
+    caching's 'align' mode)."""
     return sum(
-        n * kv.layer_request_bytes(layer, fmt, context, block_size, tp) for layer, n in kv.grouped(layers)
+        n
+        * kv.layer_request_bytes(layer, fmt, context, block_size, tp)
+        * (state_copies if isinstance(layer, RecurrentState) else 1)
+        for layer, n in kv.grouped(layers)
     )
 
 
@@ -48,6 +55,7 @@ class Pool:
     fmt: Format
     block_size: int
     tp: int
+    state_copies: int = 1  # copies of each recurrent state a request holds (Engine.state_blocks)
 
     @property
     def num_blocks(self) -> int | None:
@@ -61,6 +69,13 @@ class Pool:
         return max(n - reserved_blocks, 0) * s.block_bytes_per_gpu
 
     def request_bytes(self, stage: int, context: int) -> int:
+        return request_bytes(
+            self.layers[stage], self.fmt, context, self.block_size, self.tp, self.state_copies
+        )
+
+    def read_bytes(self, stage: int, context: int) -> int:
+        """Bytes a decode step reads for one request: each recurrent state once, however many copies the
+        engine holds (the copies are the speculative and prefix-caching pages, not read every step)."""
         return request_bytes(self.layers[stage], self.fmt, context, self.block_size, self.tp)
 
     def requests_fitting(

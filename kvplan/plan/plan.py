@@ -505,7 +505,8 @@ def _pool(
             )
         )
         caches.append(StageCache(layers, rng, kv_bytes, whole))
-    return Pool(stages, [c.layers for c in caches], fmt, bs, kv_tp), caches
+    copies, _ = engine.state_blocks(list(spec.layers))
+    return Pool(stages, [c.layers for c in caches], fmt, bs, kv_tp, copies), caches
 
 
 def _draft_pool(
@@ -934,9 +935,8 @@ def _estimate(req: PlanRequest) -> Plan:
     )  # fmt: skip
     report = _engine_report(engine, problem, caches, fmt, bs, kv_tp, max_len, math.floor(conc.usable_factor))
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
-                                 conc.binding_stage, tp, req_len, conc.max_concurrency * attn_dp,
-                                 conc.request_bytes_per_gpu, avg, weights.stages[0].embedding_bytes_per_gpu,
-                                 float(fmt.bits_per_value), sh)  # fmt: skip
+                                 tp, req_len, conc.max_concurrency * attn_dp, avg,
+                                 weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value), sh)  # fmt: skip
     notes.append(
         f"decode step model: {decode.bandwidth_source}; prefill: {prefill.gemm_words}, attention, "
         f"all-reduces, launch, {prefill.source}; both estimates"

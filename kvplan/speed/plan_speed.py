@@ -607,11 +607,9 @@ def plan_speed(
     w_fmt: Format,
     e_fmt: Format,
     pool: Pool,
-    binding_stage: int,
     tp: int,
     max_len: int,
     max_conc: int,
-    per_req_gpu: int,
     avg: AvgContext | None,
     embedding_bytes: int = 0,
     kv_bits: float = 16,
@@ -629,15 +627,15 @@ def plan_speed(
     parts = parts_of(req, kv_bits)
     ctx, ctx_source = decode_context(req, max_len)
     kv_most = max(range(len(pool.stages)), key=lambda i: pool.stages[i].kv_bits_per_token_per_gpu)
-    per_req_ctx = pool.request_bytes(kv_most, ctx)
+    per_req_ctx = pool.read_bytes(kv_most, ctx)
     one = step_model.decode_step(inp, 1, per_req_ctx, ctx, parts)
     full = None
     if max_conc:
-        full_kv = pool.request_bytes(kv_most, max_len) if kv_most != binding_stage else per_req_gpu
+        full_kv = pool.read_bytes(kv_most, max_len)
         full = step_model.decode_step(inp, max_conc, full_kv, max_len, parts)
     at_avg = None
     if avg is not None and avg.max_concurrency_per_replica:
-        avg_kv = pool.request_bytes(kv_most, avg.avg_context_tokens)
+        avg_kv = pool.read_bytes(kv_most, avg.avg_context_tokens)
         at_avg = step_model.decode_step(
             inp, avg.max_concurrency_per_replica, avg_kv, avg.avg_context_tokens, parts
         )
