@@ -72,9 +72,12 @@ def _check_args(fn: Any, values: dict[str, Any], command: str) -> None:
             _check(command, name, value, fn.__annotations__[name])
 
 
+_INTERNAL = {"gpus_flag", "fixed_gpus"}  # SolveFlags' fields the CLI sets itself, not arguments
+
+
 def _flags(cls: type, given: dict[str, Any], command: str) -> Any:
     """`given` as the command's flags dataclass: names checked, numbers accepted where the CLI reads text."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in _INTERNAL}
     unknown = sorted(set(given) - set(fields))
     if unknown:
         names = ", ".join(sorted(fields))
@@ -82,6 +85,8 @@ def _flags(cls: type, given: dict[str, Any], command: str) -> Any:
     kwargs = {}
     for name, value in given.items():
         typed_as_text = "str" in str(fields[name].type)
+        if name == "engine_version" and isinstance(value, float):  # 0.10 is the float 0.1: vLLM 0.1
+            raise UsageError(f"{command}: engine_version={value!r}: give the release as text, e.g. '0.10'")
         if typed_as_text and isinstance(value, int | float) and not isinstance(value, bool):
             value = str(value)  # max_model_len=8192 as the CLI's "8192"
         _check(command, name, value, fields[name].type)
@@ -267,6 +272,7 @@ def compare(
     network_latency_us: float | None = None,
     data_parallel_size: int | None = None,
     enable_expert_parallel: bool = False,
+    **unknown: Any,
 ) -> TableResult:
     """Models and KV techniques side by side (`kvplan compare table`): one row per model x variant.
 
@@ -279,11 +285,17 @@ def compare(
     and expert parallelism (MoE rows). Each row's figures are bytes, ms and counts (`row.to_dict()`); a row that cannot run
     keeps its reason in `row.error`. `result.to_dict()` is `compare table --json`.
     """
-    _check_args(compare, locals(), "compare")
+    if unknown:
+        known = ", ".join(n for n in compare.__annotations__ if n not in ("return", "unknown"))
+        raise UsageError(f"compare: unknown argument(s) {', '.join(sorted(unknown))}; known: {known}")
+    _check_args(compare, {k: v for k, v in locals().items() if k != "unknown"}, "compare")
     from kvplan.commands import comparisons
 
     def joined(v: str | list[str] | None) -> str | None:
         return ",".join(v) if isinstance(v, list) else v
+
+    if models is not None and not str(joined(models)).strip():
+        raise UsageError("compare: models is empty; give model names, or leave it out for the default four")
 
     cluster = comparisons.ClusterFlags(
         gpus,
@@ -343,18 +355,22 @@ def check_log(
     _check_args(check_log, locals(), "check_log")
     from kvplan.commands import inputs
 
-    known = (
-        "engine_version",
-        "gpu_memory_utilization",
-        "mem_fraction_static",
-        "block_size",
-        "max_num_batched_tokens",
-        "kv_cache_dtype",
-        "weight_dtype",
-    )
+    known = {  # check-log's flags, typed as the CLI types them
+        "engine_version": "str | None",
+        "gpu_memory_utilization": "float | None",
+        "mem_fraction_static": "float | None",
+        "block_size": "int | None",
+        "max_num_batched_tokens": "str | int | None",
+        "kv_cache_dtype": "str | None",
+        "weight_dtype": "str | None",
+    }
     unknown = sorted(set(overrides) - set(known))
     if unknown:
         raise UsageError(f"check_log: unknown argument(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    for name, value in overrides.items():
+        if name == "engine_version" and isinstance(value, float):  # 0.10 is the float 0.1: vLLM 0.1
+            raise UsageError(f"check_log: engine_version={value!r}: give the release as text, e.g. '0.10'")
+        _check("check_log", name, value, known[name])
     if (log_file is None) == (log_text is None):
         raise UsageError("check_log: give exactly one of log_file (a path) or log_text (the log itself)")
     full = {k: overrides.get(k) for k in known}
@@ -407,6 +423,22 @@ def simulate(
     for name, target in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
         if target is not None:
             check_target_ms(name, target)
+    for name, value, cls in (
+        ("deployment", deployment, sim.Deployment),
+        ("workload", workload, sim.Workload),
+    ):
+        if value is not None and not isinstance(value, cls):
+            raise UsageError(
+                f"simulate: {name} must be a kvplan.simulator.{cls.__name__} (or None), got {type(value).__name__}"
+            )
+    if length_histogram is not None and not length_histogram.strip():
+        raise UsageError(
+            "simulate: length_histogram is empty; give a CSV file of input_len,output_len,weight"
+        )
+    if progress is not None and not callable(progress):
+        raise UsageError(
+            f"simulate: progress must be a function (done, total), got {type(progress).__name__}"
+        )
     if deployment is None:
         if model is None:
             raise UsageError("simulate: give a model (or a prepared deployment)")
@@ -434,7 +466,7 @@ def simulate(
                 burstiness=burstiness,
                 max_concurrency=max_concurrency,
                 seed=seed,
-                histogram=Path(length_histogram) if length_histogram else None,
+                histogram=Path(length_histogram) if length_histogram is not None else None,
             )
     result = sim.simulate(deployment, workload, ttft_ms, tpot_ms, progress)
     if result.completed == 0 and result.failed:

@@ -100,3 +100,21 @@ def ceil_div(a: int, b: int) -> int:
 def plural(n: int, word: str) -> str:
     """'1 token', '16 tokens', '1 request'."""
     return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def printable(text: str) -> str:
+    """`text` with control characters (an escape sequence in a file name, a newline) shown as '?': what a
+    saved file or a profile names is printed, never executed by the terminal."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+# the curves' glyphs where the output's encoding has no box or block characters (LC_ALL=C, PYTHONIOENCODING=ascii)
+_ASCII = str.maketrans({"│": "|", "└": "+", "─": "-", "▁": ".", "▂": ":", "▃": "-", "▄": "=", "▅": "+", "▆": "*",
+                        "▇": "#", "█": "@"})  # fmt: skip
+
+
+def plain_text(text: str, encoding: str | None) -> str:
+    """`text` as the output's encoding can print it: box and block glyphs as ASCII where it is not UTF."""
+    if (encoding or "").lower().replace("-", "").replace("_", "").startswith("utf"):
+        return text
+    return text.translate(_ASCII)

@@ -17,11 +17,16 @@ from kvplan.errors import UsageError
 
 
 def data_dir() -> Path:
-    """$KVPLAN_DATA_DIR, else $XDG_DATA_HOME/kvplan, else ~/.local/share/kvplan."""
-    if os.environ.get("KVPLAN_DATA_DIR"):
-        return Path(os.environ["KVPLAN_DATA_DIR"]).expanduser()
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base).expanduser() / "kvplan"
+    """$KVPLAN_DATA_DIR, else $XDG_DATA_HOME/kvplan (an absolute path: the XDG Base Directory spec says a
+    relative one is ignored), else ~/.local/share/kvplan."""
+    given = os.environ.get("KVPLAN_DATA_DIR")
+    if given is not None and given != "":
+        if not given.strip():
+            raise UsageError("KVPLAN_DATA_DIR is blank; set it to a folder, or unset it for the default")
+        return Path(given).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
+    return base / "kvplan"
 
 
 def overheads_path() -> Path:
@@ -59,6 +64,11 @@ def locked(directory: Path) -> Iterator[None]:
         directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(directory, os.O_RDONLY)  # the directory itself: no lock file to leave behind
     except OSError as exc:
+        if (directory.exists() or directory.is_symlink()) and not directory.is_dir():
+            raise UsageError(
+                f"{directory}: kvplan's data folder is a file (or a broken link), not a folder; set "
+                "KVPLAN_DATA_DIR to a folder"
+            ) from None
         raise UsageError(f"{directory}: cannot lock ({exc.strerror or exc}); check its permissions") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -80,6 +90,18 @@ def clean_stale_temps(path: Path) -> None:
                 tmp.unlink()
 
 
+def present(path: Path) -> bool:
+    """Whether a saved file is there (a dangling link or a loop counts, to be refused when read); a folder
+    kvplan may not search is refused in one line, not a traceback."""
+    try:
+        return path.exists() or path.is_symlink()
+    except OSError as exc:
+        raise UsageError(
+            f"{path}: cannot look for kvplan's saved data ({exc.strerror or exc}); fix the folder's permissions, "
+            "set KVPLAN_DATA_DIR elsewhere, or pass --no-calibration"
+        ) from None
+
+
 def check_output(path: Path, flag: str) -> None:
     """An output file named on the command line (a chart) is a new file or a regular one to replace: a
     symlink, FIFO, device or directory there is refused in one line, never replaced by a file."""
@@ -92,8 +114,11 @@ def check_output(path: Path, flag: str) -> None:
 def write_atomic(path: Path, data: str | bytes, mode: int | None = None) -> None:
     """Write `data` to `path` through a temporary file and a rename: readers never see half a file.
     The temp file is created exclusively with an unpredictable name (never through a planted
-    symlink); the result keeps the mode of the file it replaces, else 0644 (or `mode`)."""
+    symlink); the result keeps the mode of the file it replaces, else 0644 (or `mode`). A `path` that is a
+    symlink is written through: its target is replaced, the link kept."""
     try:
+        if path.is_symlink():  # a data file kept elsewhere (a dotfiles repository): its target is replaced
+            path = path.resolve(strict=True)
         path.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_temps(path)
         if mode is None:

@@ -141,6 +141,14 @@ def test_version_1_profiles_are_still_read(tmp_path):
         (lambda d: d["launch"].update(seconds=float("nan")), "launch.seconds"),
         (lambda d: d.update(gemm={"dtype": "bf16"}), "gemm"),
         (lambda d: d.update(device="tpu"), "device"),
+        # finite but past any measurement (fuzz H4): 1e300 s overflowed the curve fit into a traceback
+        (
+            lambda d: d["gemm"][3].update(seconds=1e300),
+            "gemm[3].seconds: expected a time in seconds, above 0",
+        ),
+        (lambda d: d["allreduce"][0].update(latency_seconds=5.0), "allreduce[0].latency_seconds"),
+        (lambda d: d["allreduce"][0].update(bytes_per_s=1e300), "allreduce[0].bytes_per_s"),
+        (lambda d: d.update(surprise=1), "unknown field 'surprise'"),
     ],
 )
 def test_bad_fields_are_one_line_errors_naming_file_and_field(tmp_path, edit, field):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,7 +21,8 @@ import yaml
 
 from kvplan.errors import SpecError, UsageError
 from kvplan.specs.io import load_yaml_text, read_text
-from kvplan.userdata import profile_path, shipped_profile_path, write_atomic
+from kvplan.units import printable
+from kvplan.userdata import present, profile_path, shipped_profile_path, write_atomic
 
 if TYPE_CHECKING:
     from kvplan.specs.models import GpuSpec
@@ -341,9 +343,11 @@ class CalibrationUse:
 def mismatch(prof: Profile, gpu: GpuSpec) -> str | None:
     """Why `prof` does not describe `gpu`, or None when it does."""
     if prof.device != "cuda":
-        return f"a CPU profile ({prof.device_name})"
+        return f"a CPU profile ({printable(prof.device_name)})"
     if prof.gpu_spec is None or prof.gpu_spec not in gpu.all_names:
-        return f"measured on {prof.device_name} ({prof.gpu_spec or 'no shipped GPU spec'})"
+        return (
+            f"measured on {printable(prof.device_name)} ({printable(prof.gpu_spec or 'no shipped GPU spec')})"
+        )
     return None
 
 
@@ -396,16 +400,19 @@ def find_for(gpu_name: str) -> tuple[Profile, Path] | None:
     """The profile saved under this shipped GPU's name (the user's own `kvplan calibrate`), else the
     one kvplan ships for it, if any (whatever device it describes: the caller checks that)."""
     for path in (default_path(gpu_name), shipped_profile_path(gpu_name)):
-        if path.exists() or path.is_symlink():  # a dangling link or a loop is read (and refused)
-            return load(path), path
+        if present(path):  # a dangling link or a loop is read (and refused)
+            return load(path, saved=True), path
     return None
 
 
-def load(path: Path) -> Profile:
-    def bad(what: str) -> SpecError:
-        return SpecError(f"{path}: {what}; re-run `kvplan calibrate` or pass another --calibration-file")
+def load(path: Path, saved: bool = False) -> Profile:
+    """A profile file: one named by --calibration-file, or (`saved`) the one kvplan found for the GPU."""
+    advice = "pass --no-calibration" if saved else "pass another --calibration-file"
 
-    if not path.exists() and not path.is_symlink():
+    def bad(what: str) -> SpecError:
+        return SpecError(f"{path}: {what}; re-run `kvplan calibrate` or {advice}")
+
+    if not present(path):
         raise SpecError(f"{path}: no such calibration profile; run `kvplan calibrate` first")
     try:
         data = load_yaml_text(read_text(path), path)
@@ -438,7 +445,8 @@ def load(path: Path) -> Profile:
             }
         )
     except (KeyError, TypeError) as exc:
-        raise bad(f"malformed ({exc})") from None
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        raise bad(f"unknown field {unknown[1]!r}" if unknown else f"malformed ({exc})") from None
     return prof
 
 
@@ -462,9 +470,15 @@ def _maybe(check: Check) -> Check:
 
 
 NUMBER: Check = (_number, "a finite number")
-POSITIVE: Check = (lambda v: _number(v) and v > 0, "a finite number > 0")
-NON_NEGATIVE: Check = (lambda v: _number(v) and v >= 0, "a finite number >= 0")
-COUNT: Check = (lambda v: _int(v) and v >= 1, "an integer >= 1")
+COUNT: Check = (lambda v: _int(v) and v >= 1 and v <= 2**40, "an integer from 1 to 2^40")
+# what a measurement on any machine can be: a profile outside these is edited or corrupt, and its curves would
+# overflow (1e300 s) or print absurd step times
+SECONDS: Check = (lambda v: _number(v) and 0 < v <= 3600, "a time in seconds, above 0 and at most 3,600")
+LATENCY: Check = (lambda v: _number(v) and 0 <= v <= 1, "a time in seconds from 0 to 1")
+RATE: Check = (lambda v: _number(v) and 0 < v <= 1e16, "bytes per second, above 0 and at most 1e16")
+SIZE: Check = (lambda v: _number(v) and 0 < v <= 2**50, "bytes, above 0 and at most 2^50")
+HALF_SIZE: Check = (lambda v: _number(v) and 0 <= v <= 2**50, "bytes from 0 to 2^50")
+ERROR: Check = (lambda v: _number(v) and 0 <= v <= 100, "a relative error from 0 to 100")
 TEXT: Check = (lambda v: isinstance(v, str), "text")
 
 GEMM_TIMINGS = ("graph", "eager", "cpu")
@@ -479,39 +493,39 @@ _PROFILE_FIELDS: dict[str, Check] = {
     "driver": _maybe(TEXT),
     "triton": _maybe(TEXT),
     "sm_count": _maybe(COUNT),
-    "datasheet_bytes_per_s": _maybe(POSITIVE),
+    "datasheet_bytes_per_s": _maybe(RATE),
     "gemm_timing": _maybe((lambda v: v in GEMM_TIMINGS, f"one of {', '.join(GEMM_TIMINGS)}")),
 }
-_FIT_FIELDS = {"peak_bytes_per_s": POSITIVE, "half_bytes": NON_NEGATIVE, "rms_relative_error": NON_NEGATIVE}
+_FIT_FIELDS = {"peak_bytes_per_s": RATE, "half_bytes": HALF_SIZE, "rms_relative_error": ERROR}
 _POINT_FIELDS = {
     "kv_dtype": TEXT,
     "batch": COUNT,
     "context": COUNT,
-    "bytes": POSITIVE,
-    "seconds": POSITIVE,
-    "bytes_per_s": POSITIVE,
+    "bytes": SIZE,
+    "seconds": SECONDS,
+    "bytes_per_s": RATE,
 }
 _GEMM_FIELDS: dict[str, Check] = {
     "dtype": (lambda v: v in GEMM_DTYPES, f"one of {', '.join(GEMM_DTYPES)}"),
     "batch": COUNT,
     "k": COUNT,
     "n": COUNT,
-    "seconds": POSITIVE,
-    "weight_bytes_per_s": POSITIVE,
+    "seconds": SECONDS,
+    "weight_bytes_per_s": RATE,
 }
 _ALLREDUCE_FIELDS: dict[str, Check] = {
     "backend": TEXT,
     "world_size": (lambda v: _int(v) and v >= 2, "an integer >= 2"),
     "nodes": COUNT,
     "dtype": TEXT,
-    "latency_seconds": NON_NEGATIVE,
-    "bytes_per_s": POSITIVE,
-    "bus_bytes_per_s": POSITIVE,
-    "rms_relative_error": NON_NEGATIVE,
+    "latency_seconds": LATENCY,
+    "bytes_per_s": RATE,
+    "bus_bytes_per_s": RATE,
+    "rms_relative_error": ERROR,
     "points": (lambda v: isinstance(v, list) and len(v) >= 2, "a list of at least two message sizes"),
 }
-_ALLREDUCE_POINT_FIELDS = {"bytes": COUNT, "seconds": POSITIVE}
-_LAUNCH_FIELDS = {"seconds": POSITIVE, "graph_seconds": _maybe(POSITIVE), "method": TEXT}
+_ALLREDUCE_POINT_FIELDS = {"bytes": COUNT, "seconds": SECONDS}
+_LAUNCH_FIELDS = {"seconds": SECONDS, "graph_seconds": _maybe(SECONDS), "method": TEXT}
 
 
 def _check_record(record: Any, where: str, fields: dict[str, Check], bad: Callable[[str], SpecError]) -> None:

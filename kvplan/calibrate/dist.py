@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -233,6 +234,13 @@ def _run_forwarding(
     killer = threading.Timer(timeout_s, proc.kill)
     killer.start()
     last = error = ""
+    # SIGTERM (timeout, a job scheduler) as an exit, so that the finally below stops torchrun, which stops
+    # its workers, and the temporary folder is removed (the default action would orphan both)
+    previous = (
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        if threading.current_thread() is threading.main_thread()
+        else None
+    )
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -246,7 +254,19 @@ def _run_forwarding(
         proc.wait()
     finally:
         killer.cancel()
+        if proc.poll() is None:  # interrupted (Ctrl-C, SIGTERM): torchrun forwards the signal to its workers
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return f"exit {proc.returncode}: {(error or last)[:300]}"
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

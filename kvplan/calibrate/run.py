@@ -303,6 +303,10 @@ def parts_for(device: str, only: str | None, nproc: int | None) -> tuple[tuple[s
         bad = [p for p in wanted if p not in PARTS]
         if not wanted or bad:
             raise UsageError(f"--only: {', '.join(bad) or repr(only)}: choose from {', '.join(PARTS)}")
+    if nproc is not None and "allreduce" not in wanted:
+        raise UsageError(
+            "--nproc-per-node sizes the all-reduce, which this run does not measure; add --only allreduce"
+        )
     if "allreduce" in wanted:
         if procs < 2:
             raise UsageError(f"--nproc-per-node: an all-reduce needs at least 2 processes, got {procs}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
@@ -121,8 +122,11 @@ def _group(
         ),
     ] = False,
 ) -> None:
-    # a callback makes typer build a group although no command is registered up front
-    pass
+    # a callback makes typer build a group although no command is registered up front; an output whose
+    # encoding has no character kvplan prints (LC_ALL=C, PYTHONIOENCODING=ascii) gets '?', never a traceback
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and not (stream.encoding or "").lower().startswith("utf"):
+            stream.reconfigure(errors="replace")
 
 
 def _wants_json(kwargs: dict[str, Any]) -> bool:
@@ -142,10 +146,9 @@ def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
                 from kvplan.render.jsonout import to_json
 
                 typer.echo(to_json(exc.to_dict()))
-            from rich.console import Console
             from rich.markup import escape
 
-            Console(stderr=True, soft_wrap=True).print(
+            make_console(stderr=True, soft_wrap=True).print(
                 f"[bold red]error:[/] {escape(str(exc))}", highlight=False
             )
             raise typer.Exit(exc.exit_code) from None
@@ -153,11 +156,20 @@ def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def console() -> Console:
-    """Where tables go; rich is loaded only to print them (never for --json)."""
+MIN_WIDTH = 80  # narrower terminals (or COLUMNS=0) get 80-column output their terminal wraps: no value cut
+
+
+def make_console(stderr: bool = False, soft_wrap: bool = False) -> Console:
+    """A rich console at the terminal's width, or MIN_WIDTH where that is narrower (or unreadable)."""
     from rich.console import Console
 
-    return Console(soft_wrap=False)
+    out = Console(stderr=stderr, soft_wrap=soft_wrap)
+    return out if out.width >= MIN_WIDTH else Console(stderr=stderr, soft_wrap=soft_wrap, width=MIN_WIDTH)
+
+
+def console() -> Console:
+    """Where tables go; rich is loaded only to print them (never for --json)."""
+    return make_console()
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from kvplan.cli import options as o
-from kvplan.cli.app import console, reports_errors
+from kvplan.cli.app import console, make_console, reports_errors
 from kvplan.errors import UsageError
 
 
@@ -55,11 +55,10 @@ def calibrate(
     128), decode-shaped GEMMs (bf16, fp16, fp8 on sm89+), the kernel launch floor, and all-reduces
     over the local GPUs (torchrun; across nodes run `torchrun ... -m kvplan.calibrate.dist`).
     --output is the profile's path (default: kvplan's data dir)."""
-    from rich.console import Console
 
     from kvplan.calibrate.run import measure_and_save
 
-    err = Console(stderr=True, soft_wrap=True)  # progress goes to stderr, so --json stays parseable
+    err = make_console(stderr=True, soft_wrap=True)  # progress goes to stderr, so --json stays parseable
     if kv_dtype is not None:
         if kv_cache_dtype is not None:
             raise UsageError("give --kv-cache-dtype only (--kv-dtype is its old name)")

@@ -396,6 +396,14 @@ def disaggregated_requests(
         raise UsageError("--disaggregated needs --prefill-gpus NxGPU and --decode-gpus MxGPU, e.g. 8xH100")
     if f.input_len is None or f.output_len is None:
         raise UsageError("--disaggregated needs --input-len and --output-len (a request's prompt and output)")
+    ignored = [flag for flag, given in (("--avg-context", f.avg_context is not None),
+               ("--shared-prefix-tokens", f.shared_prefix_tokens not in ("0", "")),
+               ("--prefix-hit-rate", f.prefix_hit_rate != 1.0)) if given]  # fmt: skip
+    if ignored:
+        raise UsageError(
+            f"--disaggregated sizes its pools from --input-len and --output-len; {', '.join(ignored)} "
+            "would change nothing: leave them out"
+        )
     for tp, flag in ((prefill_tp, "--prefill-tp"), (decode_tp, "--decode-tp")):
         if tp is not None and not 1 <= tp <= 1024:
             raise UsageError(f"{flag} must be between 1 and 1,024, got {tp}")
@@ -430,12 +438,10 @@ def _default_mnbt(f: EstimateFlags, gpu: GpuSpec) -> int:
 def bandwidth_profile(gpu: GpuSpec, use_saved: bool, path: str | None, force: bool = False) -> dict[str, Any]:
     """PlanRequest fields from a `kvplan calibrate` profile: a named one, else this GPU's saved one.
     A profile of another device (a CPU, another GPU) is refused unless `force`, and then says so."""
-    from kvplan.userdata import profile_path, shipped_profile_path
+    from kvplan.userdata import present, profile_path, shipped_profile_path
 
-    saved = any(
-        p.exists() or p.is_symlink() for p in (profile_path(gpu.name), shipped_profile_path(gpu.name))
-    )
-    if not path and not (use_saved and saved):
+    saved = use_saved and any(present(p) for p in (profile_path(gpu.name), shipped_profile_path(gpu.name)))
+    if not path and not saved:
         return {}  # nothing to read: the calibration module need not even load
     from kvplan.calibrate import calibration
 
@@ -467,10 +473,10 @@ def calibrated_reserve(
     max_num_batched_tokens: int,
 ) -> tuple[int | None, str | None]:
     """A saved non-KV overhead for this exact setup, if `check-log --save-calibration` recorded one."""
-    from kvplan.userdata import overheads_path
+    from kvplan.userdata import overheads_path, present
 
     path = overheads_path()
-    if not path.exists() and not path.is_symlink():  # a dangling link or a loop is refused
+    if not present(path):  # a dangling link or a loop is refused
         return None, None
     from kvplan.logs import overheads
     from kvplan.model.parallel import make_layout
@@ -482,6 +488,11 @@ def calibrated_reserve(
     entry = overheads.find(path, model, gpu.name, engine, layout.tp, layout.pp, max_num_batched_tokens)
     if entry is None:
         return None, None
+    if entry.reserve_bytes >= gpu.memory_bytes:  # an edited file: no engine keeps a whole GPU beside its KV
+        raise UsageError(
+            f"{path}: reserve_bytes {entry.reserve_bytes:,} for {model} on {gpu.name} is more than the GPU's "
+            f"{gpu.memory_bytes:,} bytes; fix or delete that entry, or pass --no-calibration"
+        )
     return entry.reserve_bytes, entry.describe(path)
 
 

@@ -18,7 +18,8 @@ import yaml
 from kvplan.errors import SpecError, UsageError
 from kvplan.limits import MAX_BYTES
 from kvplan.specs.io import load_yaml_text, read_text
-from kvplan.userdata import locked, overheads_path, write_atomic
+from kvplan.units import printable
+from kvplan.userdata import locked, overheads_path, present, write_atomic
 
 if TYPE_CHECKING:
     from kvplan.logs.checklog import CheckResult
@@ -58,8 +59,8 @@ class Overhead:
 
     def describe(self, path: Path) -> str:
         return (
-            f"measured from a {self.engine} {self.engine_version} log ({self.source}) on {self.measured_on}; "
-            f"calibration {path}"
+            f"measured from a {printable(self.engine)} {printable(self.engine_version)} log "
+            f"({printable(self.source)}) on {printable(self.measured_on)}; calibration {printable(str(path))}"
         )
 
 
@@ -71,7 +72,7 @@ def _bad(path: Path, what: str) -> SpecError:
 
 def load(path: Path) -> list[Overhead]:
     """All entries of a calibration file; a missing file has none, a corrupt one is an error."""
-    if not path.exists() and not path.is_symlink():  # a dangling link or a loop is read (and refused)
+    if not present(path):  # a dangling link or a loop is read (and refused)
         return []
     try:
         data = load_yaml_text(read_text(path), path)
@@ -79,6 +80,8 @@ def load(path: Path) -> list[Overhead]:
         raise _bad(
             path, str(exc).removeprefix(f"{path}:").strip().replace("malformed YAML", "not valid YAML")
         ) from None
+    if data is None:
+        raise _bad(path, "holds nothing but comments, not a kvplan overhead calibration")
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise _bad(path, f"not a kvplan overhead calibration (schema {found!r}, expected {SCHEMA!r})")
@@ -148,7 +151,7 @@ def save_measured(result: CheckResult, model: str, gpu: str, source: str) -> Pat
         reserve_bytes=result.measured_reserve_bytes,
         engine_version=result.version,
         measured_on=datetime.date.today().isoformat(),
-        source=source,
+        source=printable(source),
     )
     save(path, entry)
     return path

@@ -8,7 +8,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from kvplan.errors import UsageError
-from kvplan.units import GiB
+from kvplan.units import GiB, plain_text
 from kvplan.userdata import write_atomic
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def print_curve(result: PlotResult, console: Console) -> None:
 
     top = max((v for _, ys in result.series for v in ys if v), default=1)
     labels = [label for label, _ in result.series]
-    sparks = [_spark(ys, top) for _, ys in result.series]
+    sparks = [plain_text(_spark(ys, top), console.encoding) for _, ys in result.series]
     cells = [["-" if y is None else f"{y:,}" for y in ys] for _, ys in result.series]
     heads = [_context_label(c) for c in result.contexts]
     name_w = max([len("model / variant"), *map(len, labels)])

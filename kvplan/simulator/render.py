@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvplan.errors import UsageError
+from kvplan.units import plain_text
 from kvplan.userdata import check_output, write_atomic
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ def render(result: SimResult, console: Console) -> None:
     if chart:
         console.print("KV cache usage over simulated time (fraction of the pool)", highlight=False)
         for line in chart:
-            console.print(line, highlight=False)
+            console.print(plain_text(line, console.encoding), highlight=False)
     console.print("Assumptions", highlight=False)
     for a in result.assumptions:
         console.print(f"- {a}", highlight=False)
