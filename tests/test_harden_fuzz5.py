@@ -176,3 +176,17 @@ def test_a_comments_only_overheads_file_says_so(tmp_path, monkeypatch):
     (tmp_path / "overheads.yaml").write_text("# nothing yet\n")
     r = run_cli("estimate", "-m", "llama3.1-8b")
     assert r.exit_code == 2 and "holds nothing but comments, not a kvplan overhead calibration" in r.stderr
+
+
+def test_refusals_name_the_flag_that_sized_the_memory_and_the_pool_that_failed():
+    # H19: "--kv-cache-memory 1KiB" was never named; a failing disaggregated pool did not say which, and
+    # suggested -tp/-pp
+    r = run_cli("estimate", "-m", "llama3.1-8b", "--kv-cache-memory", "1KiB")
+    assert r.exit_code == 3 and r.stderr.strip().endswith(
+        "or add GPUs, use a smaller --kv-cache-dtype, or raise --kv-cache-memory"
+    )
+    r = run_cli("estimate", "-m", "llama3-70b", "--disaggregated", "--prefill-gpus", "1xH100", "--decode-gpus",
+                "8xH100", "--input-len", "8000", "--output-len", "192")  # fmt: skip
+    assert r.exit_code == 3
+    assert r.stderr.startswith("error: the prefill pool (1xH100): weights need 131.42 GiB per GPU")
+    assert "use more GPUs (--prefill-gpus, --prefill-tp)" in r.stderr and "-tp/-pp" not in r.stderr

@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kvplan.errors import UsageError
+from kvplan.errors import KvplanError, UsageError
 from kvplan.model.parallel import DEFAULT_NETWORK, Network
 from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.speed.prefill import prefill_caveat, prefill_time
@@ -114,6 +114,15 @@ def kv_transfer_seconds(prefill: Plan, input_tokens: int, net: Network) -> float
     return input_tokens * kv_moved_bytes_per_token(prefill) / replica_link_bytes_per_s(prefill, net)
 
 
+def _pool_plan(req: PlanRequest, pool: str, gpus: str) -> Plan:
+    """One pool's plan; a refusal says which pool, and its layout flags in place of -tp/-pp."""
+    try:
+        return estimate(req)
+    except KvplanError as exc:
+        text = str(exc).replace("(-tp/-pp)", f"(--{pool}-gpus, --{pool}-tp)")
+        raise type(exc)(f"the {pool} pool ({gpus}): {text}", **exc.figures) from None
+
+
 def disaggregate(
     prefill_req: PlanRequest, decode_req: PlanRequest, prefill_gpus: str, decode_gpus: str
 ) -> Disaggregated:
@@ -123,9 +132,9 @@ def disaggregate(
     inp, out = prefill_req.input_len, prefill_req.output_len
     if out < 1:
         raise UsageError("--disaggregated needs --output-len >= 1")
-    p = estimate(prefill_req)
+    p = _pool_plan(prefill_req, "prefill", prefill_gpus)
     # the decode pool also reports its concurrency at a request's final context, input + output
-    d = estimate(dataclasses.replace(decode_req, avg_context_tokens=inp + out))
+    d = _pool_plan(dataclasses.replace(decode_req, avg_context_tokens=inp + out), "decode", decode_gpus)
 
     kv_token = kv_moved_bytes_per_token(p)
     copies = kv_token / p.kv_bytes_per_token if p.kv_bytes_per_token else 1.0

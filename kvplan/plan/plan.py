@@ -586,7 +586,7 @@ def _concurrency(req: PlanRequest, engine: Engine, pool: Pool, max_len: int, not
         fit = pool.largest_fitting_len(bind, pool.usable_bytes(bind, null_blocks), max_len)
         started = engine.oversized_request(max_len, fit)
         if started is None:
-            _does_not_fit(pool, bind, null_blocks, max_len, fit)
+            _does_not_fit(pool, bind, null_blocks, max_len, fit, _kv_memory_flag(req))
         max_len, warning = started
         notes.append(f"WARNING: {warning}")
     conc_factor, bind = pool.requests_fitting(max_len)
@@ -601,7 +601,9 @@ def _concurrency(req: PlanRequest, engine: Engine, pool: Pool, max_len: int, not
     )
 
 
-def _does_not_fit(pool: Pool, bind: int, null_blocks: int, max_len: int, fit: int | None) -> NoReturn:
+def _does_not_fit(
+    pool: Pool, bind: int, null_blocks: int, max_len: int, fit: int | None, memory_flag: str
+) -> NoReturn:
     """One request at --max-model-len does not fit and the engine refuses to start (vLLM raises in
     kv_cache_utils.py check_enough_kv_cache_memory)."""
     per_req = pool.request_bytes(bind, max_len)
@@ -611,7 +613,7 @@ def _does_not_fit(pool: Pool, bind: int, null_blocks: int, max_len: int, fit: in
     raise RequestDoesNotFit(
         f"one request at --max-model-len {max_len:,} needs {fmt_gib(per_req, digits)} of KV cache "
         f"per GPU, but only {fmt_gib(avail, digits)} is usable (whole blocks, one kept as the null "
-        f"block){hint}; or add GPUs, or use a smaller --kv-cache-dtype",
+        f"block){hint}; or add GPUs, use a smaller --kv-cache-dtype, or raise {memory_flag}",
         kv_bytes_per_request_per_gpu=per_req,
         usable_kv_bytes_per_gpu=avail,
         largest_fitting_max_model_len=fit,
