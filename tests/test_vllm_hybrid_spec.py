@@ -145,3 +145,13 @@ def test_kvplan_counts_the_state_pages_vllm_charges_a_request():
     )
     off = plan(QWEN35, "H100", enable_prefix_caching=False, **kw)  # one page: kvplan's count as before
     assert off.max_concurrency == math.floor(off.engine.max_concurrency)
+
+
+def test_the_kv_table_says_the_pool_tokens_are_before_the_fixed_state():
+    # the pool's 409 blocks x 784 tokens = 320,656 read as tokens any load reaches, beside vLLM's 79,968 line;
+    # each request's recurrent state takes blocks too
+    out = run_cli("estimate", "-m", QWEN35, "-g", "H100", "--max-model-len", "32768").stdout
+    assert "KV pool per replica, before fixed state" in out and "320,656 tokens" in out
+    assert "of which fixed (state, image K/V)" in out and "block (per-token layers, per GPU)" in out
+    plain = run_cli("estimate", "-m", "llama3.1-8b", "-g", "H100").stdout
+    assert "KV pool per replica " in plain and "before fixed state" not in plain and "block (all layers" in plain

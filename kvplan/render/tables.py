@@ -120,11 +120,19 @@ def _kv_table(plan: Plan, console: Console) -> None:
         kvt.add_row("KV per token, layers without a window", fmt_bytes(plan.kv_bytes_per_token_growing))
         kvt.add_row("windowed layers' cap per request", fmt_bytes(plan.kv_bytes_per_sequence_windowed_cap))
     kvt.add_row(f"KV per request at {s.max_model_len:,} tokens", fmt_gib(plan.kv_bytes_per_request))
+    fixed = plan.kv_bytes_per_request_fixed  # recurrent state, image K/V: held per request, not per token
+    if fixed:
+        kvt.add_row("  of which fixed (state, image K/V)", fmt_bytes(fixed))
     kvt.add_row("  per GPU, in whole blocks", fmt_bytes(plan.kv_bytes_per_request_per_gpu))
-    kvt.add_row("block (all layers, per GPU)", fmt_bytes(plan.block_bytes_per_gpu))
+    kvt.add_row("block (per-token layers, per GPU)" if fixed else "block (all layers, per GPU)",
+                fmt_bytes(plan.block_bytes_per_gpu))  # fmt: skip
     if plan.num_blocks_per_gpu is not None:
         kvt.add_row("blocks per GPU", f"{plan.num_blocks_per_gpu:,}")
-    kvt.add_row("KV pool per replica", f"{plan.kv_pool_tokens:,} tokens")
+    # with fixed bytes a request's state takes blocks too: the pool's tokens are an upper bound no load reaches
+    kvt.add_row(
+        "KV pool per replica, before fixed state" if fixed else "KV pool per replica",
+        f"{plan.kv_pool_tokens:,} tokens",
+    )
     if c.data_parallel_size > 1:
         kvt.add_row("KV pool, cluster", f"{plan.kv_pool_tokens_cluster:,} tokens")
     console.print(kvt)
