@@ -154,4 +154,6 @@ def test_the_kv_table_says_the_pool_tokens_are_before_the_fixed_state():
     assert "KV pool per replica, before fixed state" in out and "320,656 tokens" in out
     assert "of which fixed (state, image K/V)" in out and "block (per-token layers, per GPU)" in out
     plain = run_cli("estimate", "-m", "llama3.1-8b", "-g", "H100").stdout
-    assert "KV pool per replica " in plain and "before fixed state" not in plain and "block (all layers" in plain
+    assert (
+        "KV pool per replica " in plain and "before fixed state" not in plain and "block (all layers" in plain
+    )

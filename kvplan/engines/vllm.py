@@ -935,7 +935,20 @@ class Vllm(Engine):
                 f"tokens); at full length it holds {layout.held_blocks_per_request:,}, which is what kvplan counts"
             )
         if layout.padding_layers:
-            notes.append(f"vLLM adds {layout.padding_layers} padding layers to equalise its KV-cache groups")
+            held = (
+                (report.num_blocks - self.null_blocks) // layout.held_blocks_per_request
+                if report.num_blocks and layout.held_blocks_per_request
+                else None
+            )
+            notes.append(
+                f"vLLM adds {layout.padding_layers} padding layers to equalise its KV-cache groups"
+                + (
+                    f"; their pages hold nothing, and kvplan's concurrency does not take them out: vLLM's blocks "
+                    f"hold {held:,} requests at full length, not {kvplan_concurrency:,}"
+                    if held is not None and held < kvplan_concurrency
+                    else ""
+                )
+            )
         if any(g.kind == "state" for g in layout.groups):
             pages = next(g.blocks_per_request for g in layout.groups if g.kind == "state")
             notes.append(

@@ -562,7 +562,7 @@ def _budget_source(
     notes += engine.budget_notes(budget, gpu, tp, pp)
     notes.append(
         f"{gpu.name} memory {fmt_gib(gpu.memory_bytes)} as the CUDA runtime reports it "
-        f"(datasheet {gpu.memory_marketing})"
+        f"(the datasheet's label '{gpu.memory_marketing}' is its marketing capacity, not a count of 10^9 bytes)"
     )
     return "computed"
 

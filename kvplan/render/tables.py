@@ -304,7 +304,7 @@ def render_gpus(gpus: list, console: Console) -> None:
     cols = [
         "name",
         *(["aliases"] if aliases else []),
-        "memory",
+        "datasheet label",
         "runtime total",
         "HBM bandwidth",
         "bf16 dense",

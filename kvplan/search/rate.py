@@ -154,8 +154,9 @@ class RateAnswer:
 
     @property
     def goodput(self) -> float:
-        """Requests/s meeting both targets, all replicas together."""
-        return (self.result.goodput or 0.0) * self.layout.data_parallel_size
+        """Requests/s meeting both targets, all replicas together: at most the rate sent (one replica's short
+        sample, scaled by the replicas, can finish its requests in less time than they were sent over)."""
+        return min((self.result.goodput or 0.0) * self.layout.data_parallel_size, self.request_rate)
 
     def to_dict(self) -> dict[str, Any]:
         a = self.layout.to_dict()

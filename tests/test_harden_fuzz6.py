@@ -1,0 +1,43 @@
+"""Issue 24: findings of the sixth fuzz pass (J-series) fixed this session, each test failing on the code before."""
+
+from __future__ import annotations
+
+from tests.helpers import plan, run_cli
+
+
+def test_solve_prints_no_kv_dtype_the_engines_do_not_take():
+    # J6: --kv-cache-dtype bf16,fp16 printed `vllm serve ... --kv-cache-dtype bf16`, which vLLM rejects
+    r = run_cli("solve", "-m", "llama3-70b", "-u", "50", "--max-model-len", "8K", "-g", "H100",
+                "--kv-cache-dtype", "bf16,fp16")  # fmt: skip
+    assert (
+        r.exit_code == 2
+        and "--kv-cache-dtype bf16: the engines' launch flag" in r.stderr
+        and "use auto or fp8" in r.stderr
+    )
+
+
+def test_solve_goodput_is_at_most_the_rate_sent():
+    # J13: "goodput 5.15 requests/s of 5" from one replica's short sample scaled by 8
+    r = run_cli("solve", "-m", "llama3.1-8b", "--max-model-len", "8K", "-g", "H100", "--request-rate", "5",
+                "--tpot-ms", "30", "--ttft-ms", "500", "--percentile", "99", "--num-prompts", "50", "--json")  # fmt: skip
+    assert r.exit_code == 0 and 0 < r.json()["goodput"] <= 5
+
+
+def test_the_gpu_table_and_assumptions_do_not_call_a_binary_capacity_gb():
+    # J17: "80 GB" beside "79.19 GiB" read as gigabytes (85.0 GB): it is the datasheet's label
+    out = run_cli("gpus").stdout
+    assert "datasheet label" in out and "runtime total" in out
+    p = plan("llama3.1-8b", "H100")
+    assert any(
+        "H100-SXM memory 79.19 GiB as the CUDA runtime reports it (the datasheet's label '80 GB HBM3' is its marketing "
+        "capacity, not a count of 10^9 bytes)" in a
+        for a in p.assumptions
+    )
+
+
+def test_padding_layers_say_how_many_requests_vllm_blocks_hold():
+    # J1: kvplan said 462 users for gemma3-27b on 8x H100 at 8K where vLLM's blocks hold 435 (8 padding layers)
+    p = plan("gemma3-27b", "H100", num_gpus=8, max_model_len=8192)
+    note = next(n for n in p.engine.differences if "padding layers" in n)
+    assert note.endswith(f"vLLM's blocks hold 435 requests at full length, not {p.max_concurrency:,}")
+    assert p.max_concurrency == 462
