@@ -41,3 +41,23 @@ def test_padding_layers_say_how_many_requests_vllm_blocks_hold():
     note = next(n for n in p.engine.differences if "padding layers" in n)
     assert note.endswith(f"vLLM's blocks hold 435 requests at full length, not {p.max_concurrency:,}")
     assert p.max_concurrency == 462
+
+
+def test_simulate_pool_of_a_grouped_vllm_layout_holds_what_vllms_blocks_hold():
+    # J2: gemma3-27b on one H100 at 8K: vLLM's 14,952 blocks are shared by 7 KV-cache groups (a full-length
+    # request holds 902 of them), yet the simulator gave a request one block per 16 tokens of all 14,952
+    # (239,216 tokens, ~7x the engine's pool). Scaled by 512/902: 8,487 blocks, 16 full-length requests as vLLM
+    import kvplan
+
+    r = kvplan.simulate("gemma3-27b", gpus="H100", max_model_len="8K", num_prompts=20)
+    d = r.to_dict()["deployment"]
+    assert d["pool_tokens"] == (14952 * 512 // 902 - 1) * 16
+    assert any(
+        "14,952 shared by 7 KV-cache groups, scaled by 512/902" in a for a in r.to_dict()["assumptions"]
+    )
+    plain = kvplan.simulate("llama3.1-8b", gpus="H100", max_model_len="8K", num_prompts=20).to_dict()[
+        "deployment"
+    ]
+    assert (
+        plain["pool_tokens"] == (plan("llama3.1-8b", "H100", max_model_len=8192).engine.num_blocks - 1) * 16
+    )

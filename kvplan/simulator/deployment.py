@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kvplan.engines import engine_class
+from kvplan.engines.base import VllmDetails
 from kvplan.errors import InfeasibleError
 from kvplan.simulator.sglang_engine import SglangEngine
 from kvplan.simulator.step import EngineSim, Recorder, SpecDecode
@@ -140,11 +141,21 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
         )
     else:
         num_blocks = plan.engine.num_blocks or plan.num_blocks_per_gpu or 0
+        details = plan.engine.details
+        single = -(-s.max_model_len // s.block_size)  # blocks of one group a full-length request holds
+        held = details.held_blocks_per_request if isinstance(details, VllmDetails) else 0
+        grouped = ""
+        if num_blocks and isinstance(details, VllmDetails) and held > single:
+            # vLLM's hybrid allocator shares its blocks among KV-cache groups (sliding, full, state, padding);
+            # the simulator's block manager is one group's: its pool is scaled so that a full-length request
+            # fills it as it fills vLLM's (exact at max-model-len; shorter requests are charged pro rata)
+            grouped = f" ({num_blocks:,} shared by {len(details.groups)} KV-cache groups, scaled by {single}/{held})"
+            num_blocks = max(2, num_blocks * single // held)
         pool_tokens = max(0, num_blocks - 1) * s.block_size
         max_seqs = _vllm_max_num_seqs(plan, req)
         chunk = None
         notes.append(
-            f"vLLM {s.engine_version} V1 scheduler: {num_blocks:,} KV blocks of {s.block_size} tokens "
+            f"vLLM {s.engine_version} V1 scheduler: {num_blocks:,} KV blocks of {s.block_size} tokens{grouped} "
             f"(one is the null block), --max-num-batched-tokens {s.max_num_batched_tokens:,}, "
             f"--max-num-seqs {max_seqs:,}, prefix caching {'on' if s.enable_prefix_caching else 'off'}"
         )
