@@ -61,3 +61,18 @@ def test_simulate_pool_of_a_grouped_vllm_layout_holds_what_vllms_blocks_hold():
     assert (
         plain["pool_tokens"] == (plan("llama3.1-8b", "H100", max_model_len=8192).engine.num_blocks - 1) * 16
     )
+
+
+def test_check_log_reads_the_logged_max_num_seqs():
+    # J3: a real H100 log of vLLM with 'max_num_seqs': 256 was refused ("one request ... does not fit"): check-log
+    # sized the sampler's profiling run for the default 1,024 sequences
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent / "fixtures"
+    log = root / "logs" / "real" / "vllm_0.11.0rc2.dev113_qwen3-vl-30b-a3b-instruct_h100_tp1.log"
+    model = root / "hf" / "corpus" / "qwen3-vl-30b-a3b-instruct.json"
+    r = run_cli("check-log", str(log), "--model", str(model), "--gpus", "H100", "--json")
+    assert r.exit_code == 0, r.stderr
+    rows = {row["quantity"]: row for row in r.json()["arithmetic"]}
+    assert rows["KV cache tokens"]["log"] == 95824 and abs(rows["KV cache tokens"]["kvplan"] - 95824) <= 64
+    assert rows["maximum concurrency"]["kvplan"] == 1.46

@@ -546,7 +546,12 @@ class Vllm(Engine):
 
     @classmethod
     def log_settings(cls, facts: dict[str, Any]) -> dict[str, Any]:
-        return {"gpu_memory_utilization": facts.get("gpu_memory_utilization")}
+        out = {"gpu_memory_utilization": facts.get("gpu_memory_utilization")}
+        if (
+            facts.get("max_num_seqs") is not None
+        ):  # it sizes the sampler's profiling run (a logged --max-num-seqs)
+            out["max_num_seqs"] = facts["max_num_seqs"]
+        return out
 
     @classmethod
     def arithmetic_budget(cls, facts: dict[str, Any], pred: Any) -> tuple[dict[str, Any], int] | None:
