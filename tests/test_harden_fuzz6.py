@@ -76,3 +76,13 @@ def test_check_log_reads_the_logged_max_num_seqs():
     rows = {row["quantity"]: row for row in r.json()["arithmetic"]}
     assert rows["KV cache tokens"]["log"] == 95824 and abs(rows["KV cache tokens"]["kvplan"] - 95824) <= 64
     assert rows["maximum concurrency"]["kvplan"] == 1.46
+
+
+def test_nodes_of_four_gpus_default_tp_to_four():
+    # J7: --gpus 2x4xH100 was refused ("TP 8 x PP 2 = 16 does not divide") as if a node held the catalog's 8
+    p = plan("llama3-70b", "H100", num_gpus=8, nodes=2, max_model_len=8192)
+    assert (p.cluster.tensor_parallel_size, p.cluster.pipeline_parallel_size) == (4, 2)
+    r = run_cli("estimate", "-m", "llama3-70b", "--gpus", "2x4xH100", "--max-model-len", "8K")
+    assert r.exit_code == 0 and "(TP 4, PP 2, DP 1)" in r.stdout
+    whole = plan("llama3-70b", "H100", num_gpus=16, nodes=2, max_model_len=8192)
+    assert (whole.cluster.tensor_parallel_size, whole.cluster.pipeline_parallel_size) == (8, 2)

@@ -783,13 +783,15 @@ def _layout(req: PlanRequest) -> Layout:
     a bare GPU name.
     Under SGLang's --enable-dp-attention its --dp-size splits the TP group instead (engines/sglang.py)."""
     gpu, d = req.gpu, req.data_parallel_size or 1
+    # the GPUs of one node: as --gpus NODESxNxGPU says (2x4xH100: 4), else the catalog's
+    per_node = req.num_gpus // req.nodes if req.num_gpus and req.nodes > 1 else gpu.gpus_per_node
     if d == 1 or req.enable_dp_attention:
-        return make_layout(req.num_gpus, gpu.gpus_per_node, req.nodes, req.tp, req.pp)
+        return make_layout(req.num_gpus, per_node, req.nodes, req.tp, req.pp)
     if req.num_gpus is None:
         t, p = req.tp or 1, req.pp or 1
-        return make_layout(t * p * d, gpu.gpus_per_node, 1, t, p)
-    tp = req.tp or max(1, min(gpu.gpus_per_node, req.num_gpus) // d)
-    layout = make_layout(req.num_gpus, gpu.gpus_per_node, req.nodes, tp, req.pp or 1)
+        return make_layout(t * p * d, per_node, 1, t, p)
+    tp = req.tp or max(1, min(per_node, req.num_gpus) // d)
+    layout = make_layout(req.num_gpus, per_node, req.nodes, tp, req.pp or 1)
     if layout.dp % d:
         raise UsageError(
             f"--data-parallel-size {d}: --gpus gives {layout.num_gpus} GPUs, {layout.dp} replica(s) of TP "
