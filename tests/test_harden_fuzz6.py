@@ -86,3 +86,12 @@ def test_nodes_of_four_gpus_default_tp_to_four():
     assert r.exit_code == 0 and "(TP 4, PP 2, DP 1)" in r.stdout
     whole = plan("llama3-70b", "H100", num_gpus=16, nodes=2, max_model_len=8192)
     assert (whole.cluster.tensor_parallel_size, whole.cluster.pipeline_parallel_size) == (8, 2)
+
+
+def test_solve_lists_name_each_entry_once_and_none_empty():
+    # J15: --kv-cache-dtype fp8,fp8 printed every answer twice; -g ,H100 dropped the empty entry silently
+    base = ["solve", "-m", "llama3-70b", "-u", "50", "--max-model-len", "8K"]
+    r = run_cli(*base, "--kv-cache-dtype", "fp8,fp8")
+    assert r.exit_code == 2 and "--kv-cache-dtype: fp8 named twice; give each KV dtype once" in r.stderr
+    r = run_cli(*base, "-g", ",H100")
+    assert r.exit_code == 2 and "an empty entry in the list" in r.stderr

@@ -895,6 +895,13 @@ def solve_query(f: SolveFlags) -> Query:
     dtypes = (
         ENGINE_DTYPES if f.kv_cache_dtype == "any" else tuple(d.strip() for d in f.kv_cache_dtype.split(","))
     )
+    if not all(dtypes):
+        raise UsageError(
+            f"--kv-cache-dtype {f.kv_cache_dtype!r}: an empty entry in the list; give dtypes joined by commas"
+        )
+    twice = sorted({d for d in dtypes if dtypes.count(d) > 1})
+    if twice:
+        raise UsageError(f"--kv-cache-dtype: {', '.join(twice)} named twice; give each KV dtype once")
     _check_engine_kv_dtypes(dtypes)
     prices = _prices(f.price, gpu_specs, flag)
     return Query(
@@ -960,9 +967,11 @@ def _check_engine_kv_dtypes(dtypes: tuple[str, ...]) -> None:
 
 def _gpu_types(text: str, flag: str) -> tuple[GpuSpec, ...]:
     """solve's GPU types to search: 'H100,H200'. A count (8xH200) means fixed GPUs: --max-context."""
-    names = [g.strip() for g in text.split(",") if g.strip()]
-    if not names:
+    names = [g.strip() for g in text.split(",")]
+    if not any(names):
         raise UsageError(f"{flag}: give GPU types, e.g. {flag} H100,H200")
+    if not all(names):
+        raise UsageError(f"{flag} {text!r}: an empty entry in the list; give GPU types joined by commas")
     for name in names:
         num_gpus, _, _ = parse_gpus(name, flag)
         if num_gpus is not None:
