@@ -95,3 +95,14 @@ def test_solve_lists_name_each_entry_once_and_none_empty():
     assert r.exit_code == 2 and "--kv-cache-dtype: fp8 named twice; give each KV dtype once" in r.stderr
     r = run_cli(*base, "-g", ",H100")
     assert r.exit_code == 2 and "an empty entry in the list" in r.stderr
+
+
+def test_solve_for_sglang_puts_no_sglang_page_size_in_the_vllm_line():
+    # J16: `vllm serve ... --block-size 1`, SGLang's page size, which vLLM's attention backends do not take
+    d = run_cli(
+        "solve", "-m", "gemma3-27b", "-u", "50", "--max-model-len", "8K", "--engine", "sglang", "--json"
+    ).json()
+    lines = [a["vllm_flags"] for a in d["answers"] if a["vllm_flags"]]
+    assert lines and not any("--block-size" in line for line in lines)
+    v = run_cli("solve", "-m", "gemma3-27b", "-u", "50", "--max-model-len", "8K", "--json").json()
+    assert all("--block-size 16" in a["vllm_flags"] for a in v["answers"] if a["vllm_flags"])

@@ -426,7 +426,11 @@ def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str | None, str | 
         if q.engine == "vllm":
             return line + f" --block-size {a.block_size}", None
         return None, line
-    vllm = _launch("vllm", model, a, per_replica, vllm_extra) + f" --block-size {a.block_size}"
+    # the answer's block size is the searched engine's: SGLang's page size is no vLLM --block-size (vLLM's
+    # default is left to it)
+    vllm = _launch("vllm", model, a, per_replica, vllm_extra) + (
+        f" --block-size {a.block_size}" if q.engine == "vllm" else ""
+    )
     sglang = _launch("sglang", model, a, per_replica, sg_extra)
     return vllm, sglang
 
