@@ -106,3 +106,27 @@ def test_solve_for_sglang_puts_no_sglang_page_size_in_the_vllm_line():
     assert lines and not any("--block-size" in line for line in lines)
     v = run_cli("solve", "-m", "gemma3-27b", "-u", "50", "--max-model-len", "8K", "--json").json()
     assert all("--block-size 16" in a["vllm_flags"] for a in v["answers"] if a["vllm_flags"])
+
+
+def test_vllm_only_flags_are_refused_under_sglang():
+    # J9: --enforce-eager, --usage and --runner were taken under --engine sglang and changed nothing
+    for flag in (["--enforce-eager"], ["--usage", "offline"], ["--runner", "pooling"]):
+        r = run_cli(
+            "estimate",
+            "-m",
+            "llama3.1-8b",
+            "-g",
+            "H100",
+            "--max-model-len",
+            "8K",
+            "--engine",
+            "sglang",
+            *flag,
+        )
+        assert r.exit_code == 2 and f"{flag[0]} is a vllm flag; add --engine vllm or drop it" in r.stderr
+    assert (
+        run_cli(
+            "estimate", "-m", "llama3.1-8b", "-g", "H100", "--max-model-len", "8K", "--enforce-eager"
+        ).exit_code
+        == 0
+    )

@@ -438,7 +438,11 @@ class Vllm(Engine):
         "--num-gpu-blocks-override": "num_gpu_blocks_override",
         "--disable-hybrid-kv-cache-manager": "disable_hybrid_kv_cache_manager",
         "--enable-expert-parallel": "enable_expert_parallel",
+        "--enforce-eager": "enforce_eager",  # SGLang's counterpart is --disable-cuda-graph, not modelled
+        "--usage": "usage",
+        "--runner": "runner",
     }
+    own_flag_defaults = {"usage": "serve", "runner": "auto"}
     own_env = (
         CHUNKED_HYBRID_ENV,
         vm.FLASHINFER_SAMPLER_ENV,
