@@ -299,9 +299,11 @@ class PlanRequest:
 
     def _check_applies(self, spec: ModelSpec) -> None:
         """Flags for a part the model does not have would be ignored: refused, naming what is missing."""
-        from kvplan.specs.models import CrossAttention, RecurrentState
+        from kvplan.specs.models import ChunkedAttention, CrossAttention, RecurrentState, SlidingWindow
 
         kinds = {type(layer) for layer in spec.layer_types.values()}
+        windowed = bool(kinds & {SlidingWindow, ChunkedAttention})
+        swa_ratio = self.swa_full_tokens_ratio is not None
         # --enable-expert-parallel on a dense model is taken and changes nothing, as vLLM takes it;
         # SGLang's --ep-size and redundant experts are refused by the engines' own checks
         for flag, given, lacks, missing in (
@@ -310,6 +312,10 @@ class PlanRequest:
              "no Mamba/linear-attention state layers"),
             ("--images-per-request", self.images_per_request != 1, CrossAttention not in kinds,
              "no cross-attention to images"),
+            ("--disable-hybrid-kv-cache-manager", self.disable_hybrid_kv_cache_manager,
+             not (windowed or RecurrentState in kinds), "no sliding-window, chunked or state layers to group"),
+            ("--swa-full-tokens-ratio", swa_ratio, not windowed, "no sliding-window layers"),
+            ("--disable-hybrid-swa-memory", self.disable_hybrid_swa_memory, not windowed, "no sliding-window layers"),
         ):  # fmt: skip
             if given and lacks:
                 raise UsageError(f"{flag}: {spec.name} has {missing}; drop the flag")

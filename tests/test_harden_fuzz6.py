@@ -130,3 +130,18 @@ def test_vllm_only_flags_are_refused_under_sglang():
         ).exit_code
         == 0
     )
+
+
+def test_flags_for_layers_the_model_lacks_are_refused_but_a_logs_printed_defaults_are_not():
+    # J19: --disable-hybrid-kv-cache-manager, --swa-full-tokens-ratio and --disable-hybrid-swa-memory on a model
+    # without sliding-window/state layers changed nothing without a word
+    base = ["estimate", "-m", "llama3.1-8b", "-g", "H100", "--max-model-len", "8K"]
+    for flags, says in (
+        (["--disable-hybrid-kv-cache-manager"], "has no sliding-window, chunked or state layers to group"),
+        (["--engine", "sglang", "--swa-full-tokens-ratio", "0.3"], "has no sliding-window layers"),
+        (["--engine", "sglang", "--disable-hybrid-swa-memory"], "has no sliding-window layers"),
+    ):
+        r = run_cli(*base, *flags)
+        assert r.exit_code == 2 and says in r.stderr and "drop the flag" in r.stderr, r.stderr
+    assert run_cli("estimate", "-m", "gemma3-27b", "-g", "H100", "--max-model-len", "8K", "--engine", "sglang",
+                   "--swa-full-tokens-ratio", "0.3").exit_code == 0  # fmt: skip

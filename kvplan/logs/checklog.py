@@ -24,7 +24,7 @@ from kvplan.limits import MAX_GPUS, MAX_TOKENS
 from kvplan.logs.logparse import ParsedLog
 from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.request import Speculative, model_dtype_name
-from kvplan.specs.models import GpuSpec, ModelSpec
+from kvplan.specs.models import ChunkedAttention, GpuSpec, ModelSpec, SlidingWindow
 from kvplan.units import GiB
 
 SCHEMA = "kvplan.checklog/1"
@@ -163,7 +163,7 @@ def request_from_log(
         kw["cpu_offload_gb"] = f["cpu_offload_gb"]
     if model_dtype_name(str(f.get("dtype", "auto"))) not in (None, "auto"):
         kw["dtype"] = str(f["dtype"])
-    kw.update(engine.log_settings(f))
+    kw.update(_settings_for(model, engine.log_settings(f)))
     given = overrides.get("engine_version")
     if given is not None and kw["engine_version"] is not None:
         if engine.parse_version(str(given)) != engine.parse_version(kw["engine_version"]):
@@ -183,6 +183,16 @@ def request_from_log(
             "pass the model's own config.json with --model"
         )
     return PlanRequest(model=model, gpu=gpu, **kw)
+
+
+def _settings_for(model: ModelSpec, settings: dict[str, Any]) -> dict[str, Any]:
+    """The log's engine settings the model has a part for: SGLang prints its SWA settings for every model,
+    and they concern only sliding-window layers."""
+    if any(isinstance(layer, (SlidingWindow, ChunkedAttention)) for layer in model.layers):
+        return settings
+    return {
+        k: v for k, v in settings.items() if k not in ("swa_full_tokens_ratio", "disable_hybrid_swa_memory")
+    }
 
 
 def _log_caching_and_drafts(f: dict[str, Any]) -> dict[str, Any]:
