@@ -145,3 +145,51 @@ def test_flags_for_layers_the_model_lacks_are_refused_but_a_logs_printed_default
         assert r.exit_code == 2 and says in r.stderr and "drop the flag" in r.stderr, r.stderr
     assert run_cli("estimate", "-m", "gemma3-27b", "-g", "H100", "--max-model-len", "8K", "--engine", "sglang",
                    "--swa-full-tokens-ratio", "0.3").exit_code == 0  # fmt: skip
+
+
+def test_spec_mlp_fields_that_contradict_each_other_are_refused(tmp_path):
+    # J10: mlp_pattern [moe] without a moe section lost the MLP (1.15 -> 0.40 GiB); a moe section no layer used,
+    # and an mlp_pattern longer than the model, were planned without a word
+    from pathlib import Path
+
+    base = (
+        Path(__file__).resolve().parent.parent / "model_specs" / "models" / "mixtral-8x7b.yaml"
+    ).read_text()
+    cases = [
+        ("mlp_pattern: [none]\n", "the moe section applies to no layer"),
+        (
+            "mlp_pattern: [" + ", ".join(["moe"] * 40) + "]\n",
+            "mlp_pattern has 40 entries but num_layers is 32",
+        ),
+    ]
+    for extra, says in cases:
+        p = tmp_path / "m.yaml"
+        p.write_text(base + extra)
+        r = run_cli("estimate", "-m", str(p), "-g", "H200", "--max-model-len", "4096")
+        assert r.exit_code == 2 and says in r.stderr, r.stderr
+    dense = "\n".join(line for line in base.splitlines() if not line.startswith(("moe:", "  num_experts", "  experts_per_token", "  expert_intermediate_size", "active_params", "total_params")))  # fmt: skip
+    p = tmp_path / "d.yaml"
+    p.write_text(dense + "\nmlp_pattern: [moe]\n")
+    r = run_cli("estimate", "-m", str(p), "-g", "H200", "--max-model-len", "4096")
+    assert r.exit_code == 2 and "mlp_pattern names 'moe' layers but there is no moe section" in r.stderr, (
+        r.stderr
+    )
+
+
+def test_sglang_memory_rows_compute_as_printed():
+    # J14: "x mem-fraction-static 0.743255 | 57.35 GiB" was (79.19 - 1.76) x f less 0.20 GiB of weight loading
+    # shown nowhere: neither product of the rows above
+    out = run_cli(
+        "estimate", "-m", "gemma3-27b", "-g", "8xH100", "--max-model-len", "8K", "--engine", "sglang"
+    ).stdout
+    rows = {}
+    for line in out.splitlines():
+        if "│" in line and "GiB" in line:
+            label, value = line.split("│")[0].strip(), line.split("│")[1].strip()
+            rows[label] = float(value.removesuffix(" GiB"))
+    total, startup = rows["GPU memory (runtime total)"], rows["- in use at startup (estimated)"]
+    frac = next(k for k in rows if k.startswith("x mem-fraction-static"))
+    f = float(frac.split()[-1])
+    assert abs((total - startup) * f - rows[frac]) <= 0.01
+    kv = rows[frac] - rows["- taken by weight loading (estimated)"] - rows["- weights (bf16)"]
+    assert abs(kv - rows["= KV cache budget"]) <= 0.01

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import Any
 
@@ -68,10 +69,14 @@ def _memory_table(plan: Plan, console: Console) -> None:
     )
     r = plan.reserve
     if plan.kv_budget_source == "computed" and s.mem_fraction_static is not None:
+        # SGLang: (memory - in use at startup) x fraction, less what weight loading takes beside the parameters
+        scaled = math.floor((plan.memory_bytes_per_gpu - plan.reserve_bytes_per_gpu) * s.mem_fraction_static)
+        loading = scaled - plan.requested_bytes_per_gpu
         rows = [
             ("GPU memory (runtime total)", plan.memory_bytes_per_gpu),
             (f"- in use at startup{est}", plan.reserve_bytes_per_gpu),
-            (f"x mem-fraction-static {s.mem_fraction_static:g}", plan.requested_bytes_per_gpu),
+            (f"x mem-fraction-static {s.mem_fraction_static:g}", scaled),
+            *([(f"- taken by weight loading{est}", loading)] if loading > 0 else []),
             (weights_label, plan.weight_bytes_per_gpu),
         ]
     elif plan.kv_budget_source == "computed":

@@ -344,6 +344,7 @@ class ModelSpec(_Strict):
                 )
         if self.mlp_pattern is not None and not self.mlp_pattern:
             raise ValueError("mlp_pattern, when given, needs at least one entry")
+        self._check_mlp()
         if len(self.layer_pattern) > self.num_layers:
             raise ValueError(
                 f"layer_pattern has {len(self.layer_pattern)} entries but num_layers is {self.num_layers}"
@@ -378,6 +379,21 @@ class ModelSpec(_Strict):
                     raise ValueError(
                         f"layer {i} shares KV with layer {src}, which does not hold its own KV cache"
                     )
+
+    def _check_mlp(self) -> None:
+        """The MLP fields agree: a 'moe' entry needs a moe section, a moe section some MoE layer."""
+        if self.mlp_pattern is not None:
+            if len(self.mlp_pattern) > self.num_layers:
+                raise ValueError(
+                    f"mlp_pattern has {len(self.mlp_pattern)} entries but num_layers is {self.num_layers}"
+                )
+            if "moe" in self.mlp_pattern and self.moe is None:
+                raise ValueError("mlp_pattern names 'moe' layers but there is no moe section")
+        if self.moe is not None and not any(self.mlp_kind(i) == "moe" for i in range(self.num_layers)):
+            raise ValueError(
+                "the moe section applies to no layer (mlp_pattern, first_dense_layers or layer_step leave none); "
+                "fix them or drop the section"
+            )
 
     def mlp_kind(self, index: int) -> str:
         """ "dense", "moe" or "none": the MLP of decoder layer `index`."""
