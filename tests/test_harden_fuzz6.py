@@ -193,3 +193,29 @@ def test_sglang_memory_rows_compute_as_printed():
     assert abs((total - startup) * f - rows[frac]) <= 0.01
     kv = rows[frac] - rows["- taken by weight loading (estimated)"] - rows["- weights (bf16)"]
     assert abs(kv - rows["= KV cache budget"]) <= 0.01
+
+
+def test_a_shared_layer_must_read_an_attention_layers_kv(tmp_path):
+    # J11: a `shared` layer after a state (or cross-attention) layer was planned; a recurrent state has no K/V
+    spec = """name: tiny-shared
+sources: [test]
+num_layers: 4
+hidden_size: 1024
+num_attention_heads: 8
+intermediate_size: 2048
+vocab_size: 1000
+max_context: 4096
+layer_types:
+  attn: {kind: full, num_kv_heads: 8, head_dim: 128}
+  ssm: {kind: state, mixer: mamba2, conv_channels: 1024, conv_kernel: 4, ssm_heads: 8, ssm_head_dim: 64, ssm_state_dim: 64}
+  reuse: {kind: shared, source: -1}
+layer_pattern: [attn, ssm, reuse, attn]
+"""
+    p = tmp_path / "s.yaml"
+    p.write_text(spec)
+    r = run_cli("estimate", "-m", str(p), "-g", "H100")
+    assert r.exit_code == 2 and "layer 2 shares KV with layer 1, a RecurrentState layer" in r.stderr, r.stderr
+    p.write_text(
+        spec.replace("layer_pattern: [attn, ssm, reuse, attn]", "layer_pattern: [ssm, attn, reuse, attn]")
+    )
+    assert run_cli("estimate", "-m", str(p), "-g", "H100").exit_code == 0

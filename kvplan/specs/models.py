@@ -379,6 +379,11 @@ class ModelSpec(_Strict):
                     raise ValueError(
                         f"layer {i} shares KV with layer {src}, which does not hold its own KV cache"
                     )
+                if isinstance(self.layers[src], (RecurrentState, CrossAttention)):
+                    raise ValueError(
+                        f"layer {i} shares KV with layer {src}, a {type(self.layers[src]).__name__} layer: only "
+                        "attention over the text's tokens has K/V another layer can read"
+                    )
 
     def _check_mlp(self) -> None:
         """The MLP fields agree: a 'moe' entry needs a moe section, a moe section some MoE layer."""
