@@ -60,6 +60,8 @@ def _type_ok(value: Any, annotation: str) -> bool | None:
 def _check(command: str, name: str, value: Any, annotation: Any) -> None:
     """A one-line UsageError where an argument is not of its declared type: "no" is not False, "2" is
     not a count and 20.5 is not a number of prompts (a Python truth test would take them silently)."""
+    if name == "engine_version" and isinstance(value, float):  # 0.10 is the float 0.1: vLLM 0.1
+        raise UsageError(f"{command}: engine_version={value!r}: give the release as text, e.g. '0.10'")
     if _type_ok(value, str(annotation)) is False:
         want = " or ".join(_TYPE_WORDS[p.strip()] for p in str(annotation).split("|"))
         raise UsageError(f"{command}: {name} must be {want}, got {type(value).__name__} {value!r:.60}")
@@ -85,9 +87,12 @@ def _flags(cls: type, given: dict[str, Any], command: str) -> Any:
     kwargs = {}
     for name, value in given.items():
         typed_as_text = "str" in str(fields[name].type)
-        if name == "engine_version" and isinstance(value, float):  # 0.10 is the float 0.1: vLLM 0.1
-            raise UsageError(f"{command}: engine_version={value!r}: give the release as text, e.g. '0.10'")
-        if typed_as_text and isinstance(value, int | float) and not isinstance(value, bool):
+        if (
+            typed_as_text
+            and name != "engine_version"
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+        ):
             value = str(value)  # max_model_len=8192 as the CLI's "8192"
         _check(command, name, value, fields[name].type)
         kwargs[name] = value
@@ -368,8 +373,6 @@ def check_log(
     if unknown:
         raise UsageError(f"check_log: unknown argument(s) {', '.join(unknown)}; known: {', '.join(known)}")
     for name, value in overrides.items():
-        if name == "engine_version" and isinstance(value, float):  # 0.10 is the float 0.1: vLLM 0.1
-            raise UsageError(f"check_log: engine_version={value!r}: give the release as text, e.g. '0.10'")
         _check("check_log", name, value, known[name])
     if (log_file is None) == (log_text is None):
         raise UsageError("check_log: give exactly one of log_file (a path) or log_text (the log itself)")

@@ -102,6 +102,17 @@ def present(path: Path) -> bool:
         ) from None
 
 
+def chart_path(text: str, flag: str) -> Path:
+    """A chart file named on the command line: FILE.png or FILE.svg, new or a regular file to replace."""
+    if not text.strip():
+        raise UsageError(f"{flag}: give a file name, FILE.png or FILE.svg")
+    path = Path(text)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise UsageError(f"{flag} {text}: the chart is written as .png or .svg; name the file so")
+    check_output(path, flag)
+    return path
+
+
 def check_output(path: Path, flag: str) -> None:
     """An output file named on the command line (a chart) is a new file or a regular one to replace: a
     symlink, FIFO, device or directory there is refused in one line, never replaced by a file."""

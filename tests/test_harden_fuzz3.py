@@ -16,7 +16,8 @@ from kvplan.logs import logparse
 from tests.helpers import plan, run_cli
 
 
-def _mooncake(tmp_path, stamps: list[str]):
+def _simulate_trace(tmp_path, stamps: list[str]):
+    """simulate on a Mooncake trace of two-block prompts sent at these timestamps (ms)."""
     p = tmp_path / "trace.jsonl"
     p.write_text(
         "".join(
@@ -24,46 +25,23 @@ def _mooncake(tmp_path, stamps: list[str]):
             for t in stamps
         )
     )
-    return p
+    return run_cli("simulate", "-m", "qwen3-8b", "--max-model-len", "8K", "--trace", str(p))
 
 
 def test_a_trace_spanning_1e300_ms_prints_its_days_in_a_few_digits(tmp_path):
-    r = run_cli(
-        "simulate",
-        "-m",
-        "qwen3-8b",
-        "--max-model-len",
-        "8K",
-        "--trace",
-        str(_mooncake(tmp_path, ["0", "1e300"])),
-    )
+    r = _simulate_trace(tmp_path, ["0", "1e300"])
     assert r.exit_code == 2
     line = r.stderr.strip()
     assert "sends its requests over 1.16e+292 days, more than the 30 days" in line and len(line) < 250, line
 
 
 def test_a_nan_timestamp_is_called_nan_not_inf(tmp_path):
-    r = run_cli(
-        "simulate",
-        "-m",
-        "qwen3-8b",
-        "--max-model-len",
-        "8K",
-        "--trace",
-        str(_mooncake(tmp_path, ["0", "NaN"])),
-    )
+    r = _simulate_trace(tmp_path, ["0", "NaN"])
     assert r.exit_code == 2
     assert r.stderr.strip().endswith("trace.jsonl:2: the timestamp must be a finite number >= 0, got nan")
-    huge = "1" + "0" * 400  # an integer past float's range is infinite, said so
-    r = run_cli(
-        "simulate",
-        "-m",
-        "qwen3-8b",
-        "--max-model-len",
-        "8K",
-        "--trace",
-        str(_mooncake(tmp_path, ["0", huge])),
-    )
+    r = _simulate_trace(
+        tmp_path, ["0", "1" + "0" * 400]
+    )  # an integer past float's range is infinite, said so
     assert r.exit_code == 2 and r.stderr.strip().endswith("got inf"), r.stderr
 
 
@@ -247,7 +225,7 @@ def test_auto_fit_refusal_names_the_flag_that_sized_the_kv_memory():
         "estimate", "-m", "llama3.1-8b", "-g", "L4", "--max-model-len", "auto", "--kv-cache-memory", "1MiB"
     )
     assert r.exit_code == 3
-    assert r.stderr.strip().endswith("use a smaller --kv-cache-dtype or raise --kv-cache-memory"), r.stderr
+    assert r.stderr.strip().endswith("use a smaller --kv-cache-dtype, or raise --kv-cache-memory"), r.stderr
 
 
 @pytest.mark.parametrize("kind", ["fifo", "symlink", "directory"])

@@ -193,6 +193,13 @@ def test_sglang_memory_rows_compute_as_printed():
     assert abs((total - startup) * f - rows[frac]) <= 0.01
     kv = rows[frac] - rows["- taken by weight loading (estimated)"] - rows["- weights (bf16)"]
     assert abs(kv - rows["= KV cache budget"]) <= 0.01
+    # the JSON carries the same figure: requested + loading = (memory - in use at startup) x fraction
+    d = run_cli("estimate", "-m", "gemma3-27b", "-g", "8xH100", "--max-model-len", "8K", "--engine", "sglang",
+                "--json").json()  # fmt: skip
+    loading = d["reserve"]["weight_loading_bytes"]
+    assert loading > 0 and abs(loading / 2**30 - rows["- taken by weight loading (estimated)"]) < 0.01
+    scaled = (d["memory_bytes_per_gpu"] - d["reserve_bytes_per_gpu"]) * d["settings"]["mem_fraction_static"]
+    assert abs(d["requested_bytes_per_gpu"] + loading - scaled) <= 1
 
 
 def test_a_shared_layer_must_read_an_attention_layers_kv(tmp_path):

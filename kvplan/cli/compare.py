@@ -11,7 +11,7 @@ from kvplan.cli import options as o
 from kvplan.cli.app import WholeHelpGroup, console, reports_errors
 from kvplan.commands.comparisons import ClusterFlags
 from kvplan.errors import UsageError
-from kvplan.userdata import check_output
+from kvplan.userdata import chart_path
 
 app = typer.Typer(
     add_completion=False,
@@ -153,14 +153,7 @@ def ladder_cmd(
 
 
 def _chart_path(output: str | None) -> Path | None:
-    if output is not None and not output.strip():
-        raise UsageError("--output: give a file name, FILE.png or FILE.svg")
-    path = Path(output) if output else None
-    if path is not None and path.suffix.lower() not in (".png", ".svg"):
-        raise UsageError(f"--output {output}: the chart is written as .png or .svg; name the file so")
-    if path is not None:
-        check_output(path, "--output")
-    return path
+    return None if output is None else chart_path(output, "--output")
 
 
 @app.command("plot")

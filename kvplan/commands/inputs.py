@@ -954,11 +954,8 @@ def _check_engine_kv_dtypes(dtypes: tuple[str, ...]) -> None:
                 f"--kv-cache-dtype {d}: neither vLLM nor SGLang serves a KV cache of that dtype, so solve would "
                 "print a launch command that cannot run; use auto, fp8 (or any), and estimate/compare for others"
             )
-        if normalize_dtype_name(d) in (
-            "bf16",
-            "fp16",
-            "fp32",
-        ):  # vLLM takes 'auto' (the model's dtype) for these
+        # a KV cache in the model's own dtype is 'auto' on the engines' command lines
+        if normalize_dtype_name(d) in ("bf16", "fp16", "fp32"):
             raise UsageError(
                 f"--kv-cache-dtype {d}: the engines' launch flag for a KV cache in the model's own dtype is 'auto' "
                 "(vLLM and SGLang name no bf16/fp16 KV on every release); use auto or fp8"

@@ -117,6 +117,7 @@ class Budget:
     mem_fraction_static: float | None
     usable_label: str  # "H100-SXM x 0.92": what `requested_bytes` is, for messages
     sampler_path: str | None = None  # "PyTorch sort (38.5 B a logit)": how the sampler was profiled
+    loading_bytes: int = 0  # what weight loading takes beside the parameters, already out of requested_bytes
 
     def kv_bytes(self, weight_bytes: int) -> int:
         return self.requested_bytes - weight_bytes - (self.reserve.total if self.reserve_after_weights else 0)

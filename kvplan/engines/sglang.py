@@ -562,10 +562,12 @@ class Sglang(Engine):
         )
         # SGLang (model_runner.py profile_max_num_token): available = free_after_weights - free_at_start x (1 - mem_fraction_static)
         requested = math.floor((gpu.memory_bytes - reserve.total) * mem.mem_fraction_static)
-        if given is None:  # what loading takes beside the parameters comes out of free_after_weights
-            requested -= sglang_memory.WEIGHT_LOAD_BYTES
+        # what loading takes beside the parameters comes out of free_after_weights
+        loading = sglang_memory.WEIGHT_LOAD_BYTES if given is None else 0
         label = f"{gpu.name} x mem-fraction-static {mem.mem_fraction_static:g}"
-        return Budget(requested, reserve, False, None, mem.mem_fraction_static, label)
+        return Budget(
+            requested - loading, reserve, False, None, mem.mem_fraction_static, label, loading_bytes=loading
+        )
 
     def budget_notes(self, budget: Budget, gpu: GpuSpec, tp: int, pp: int) -> list[str]:
         r = budget.reserve

@@ -551,9 +551,7 @@ class Vllm(Engine):
     @classmethod
     def log_settings(cls, facts: dict[str, Any]) -> dict[str, Any]:
         out = {"gpu_memory_utilization": facts.get("gpu_memory_utilization")}
-        if (
-            facts.get("max_num_seqs") is not None
-        ):  # it sizes the sampler's profiling run (a logged --max-num-seqs)
+        if facts.get("max_num_seqs") is not None:  # a logged --max-num-seqs sizes the sampler's profiling run
             out["max_num_seqs"] = facts["max_num_seqs"]
         return out
 

@@ -192,21 +192,6 @@ _CONFIG_KEYS = {
     "cpu_offload_gb": "cpu_offload_gb",
     "max_total_tokens": "max_total_tokens",
 }
-_INT_FACTS = {
-    "max_model_len",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "data_parallel_size",
-    "block_size",
-    "max_num_batched_tokens",
-    "max_num_seqs",
-    "num_gpu_blocks_override",
-    "kv_cache_memory_bytes",
-    "max_total_tokens",
-}
-_FLOAT_FACTS = {"gpu_memory_utilization", "mem_fraction_static", "swa_full_tokens_ratio", "cpu_offload_gb"}
-_BOOL_FACTS = {"enforce_eager", "enable_prefix_caching", "disable_hybrid_swa_memory"}
-_TRUE, _FALSE = ("True", "true", "1"), ("False", "false", "0")
 # settings no engine starts with at 0 (a layout of 0 GPUs, a block of 0 tokens, 0 running requests)
 _POSITIVE_FACTS = {
     "max_model_len",
@@ -217,6 +202,10 @@ _POSITIVE_FACTS = {
     "max_num_batched_tokens",
     "max_num_seqs",
 }
+_INT_FACTS = _POSITIVE_FACTS | {"num_gpu_blocks_override", "kv_cache_memory_bytes", "max_total_tokens"}
+_FLOAT_FACTS = {"gpu_memory_utilization", "mem_fraction_static", "swa_full_tokens_ratio", "cpu_offload_gb"}
+_BOOL_FACTS = {"enforce_eager", "enable_prefix_caching", "disable_hybrid_swa_memory"}
+_TRUE, _FALSE = ("True", "true", "1"), ("False", "false", "0")
 
 
 def _pattern(

@@ -131,6 +131,7 @@ class ReserveSummary:
     profile_peak_bytes: int = 0  # the larger of forward and sampler (vLLM >= 0.10), else their sum
     encoder_cache_bytes: int = 0  # a multimodal model's dummy encoder tensors held through the profile
     sampler_path: str | None = None  # the engine's top-k/top-p path its profiling run takes
+    weight_loading_bytes: int = 0  # SGLang: taken by weight loading beside the parameters (out of the budget)
 
 
 @dataclass(frozen=True)
@@ -586,7 +587,7 @@ def _concurrency(req: PlanRequest, engine: Engine, pool: Pool, max_len: int, not
         fit = pool.largest_fitting_len(bind, pool.usable_bytes(bind, null_blocks), max_len)
         started = engine.oversized_request(max_len, fit)
         if started is None:
-            _does_not_fit(pool, bind, null_blocks, max_len, fit, _kv_memory_flag(req))
+            _does_not_fit(pool, bind, null_blocks, max_len, fit, _more_kv(req))
         max_len, warning = started
         notes.append(f"WARNING: {warning}")
     conc_factor, bind = pool.requests_fitting(max_len)
@@ -602,7 +603,7 @@ def _concurrency(req: PlanRequest, engine: Engine, pool: Pool, max_len: int, not
 
 
 def _does_not_fit(
-    pool: Pool, bind: int, null_blocks: int, max_len: int, fit: int | None, memory_flag: str
+    pool: Pool, bind: int, null_blocks: int, max_len: int, fit: int | None, more: str
 ) -> NoReturn:
     """One request at --max-model-len does not fit and the engine refuses to start (vLLM raises in
     kv_cache_utils.py check_enough_kv_cache_memory)."""
@@ -613,7 +614,7 @@ def _does_not_fit(
     raise RequestDoesNotFit(
         f"one request at --max-model-len {max_len:,} needs {fmt_gib(per_req, digits)} of KV cache "
         f"per GPU, but only {fmt_gib(avail, digits)} is usable (whole blocks, one kept as the null "
-        f"block){hint}; or add GPUs, use a smaller --kv-cache-dtype, or raise {memory_flag}",
+        f"block){hint}; or {more}",
         kv_bytes_per_request_per_gpu=per_req,
         usable_kv_bytes_per_gpu=avail,
         largest_fitting_max_model_len=fit,
@@ -806,13 +807,15 @@ def estimate(req: PlanRequest) -> Plan:
     return _estimate(req)
 
 
-def _kv_memory_flag(req: PlanRequest) -> str:
-    """The flag that sizes the KV memory in this request: the one to raise for more of it."""
+def _more_kv(req: PlanRequest) -> str:
+    """How to get more KV memory, naming the flag that sized it in this request."""
     if req.kv_cache_memory_bytes is not None:
-        return "--kv-cache-memory"
-    if req.num_gpu_blocks_override is not None:
-        return "--num-gpu-blocks-override"
-    return "--gpu-memory-utilization"
+        flag = "--kv-cache-memory"
+    elif req.num_gpu_blocks_override is not None:
+        flag = "--num-gpu-blocks-override"
+    else:
+        flag = "--gpu-memory-utilization"
+    return f"add GPUs, use a smaller --kv-cache-dtype, or raise {flag}"
 
 
 def _auto_fit(req: PlanRequest) -> Plan:
@@ -842,7 +845,7 @@ def _auto_fit(req: PlanRequest) -> Plan:
             raise RequestDoesNotFit(
                 f"vLLM cannot auto-fit --max-model-len: {fmt_bytes(e.figures.get('kv_budget_bytes_per_gpu', 0))} "
                 "of KV memory per GPU holds not one block of a request ('Cannot auto-fit max_model_len: "
-                f"not enough GPU memory'); add GPUs, use a smaller --kv-cache-dtype or raise {_kv_memory_flag(req)}",
+                f"not enough GPU memory'); {_more_kv(req)}",
                 **e.figures,
             ) from None
         plan = _estimate(dataclasses.replace(base, max_model_len=fit))
@@ -1048,6 +1051,7 @@ def _estimate(req: PlanRequest) -> Plan:
             profile_peak_bytes=reserve.peak_bytes,
             encoder_cache_bytes=reserve.encoder_cache_bytes,
             sampler_path=budget.sampler_path,
+            weight_loading_bytes=budget.loading_bytes,
         ),  # fmt: skip
         kv_budget_bytes_per_gpu=binding.kv_budget_bytes_per_gpu,
         kv_budget_source=source,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import textwrap
 from typing import Any
 
@@ -69,9 +68,8 @@ def _memory_table(plan: Plan, console: Console) -> None:
     )
     r = plan.reserve
     if plan.kv_budget_source == "computed" and s.mem_fraction_static is not None:
-        # SGLang: (memory - in use at startup) x fraction, less what weight loading takes beside the parameters
-        scaled = math.floor((plan.memory_bytes_per_gpu - plan.reserve_bytes_per_gpu) * s.mem_fraction_static)
-        loading = scaled - plan.requested_bytes_per_gpu
+        loading = r.weight_loading_bytes  # SGLang takes it out of (memory - in use at startup) x fraction
+        scaled = plan.requested_bytes_per_gpu + loading
         rows = [
             ("GPU memory (runtime total)", plan.memory_bytes_per_gpu),
             (f"- in use at startup{est}", plan.reserve_bytes_per_gpu),

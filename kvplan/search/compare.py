@@ -451,7 +451,7 @@ def ladder(
         (
             "naive PyTorch",
             "mha",
-            naive.fragmentation.prealloc_max_concurrency_per_replica or 0 if naive else 0,
+            (naive.fragmentation.prealloc_max_concurrency_per_replica or 0) if naive else 0,
             naive_how,
         ),
         (

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvplan.errors import UsageError
 from kvplan.units import plain_text
-from kvplan.userdata import check_output, write_atomic
+from kvplan.userdata import chart_path, write_atomic
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -113,11 +113,7 @@ def render(result: SimResult, console: Console) -> None:
 
 def plot_target(path: str) -> Path:
     """The chart file --plot names: a .png or .svg, new or a regular file (checked before any work)."""
-    out = Path(path)
-    if out.suffix.lower() not in (".png", ".svg"):
-        raise UsageError(f"--plot {path}: give a .png or .svg file name")
-    check_output(out, "--plot")
-    return out
+    return chart_path(path, "--plot")
 
 
 def _pyplot(path: str) -> tuple[Path, Any]:
