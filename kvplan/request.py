@@ -149,7 +149,9 @@ class PlanRequest:
     swa_full_tokens_ratio: float | None = None  # SGLang; None: its default
     disable_hybrid_swa_memory: bool = False  # SGLang
     mamba_ssm_dtype: str | None = None  # vLLM --mamba-ssm-cache-dtype, SGLang --mamba-ssm-dtype
-    images_per_request: int = 1  # cross-attention models: images whose K/V a request holds
+    images_per_request: int | None = (
+        None  # cross-attention models: images whose K/V a request holds (the spec's)
+    )
     decode_bandwidth_bytes_per_s: float | None = (
         None  # measured peak (a calibration profile); None: datasheet
     )
@@ -220,7 +222,7 @@ class PlanRequest:
             raise UsageError(
                 f"--mamba-ssm-cache-dtype must be float32, float16 or bfloat16, got {self.mamba_ssm_dtype!r}"
             )
-        if not 0 <= self.images_per_request <= 1024:
+        if self.images_per_request is not None and not 0 <= self.images_per_request <= 1024:
             raise UsageError(
                 f"--images-per-request must be between 0 and 1024, got {self.images_per_request}"
             )
@@ -310,7 +312,7 @@ class PlanRequest:
             ("--moe-imbalance", self.moe_imbalance != 1.0, spec.moe is None, "no routed experts"),
             ("--mamba-ssm-cache-dtype", self.mamba_ssm_dtype is not None, RecurrentState not in kinds,
              "no Mamba/linear-attention state layers"),
-            ("--images-per-request", self.images_per_request != 1, CrossAttention not in kinds,
+            ("--images-per-request", self.images_per_request is not None, CrossAttention not in kinds,
              "no cross-attention to images"),
             ("--disable-hybrid-kv-cache-manager", self.disable_hybrid_kv_cache_manager,
              not (windowed or RecurrentState in kinds), "no sliding-window, chunked or state layers to group"),

@@ -120,6 +120,8 @@ def check_output(path: Path, flag: str) -> None:
         raise UsageError(f"{flag} {path}: a symbolic link; name the file itself")
     if path.exists() and not path.is_file():
         raise UsageError(f"{flag} {path}: not a regular file; choose a file name")
+    if not path.parent.is_dir():  # a mistyped directory is not created as a new tree
+        raise UsageError(f"{flag} {path}: no directory {path.parent}; create it first or name another")
 
 
 def write_atomic(path: Path, data: str | bytes, mode: int | None = None) -> None:

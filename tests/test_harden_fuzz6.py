@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.helpers import plan, run_cli
 
 
@@ -35,12 +37,20 @@ def test_the_gpu_table_and_assumptions_do_not_call_a_binary_capacity_gb():
     )
 
 
-def test_padding_layers_say_how_many_requests_vllm_blocks_hold():
-    # J1: kvplan said 462 users for gemma3-27b on 8x H100 at 8K where vLLM's blocks hold 435 (8 padding layers)
-    p = plan("gemma3-27b", "H100", num_gpus=8, max_model_len=8192)
+@pytest.mark.parametrize(
+    ("model", "held"),
+    [("gemma3-27b", 435), ("nemotron-h-56b", 199)],  # 8 and 6 padding layers; nemotron's state pages padded
+)
+def test_padding_layers_are_charged_as_vllm_charges_them(model, held):
+    # J1: kvplan said 462 users for gemma3-27b on 8x H100 at 8K (218 for nemotron-h-56b) where vLLM's blocks
+    # hold 435 (199): it counted the padding slots' pages as usable. Now its figure is vLLM's:
+    # (blocks - null block) // blocks a full-length request holds
+    p = plan(model, "H100", num_gpus=8, max_model_len=8192)
+    d = p.engine.details
+    assert p.max_concurrency == held == (p.engine.num_blocks - 1) // d.held_blocks_per_request
+    assert d.padding_layers > 0
     note = next(n for n in p.engine.differences if "padding layers" in n)
-    assert note.endswith(f"vLLM's blocks hold 435 requests at full length, not {p.max_concurrency:,}")
-    assert p.max_concurrency == 462
+    assert note.endswith("kvplan charges a request for them as vLLM does")
 
 
 def test_simulate_pool_of_a_grouped_vllm_layout_holds_what_vllms_blocks_hold():
@@ -226,3 +236,141 @@ layer_pattern: [attn, ssm, reuse, attn]
         spec.replace("layer_pattern: [attn, ssm, reuse, attn]", "layer_pattern: [ssm, attn, reuse, attn]")
     )
     assert run_cli("estimate", "-m", str(p), "-g", "H100").exit_code == 0
+
+
+def test_vllm_before_0_8_prints_v0s_block_lines():
+    # J8: --engine-version 0.5 printed V1's "Available KV cache memory" / "GPU KV cache size" lines. V0 logs
+    # '# GPU blocks: N, # CPU blocks: M' and blocks x block size / max_model_len (the 0.7.2 log in
+    # tests/fixtures/logs: 3365 blocks, 512 CPU blocks, 13.14x); it keeps no null block
+    p = plan("llama2-7b", "L40S", engine_version="0.7.2", max_model_len=4096, dtype="fp16")
+    n = p.engine.num_blocks
+    # Llama-2-7B block: 16 tokens x 32 layers x 2 x 32 heads x 128 x 2 B = 8 MiB; 4 GiB of swap = 512
+    assert p.engine.log_lines == [
+        f"# GPU blocks: {n}, # CPU blocks: 512",
+        f"Maximum concurrency for 4096 tokens per request: {n * 16 / 4096:.2f}x",
+    ]
+    assert p.max_concurrency == n * 16 // 4096  # no null block
+    assert "V0 engine" in p.engine.differences[0]
+    assert not any("Available KV cache memory" in line for line in p.engine.log_lines)
+
+
+def test_vllm_before_0_8_refuses_engine_figures_for_hybrid_models():
+    # J8: gemma3-27b at 0.5 printed V1's "Add 8 padding layers" line; V0 had no KV-cache groups
+    p = plan("gemma3-27b", "H100", engine_version="0.7", max_model_len=8192)
+    assert not p.engine.supported
+    assert "V0 engine" in p.engine.reason and "--engine-version 0.8" in p.engine.reason
+    v1 = plan("gemma3-27b", "H100", engine_version="0.8", max_model_len=8192)
+    assert v1.engine.supported
+    # V0's figure is kvplan's own (no padding charged); V1's charges the padding slots
+    assert p.max_concurrency >= v1.max_concurrency
+
+
+@pytest.mark.parametrize("command", [("estimate",), ("simulate", "--num-prompts", "5")])
+def test_max_num_batched_tokens_is_refused_under_sglang(command):
+    # J9: SGLang's step budget is --chunked-prefill-size; the flag was dropped silently (simulate's output
+    # was byte-identical with and without it, estimate only lost an assumption line)
+    r = run_cli(*command, "-m", "llama3.1-8b", "-g", "H100", "--max-model-len", "8K", "--engine", "sglang",
+                "--max-num-batched-tokens", "2048")  # fmt: skip
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (
+        "error: --max-num-batched-tokens is a vllm flag; SGLang's step budget is --chunked-prefill-size: "
+        "give that, or add --engine vllm"
+    )
+    sglang = plan("llama3.1-8b", "H100", max_model_len=8192, engine="sglang")
+    assert not any("--max-num-batched-tokens" in a for a in sglang.assumptions)
+
+
+def test_network_on_one_node_is_said_to_play_no_part():
+    # J19: --network 25G on one H100 was accepted with byte-identical output
+    r = run_cli("estimate", "-m", "llama3.1-8b", "-g", "H100", "--network", "25G", "--json")
+    assert r.exit_code == 0
+    assert (
+        "--network 25G: every link of this layout stays inside one node, so the fabric plays no part"
+        in (r.json()["assumptions"])
+    )
+    across = run_cli("estimate", "-m", "llama3.1-70b", "-g", "16xH100", "-tp", "8", "-pp", "2",
+                     "--network", "25G", "--json").json()  # fmt: skip
+    assert not any("plays no part" in a for a in across["assumptions"])
+    assert any("(--network)" in a for a in across["assumptions"])
+
+
+def test_a_started_log_whose_weights_kvplan_cannot_fit_asks_for_the_weight_format():
+    # J3: an L40S log of an llm-compressor FP8 checkpoint (quantization=compressed-tensors, 32.20 GiB loaded) was
+    # refused with "use more GPUs (-tp/-pp), a smaller --weight-dtype, or a larger GPU": check-log takes no
+    # -tp/-pp, and the log already ran on that GPU; compressed-tensors names no format
+    from pathlib import Path
+
+    logs = Path(__file__).parent / "fixtures" / "logs" / "real"
+    hf = Path(__file__).parent / "fixtures" / "hf" / "corpus"
+    log = str(logs / "vllm_0.11.0_deepseek-r1-distill-qwen-32b-fp8_l40s_tp1.log")
+    args = ("check-log", log, "--model", str(hf / "qwen2.5-32b-instruct.json"), "--gpus", "L40S")
+    r = run_cli(*args)
+    assert r.exit_code == 3
+    assert r.stderr.strip() == (
+        "error: weights need 61.03 GiB per GPU (stage 0, TP 1, PP 1) but L40S x 0.9 gives 40.07 GiB (the log "
+        "loaded 32.20 GiB); the log's quantization compressed-tensors does not say its format: give "
+        "--weight-dtype as the checkpoint's quantization_config says (fp8, int8, int4 or nvfp4)"
+    )
+    assert run_cli(*args, "--weight-dtype", "fp8").exit_code == 0
+
+
+_TINY = """name: tiny
+sources: [fuzz]
+num_layers: 8
+hidden_size: 2048
+num_attention_heads: 16
+intermediate_size: 8192
+vocab_size: 32000
+max_context: 8192
+layer_types:
+  full: {kind: full, num_kv_heads: 4, head_dim: 128}
+"""
+
+
+def _tiny(tmp_path, extra: str, pattern: str):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(_TINY + f"  {extra}\nlayer_pattern: {pattern}\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("extra", "pattern", "message"),
+    [
+        # J11: a state of (conv_kernel - 1) = 0 rows held 0 bytes and printed as '4x mamba2()'
+        ("s: {kind: state, mixer: mamba2, conv_channels: 4096, conv_kernel: 1}", "[s, full]",
+         "layer_types.s.state: mixer mamba2: the state holds nothing (conv_kernel - 1 = 0 rows, ssm 0 x 0 x 0): "
+         "give conv_kernel >= 2 with conv_channels, or ssm_heads, ssm_head_dim and ssm_state_dim"),
+        # J18: windows, chunks and ratios beyond the context planned silently
+        ("sw: {kind: sliding, window: 100000, num_kv_heads: 4, head_dim: 128}", "[sw, full]",
+         "layer_types.sw: window 100,000 >= max_context 8,192: every token is kept; write it as kind: full"),
+        ("ch: {kind: chunked, chunk: 8192, num_kv_heads: 4, head_dim: 128}", "[ch, full]",
+         "layer_types.ch: chunk 8,192 >= max_context 8,192: every token is kept; write it as kind: full"),
+        ("c: {kind: compressed, ratio: 100000, num_kv_heads: 4, head_dim: 128}", "[c, full]",
+         "layer_types.c.ratio 100,000 is beyond max_context 8,192: no request fills one entry"),
+    ],
+)  # fmt: skip
+def test_spec_layers_that_hold_nothing_or_everything_are_refused(tmp_path, extra, pattern, message):
+    path = _tiny(tmp_path, extra, pattern)
+    r = run_cli("estimate", "-m", str(path), "-g", "H100")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == f"error: {path}: {message}"
+
+
+def test_a_specs_images_per_request_is_used_and_decode_reads_the_image_kv(tmp_path):
+    # J12: the spec's images_per_request: 3 was overridden by the CLI default of 1; a cross-only model's decode
+    # read "0 B" of KV though each request holds its images' K/V
+    path = _tiny(tmp_path, "x: {kind: cross, num_kv_heads: 4, head_dim: 128, image_tokens: 6404, images_per_request: 3}",
+                 "[full, full, full, x]")  # fmt: skip
+    p = plan(str(path), "H100", max_model_len=4096)
+    assert any(
+        a.startswith("3 image(s) per request in the cross-attention layers (the spec's")
+        for a in p.assumptions
+    )
+    # two cross layers, each K and V of 6,404 image tokens x 3 images x 4 heads x 128 x 2 B
+    image = 2 * (2 * 6404 * 3 * 4 * 128 * 2)
+    assert p.kv_bytes_per_request_fixed == image
+    given = plan(str(path), "H100", max_model_len=4096, images_per_request=1)
+    assert given.kv_bytes_per_request_fixed == image // 3
+    only = _tiny(tmp_path, "x: {kind: cross, num_kv_heads: 4, head_dim: 128, image_tokens: 1601}", "[x]")
+    q = plan(str(only), "H100", max_model_len=4096)
+    assert q.decode.batch_1.kv_bytes_read == q.kv_bytes_per_request_per_gpu > 0

@@ -146,7 +146,7 @@ def test_the_routed_experts_gemms_run_at_moe_gemm_eff_of_a_dense_gemms_rate(deep
     n = 65536
     big1, big2 = prefill_time(inp, work, n, p=base), prefill_time(inp, work, n, p=half)
     assert big1.compute_bound and big2.compute_bound
-    routed_s = 2.0 * n * routed_params / (work.gemm_flops_per_gpu * base.gemm_mfu)
+    routed_s = 2.0 * n * routed_params / (work.gemm_peak_flops_per_s * base.gemm_mfu)
     assert (big2.gemm_ms - big1.gemm_ms) / 1e3 == pytest.approx(routed_s, rel=1e-6)
     # a chunk beside one decode: its routed FLOPs and the experts it adds to the step's stream, both
     # at half the rate
@@ -155,7 +155,7 @@ def test_the_routed_experts_gemms_run_at_moe_gemm_eff_of_a_dense_gemms_rate(deep
         inp, work, chunk, p=base, decode_batch=1
     )
     want = 2.0 * chunk * routed_params / (
-        work.gemm_flops_per_gpu * base.gemm_mfu
+        work.gemm_peak_flops_per_s * base.gemm_mfu
     ) + moe_prefill_stream_seconds(inp, 1, chunk)
     assert extra == pytest.approx(want, rel=1e-6)
     # a dense model has no routed experts: the coefficient moves nothing

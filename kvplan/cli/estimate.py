@@ -80,7 +80,10 @@ MambaSsmCacheDtype = Annotated[
     ),
 ]
 ImagesPerRequest = Annotated[
-    int, typer.Option("--images-per-request", help="Images a request carries (cross-attention models).")
+    int | None,
+    typer.Option(
+        "--images-per-request", help="Images a request carries (cross-attention models; default: the spec's)."
+    ),
 ]
 Calibration = Annotated[
     bool,
@@ -242,7 +245,7 @@ def estimate(
     swa_full_tokens_ratio: SwaFullTokensRatio = None,
     disable_hybrid_swa_memory: DisableHybridSwaMemory = False,
     mamba_ssm_cache_dtype: MambaSsmCacheDtype = None,
-    images_per_request: ImagesPerRequest = 1,
+    images_per_request: ImagesPerRequest = None,
     calibration: Calibration = True,
     calibration_file: CalibrationFile = None,
     force_calibration: ForceCalibration = False,
@@ -366,7 +369,7 @@ def _disaggregated(
     if json_out:
         from kvplan.render.jsonout import to_json
 
-        typer.echo(to_json({"disaggregated": result.to_dict()}))
+        typer.echo(to_json(result.to_dict()))
         return
     from kvplan.render.tables import render_disaggregated
 

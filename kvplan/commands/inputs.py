@@ -105,7 +105,7 @@ class EstimateFlags:
     swa_full_tokens_ratio: float | None = None
     disable_hybrid_swa_memory: bool = False
     mamba_ssm_cache_dtype: str | None = None
-    images_per_request: int = 1
+    images_per_request: int | None = None
     calibration: bool = True
     calibration_file: str | None = None
     force_calibration: bool = False
@@ -298,6 +298,12 @@ def plan_request(f: EstimateFlags, gpus_flag: str = "--gpus") -> PlanRequest:
 
     gpu, num_gpus, nodes = load_cluster(f.gpus, gpus_flag)
     spec = load_spec(f.model)
+    if f.max_num_batched_tokens and f.engine.lower() == "sglang":
+        # SGLang's step budget is its chunked prefill size (server_args.py); kvplan would drop this flag
+        raise UsageError(
+            "--max-num-batched-tokens is a vllm flag; SGLang's step budget is --chunked-prefill-size: "
+            "give that, or add --engine vllm"
+        )
     mnbt = (
         parse_count(f.max_num_batched_tokens, "--max-num-batched-tokens")
         if f.max_num_batched_tokens

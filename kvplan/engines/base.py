@@ -167,7 +167,7 @@ class Engine(ABC):
     display_name: ClassVar[str]
     latest: ClassVar[Version]
     first: ClassVar[Version] = (0, 1)  # the engine's first release: anything older never existed
-    null_blocks: ClassVar[int]  # blocks the engine keeps out of use (vLLM's null block)
+    null_blocks: int  # blocks the engine keeps out of use (vLLM's null block); a class default
     auto_fit_since: ClassVar[Version | None] = None  # first release fitting --max-model-len auto
     own_flags: ClassVar[dict[str, str]]  # flag -> PlanRequest field only this engine reads
     own_flag_defaults: ClassVar[dict[str, object]] = {}
@@ -324,6 +324,15 @@ class Engine(ABC):
 
     def block_bytes(self, layer_ids: range, layers: list[Layer], fmt: Format, tp: int) -> int | None:
         """Bytes of one engine block on a GPU holding `layer_ids` (None: no block accounting)."""
+        return None
+
+    def drops_lm_head(self, spec: ModelSpec) -> str | None:
+        """Why the engine loads no LM head for this model (an embedding model), or None."""
+        return None
+
+    def request_charge(self, layer_ids: range, fmt: Format, tp: int) -> list[float] | None:
+        """Each of a stage's layers' bytes as the engine charges a request, a multiple of the layer's own
+        (None: as kvplan counts them)."""
         return None
 
     @abstractmethod

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvplan.engines import vllm_memory as vm
 from kvplan.engines.base import (
@@ -45,6 +45,9 @@ from kvplan.specs.models import (
     SlidingWindow,
 )
 from kvplan.units import GiB, ceil_div, fmt_gib
+
+if TYPE_CHECKING:
+    from kvplan.request import PlanRequest
 
 # vllm/config/cache.py: BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
@@ -425,11 +428,62 @@ def vllm_report(
     )
 
 
+# vLLM 0.8 made the V1 engine the default (VLLM_USE_V1=1, vllm/envs.py at v0.8.0); before it the V0 engine
+# sized the cache in vllm/worker/worker.py and logged from vllm/executor/executor_base.py
+V1_DEFAULT: Version = (0, 8)
+V0_SWAP_BYTES = 4 * GiB  # EngineArgs.swap_space default, 4 GiB a GPU (vllm/engine/arg_utils.py, V0)
+V0_UNSUPPORTED = (
+    "vLLM before 0.8 ran the V0 engine, which kvplan does not model for {what}; give --engine-version 0.8 "
+    "or newer for V1's figures"
+)
+
+
+def v0_report(
+    layout: VllmLayout,
+    stage_budgets: list[int],
+    stage_block_bytes: list[int],
+    max_model_len: int,
+    version: Version,
+    draft: bool,
+) -> EngineReport:
+    """V0's figures: blocks = KV memory // bytes of one block over every layer (worker.py
+    determine_num_available_blocks); CPU blocks from the 4 GiB swap space; concurrency = blocks x
+    block size / max_model_len (executor_base.py initialize_cache)."""
+    if not layout.uniform or layout.groups[0].kind == "state":
+        raise EngineUnsupported(V0_UNSUPPORTED.format(what="hybrid or recurrent-state layers"))
+    if draft:
+        raise EngineUnsupported(V0_UNSUPPORTED.format(what="a speculative draft"))
+    gpu_blocks = min(b // bb if bb else 0 for b, bb in zip(stage_budgets, stage_block_bytes, strict=True))
+    cpu_blocks = min(V0_SWAP_BYTES // bb for bb in stage_block_bytes if bb)
+    bs = layout.groups[0].block_size
+    conc = gpu_blocks * bs / max_model_len
+    lines = [
+        f"# GPU blocks: {gpu_blocks}, # CPU blocks: {cpu_blocks}",
+        f"Maximum concurrency for {max_model_len} tokens per request: {conc:.2f}x",
+    ]
+    return EngineReport(
+        engine="vllm",
+        version=fmt_version(version),
+        supported=True,
+        num_blocks=gpu_blocks,
+        kv_cache_tokens=gpu_blocks * bs,
+        max_concurrency=conc,
+        available_kv_bytes=min(stage_budgets),
+        log_lines=lines,
+    )
+
+
 class Vllm(Engine):
     name = "vllm"
     display_name = "vLLM"
     latest = (0, 33)
     null_blocks = 1  # README, How the engines size their KV cache: one block is kept as the null block
+
+    def __init__(self, req: PlanRequest, version: Version) -> None:
+        super().__init__(req, version)
+        if version < V1_DEFAULT:
+            self.null_blocks = 0  # V0's block allocator keeps no null block (vllm/core/block_manager.py)
+
     # --max-model-len auto (or -1) fits the length after profiling (vllm/v1/core/kv_cache_utils.py
     # _auto_fit_max_model_len: vLLM PR #29431, listed in v0.14.0's release notes)
     auto_fit_since = (0, 14)
@@ -866,6 +920,39 @@ class Vllm(Engine):
             return None
         return self.layout.block_bytes(self._with_draft(layer_ids), self.layers, fmt, tp)
 
+    def drops_lm_head(self, spec: ModelSpec) -> str | None:
+        runner, _ = vm.resolve_runner(self.req.runner, spec.architecture, spec.pooling_config)
+        if runner != "pooling":
+            return None
+        # vllm/model_executor/models/adapters.py _create_pooling_model_cls: a pooling model deletes its
+        # lm_head and logits processor (the Qwen3-Embedding-8B log loads 14.11 GiB, the head's 1.16 GiB less)
+        return "vLLM's pooling runner deletes the LM head (vllm/model_executor/models/adapters.py)"
+
+    def request_charge(self, layer_ids: range, fmt: Format, tp: int) -> list[float] | None:
+        """vLLM's groups share one tensor per slot, so a block costs every slot's page, padding slots and a
+        draft's layers included, and a state page is padded to the attention page (README, How the engines
+        size their KV cache): a layer of a group with n of the stage's s slots costs s / n of its own bytes."""
+        layout = self.layout
+        if layout is None or layout.uniform or self.layers is None or self.version < V1_DEFAULT:
+            return None  # V0 (before 0.8) has no groups: kvplan's own count stands
+        ids = self._with_draft(layer_ids)
+        slots = max(sum(1 for i in g.layer_ids if i in ids) for g in layout.groups)
+        # a draft's layers share the target's blocks: the target's layers carry their pages too
+        counts = [sum(1 for i in g.layer_ids if i in layer_ids) or 1 for g in layout.groups]
+        group_of = {i: k for k, g in enumerate(layout.groups) for i in g.layer_ids}
+        charge = []
+        for i in layer_ids:
+            k = group_of.get(i)
+            if k is None:
+                charge.append(1.0)  # no cache of its own
+                continue
+            scale = slots / counts[k]
+            layer = self.layers[i]
+            if isinstance(layer, RecurrentState) and kv.layer_state_bytes(layer, tp):
+                scale *= layout.groups[k].page_bytes / kv.layer_state_bytes(layer, tp)
+            charge.append(scale)
+        return charge if any(c != 1.0 for c in charge) else None
+
     def spec_tokens(self) -> int:
         """vLLM's num_speculative_tokens (0 without --speculative-config)."""
         spec = self.req.speculative
@@ -923,6 +1010,9 @@ class Vllm(Engine):
             self.layout.block_bytes(self._with_draft(s.layer_ids), self.layers, fmt, tp) for s in stages
         ]
         budgets = [s.engine_budget_bytes or s.kv_budget_bytes for s in stages]
+        if self.version < V1_DEFAULT:
+            draft = len(self.layers) > self.target_layers
+            return v0_report(self.layout, budgets, block_bytes, max_len, self.version, draft)
         report = vllm_report(
             self.layout, budgets, block_bytes, max_len, self.version, self.req.num_gpu_blocks_override
         )
@@ -934,6 +1024,12 @@ class Vllm(Engine):
         layout = self.layout
         if layout is None or report.max_concurrency is None:
             return []
+        if self.version < V1_DEFAULT:
+            return [
+                f"vLLM {fmt_version(self.version)} runs the V0 engine: these are V0's figures in its words, "
+                "which changed between V0 releases ('# GPU blocks' became '# CUDA blocks'; the concurrency "
+                "line came late in V0); CPU blocks are the 4 GiB --swap-space default"
+            ]
         notes = []
         if layout.blocks_per_request != layout.held_blocks_per_request:
             notes.append(
@@ -942,25 +1038,15 @@ class Vllm(Engine):
                 f"tokens); at full length it holds {layout.held_blocks_per_request:,}, which is what kvplan counts"
             )
         if layout.padding_layers:
-            held = (
-                (report.num_blocks - self.null_blocks) // layout.held_blocks_per_request
-                if report.num_blocks and layout.held_blocks_per_request
-                else None
-            )
             notes.append(
-                f"vLLM adds {layout.padding_layers} padding layers to equalise its KV-cache groups"
-                + (
-                    f"; their pages hold nothing, and kvplan's concurrency does not take them out: vLLM's blocks "
-                    f"hold {held:,} requests at full length, not {kvplan_concurrency:,}"
-                    if held is not None and held < kvplan_concurrency
-                    else ""
-                )
+                f"vLLM adds {layout.padding_layers} padding layers to equalise its KV-cache groups; their "
+                "pages hold nothing, and kvplan charges a request for them as vLLM does"
             )
         if any(g.kind == "state" for g in layout.groups):
             pages = next(g.blocks_per_request for g in layout.groups if g.kind == "state")
             notes.append(
                 "vLLM holds each layer's recurrent state in attention-sized pages (padded) and charges a "
-                f"request {pages} page(s) per state group; kvplan counts {pages} copies of the state's own bytes"
+                f"request {pages} page(s) per state group; kvplan charges the same pages"
             )
         same_charge = layout.blocks_per_request == layout.held_blocks_per_request
         if same_charge and math.floor(report.max_concurrency) != kvplan_concurrency and self.null_blocks:

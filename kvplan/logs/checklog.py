@@ -18,7 +18,7 @@ from typing import Any
 
 from kvplan import engines
 from kvplan.engines import vllm_memory as vm
-from kvplan.errors import UsageError
+from kvplan.errors import UsageError, WeightsDoNotFit
 from kvplan.formats import normalize_dtype_name
 from kvplan.limits import MAX_GPUS, MAX_TOKENS
 from kvplan.logs.logparse import ParsedLog
@@ -152,6 +152,7 @@ def request_from_log(
         "max_num_batched_tokens": f.get("max_num_batched_tokens"),
         "block_size": f.get("block_size"),
         "enforce_eager": f.get("enforce_eager", False),
+        "runner": f.get("runner", "auto"),  # vLLM's resolved runner (an embedding model: pooling)
     }
     kv_dtype = str(f.get("kv_cache_dtype", "auto"))
     if kv_dtype != "auto":
@@ -406,10 +407,27 @@ def _reserve_rows(f: dict[str, Any], pred: Plan) -> list[Row]:
     return rows
 
 
+def _weights_refusal(message: str, f: dict[str, Any], exc: WeightsDoNotFit) -> WeightsDoNotFit:
+    """A log that started cannot have weights too large for its GPUs: kvplan's weight format is wrong."""
+    head = message.split("; use more GPUs")[0]
+    quant = f.get("quantization")
+    if quant is not None and _QUANT.get(str(quant), "") is None:
+        why = (f"the log's quantization {quant} does not say its format: give --weight-dtype as the "
+               "checkpoint's quantization_config says (fp8, int8, int4 or nvfp4)")  # fmt: skip
+    else:
+        why = "the engine loaded them, so kvplan's weight format is not the checkpoint's: give --weight-dtype"
+    loaded = f.get("weights_bytes")
+    logged = f" (the log loaded {loaded / GiB:,.2f} GiB)" if loaded else ""
+    return WeightsDoNotFit(f"{head}{logged}; {why}", **exc.figures)
+
+
 def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
     f = log.facts
     engine = engines.engine_class(req.engine)
-    pred = estimate(dataclasses.replace(req, reserve_bytes=None, reserve_source=None))
+    try:
+        pred = estimate(dataclasses.replace(req, reserve_bytes=None, reserve_source=None))
+    except WeightsDoNotFit as exc:  # the log ran: its layout and GPU are facts, the weights format is not
+        raise _weights_refusal(str(exc), f, exc) from None
     eng = pred.engine
     if not eng.supported:
         raise UsageError(f"cannot reproduce this log: {eng.reason}")

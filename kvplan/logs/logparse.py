@@ -116,6 +116,10 @@ _AUTO_FULL = re.compile(r"Auto-fit max_model_len: full model context length " + 
 _SPEC_CONFIG = re.compile(
     r"speculative_config=SpeculativeConfig\(method='(\w+)'.*?num_spec_tokens=([^,)\s]*)\)"
 )
+# vllm/config/model.py: "Resolved `--runner auto` to `--runner pooling`"; a runner given is in the args
+_RUNNER = re.compile(
+    r"Resolved `--runner auto` to `--runner (generate|pooling)`|'runner': '(generate|pooling)'"
+)
 _VERSION = re.compile(
     r"(?:LLM engine|vLLM API server version|vLLM version)[\s:(]*v?(\d+\.\d+(?:\.\d+)?[\w.+-]*)"
 )
@@ -398,6 +402,8 @@ def _vllm_line(log: ParsedLog, line: str) -> None:
     elif m := _AUTO_FULL.search(line):
         log.put("max_model_len_auto", True, line)
         log.put("auto_fit_from", _count(m.group(1)), line, keep="last")
+    if m := _RUNNER.search(line):
+        log.put("runner", m.group(1) or m.group(2), line, keep="last")
     for pattern, fact, conv, keep in _VLLM_NUMBERS:
         m = pattern.search(line)
         if m:
@@ -461,6 +467,7 @@ _ANCHORS = {
                 "Free memory on device",
                 "top-p & top-k sampling",
                 "Auto-fit max_model_len",
+                "--runner",
             )
         )
     ),  # fmt: skip

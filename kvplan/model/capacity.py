@@ -13,17 +13,31 @@ from kvplan.specs.models import Layer, RecurrentState
 
 
 def request_bytes(
-    layers: list[Layer], fmt: Format, context: int, block_size: int, tp: int, state_copies: int = 1
+    layers: list[Layer],
+    fmt: Format,
+    context: int,
+    block_size: int,
+    tp: int,
+    state_copies: int = 1,
+    charge: list[float] | None = None,
 ) -> int:
     """Block-rounded bytes one request of `context` tokens holds on one GPU; `state_copies`: the copies of
     each recurrent state a request holds (vLLM: one page per speculative token, and one more for prefix
-    caching's 'align' mode)."""
-    return sum(
-        n
-        * kv.layer_request_bytes(layer, fmt, context, block_size, tp)
-        * (state_copies if isinstance(layer, RecurrentState) else 1)
-        for layer, n in kv.grouped(layers)
+    caching's 'align' mode); `charge`: each layer's bytes as the engine charges them, a multiple of its own
+    (Engine.request_charge: vLLM's padding layers and padded state pages)."""
+    if charge is None:
+        return sum(
+            n
+            * kv.layer_request_bytes(layer, fmt, context, block_size, tp)
+            * (state_copies if isinstance(layer, RecurrentState) else 1)
+            for layer, n in kv.grouped(layers)
+        )
+    own = {id(la): kv.layer_request_bytes(la, fmt, context, block_size, tp) for la, _ in kv.grouped(layers)}
+    total = sum(
+        own[id(la)] * scale * (state_copies if isinstance(la, RecurrentState) else 1)
+        for la, scale in zip(layers, charge, strict=True)
     )
+    return math.ceil(total - 1e-6)
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,7 @@ class Pool:
     block_size: int
     tp: int
     state_copies: int = 1  # copies of each recurrent state a request holds (Engine.state_blocks)
+    charges: list[list[float] | None] | None = None  # per stage, Engine.request_charge
 
     @property
     def num_blocks(self) -> int | None:
@@ -69,8 +84,9 @@ class Pool:
         return max(n - reserved_blocks, 0) * s.block_bytes_per_gpu
 
     def request_bytes(self, stage: int, context: int) -> int:
+        charge = self.charges[stage] if self.charges else None
         return request_bytes(
-            self.layers[stage], self.fmt, context, self.block_size, self.tp, self.state_copies
+            self.layers[stage], self.fmt, context, self.block_size, self.tp, self.state_copies, charge
         )
 
     def read_bytes(self, stage: int, context: int) -> int:

@@ -35,8 +35,9 @@ def stage_weights(
     expert_fmt: Format,
     tp: int,
     pp: int,
+    lm_head: bool = True,
 ) -> list[StageWeights]:
-    """Weights each GPU of each stage holds.
+    """Weights each GPU of each stage holds (without the LM head where `lm_head` is False).
 
     Layers are assumed equal in size except for MoE vs dense layers; everything is
     split evenly over TP (vocab-parallel embedding and LM head too). The embedding sits
@@ -61,7 +62,7 @@ def stage_weights(
         body = body_per_layer * len(stage)
         experts = expert_per_moe_layer * sum(1 for i in stage if i in moe_set)
         edges = params.embedding if s == 0 else 0
-        if s == pp - 1 and (not spec.tie_word_embeddings or pp > 1):
+        if lm_head and s == pp - 1 and (not spec.tie_word_embeddings or pp > 1):
             edges += head_params
         expert_bytes = param_bytes(round(experts), expert_fmt)
         total = param_bytes(round(body), weight_fmt) + param_bytes(edges, edge_fmt) + expert_bytes
@@ -106,7 +107,7 @@ def component_formats(spec: ModelSpec, weight_fmt: Format, expert_fmt: Format) -
     return out
 
 
-def matrix_stage_weights(spec: ModelSpec, tp: int, pp: int) -> list[StageWeights]:
+def matrix_stage_weights(spec: ModelSpec, tp: int, pp: int, lm_head: bool = True) -> list[StageWeights]:
     """Weights per GPU per stage, each matrix in its own format, bits exact per matrix
     (Format.matrix_bits); stage placement as stage_weights."""
     ranges = stage_ranges(spec.num_layers, pp)
@@ -117,8 +118,10 @@ def matrix_stage_weights(spec: ModelSpec, tp: int, pp: int) -> list[StageWeights
         if m.layer is not None:
             stages = [stage_of[m.layer]]
         elif m.component == "embedding":
-            stages = [0] + ([pp - 1] if spec.tie_word_embeddings and pp > 1 else [])
+            stages = [0] + ([pp - 1] if lm_head and spec.tie_word_embeddings and pp > 1 else [])
             embedding[0] += bits
+        elif m.component == "lm_head" and not lm_head:
+            continue
         else:  # LM head and final norm
             stages = [pp - 1]
         for s in stages:

@@ -22,6 +22,7 @@ from typing import Any
 from kvplan.errors import KvplanError, UsageError
 from kvplan.model.parallel import DEFAULT_NETWORK, Network
 from kvplan.plan.plan import Plan, PlanRequest, estimate
+from kvplan.speed.plan_speed import NETWORK_UNUSED
 from kvplan.speed.prefill import prefill_caveat, prefill_time
 
 
@@ -88,7 +89,7 @@ class Disaggregated:
         out["assumptions"] = list(self.assumptions)
         out["prefill_plan"] = self.prefill_plan.to_dict()
         out["decode_plan"] = self.decode_plan.to_dict()
-        return out
+        return {"disaggregated": out}  # the command's --json, one key (README, Disaggregated prefill/decode)
 
 
 def replica_link_bytes_per_s(prefill: Plan, net: Network) -> float:
@@ -117,10 +118,15 @@ def kv_transfer_seconds(prefill: Plan, input_tokens: int, net: Network) -> float
 def _pool_plan(req: PlanRequest, pool: str, gpus: str) -> Plan:
     """One pool's plan; a refusal says which pool, and its layout flags in place of -tp/-pp."""
     try:
-        return estimate(req)
+        plan = estimate(req)
     except KvplanError as exc:
         text = str(exc).replace("(-tp/-pp)", f"(--{pool}-gpus, --{pool}-tp)")
         raise type(exc)(f"the {pool} pool ({gpus}): {text}", **exc.figures) from None
+    if req.network is None:
+        return plan
+    # the KV transfer between the pools crosses the fabric even where a pool's own links do not
+    unused = NETWORK_UNUSED.format(name=req.network.name)
+    return dataclasses.replace(plan, assumptions=[a for a in plan.assumptions if a != unused])
 
 
 def disaggregate(

@@ -263,8 +263,17 @@ def _engine_view(
     return spec, bs
 
 
-def _with_images(spec: ModelSpec, images: int, notes: list[str]) -> ModelSpec:
-    """Cross-attention layers hold the K/V of the request's images (an assumption: --images-per-request)."""
+def _with_images(spec: ModelSpec, images: int | None, notes: list[str]) -> ModelSpec:
+    """Cross-attention layers hold the K/V of the request's images (an assumption: --images-per-request,
+    else the spec's images_per_request)."""
+    cross = [la for la in spec.layer_types.values() if isinstance(la, CrossAttention)]
+    if images is None:
+        if cross:
+            notes.append(
+                f"{cross[0].images_per_request} image(s) per request in the cross-attention layers (the spec's "
+                "images_per_request; --images-per-request to change it)"
+            )
+        return spec
     types = {
         name: layer.model_copy(update={"images_per_request": images})
         for name, layer in spec.layer_types.items()
@@ -329,8 +338,18 @@ def _weights(
     notes += [n for n in spec.notes if n.startswith(("WARNING", "weights "))] + spec.assumptions
     if req.weight_dtype or not (spec.weight_formats or spec.checkpoint_weight_bytes):
         stages = stage_weights(spec, params, w_fmt, e_fmt, tp, pp)
+        headless = stage_weights(spec, params, w_fmt, e_fmt, tp, pp, lm_head=False)
     else:  # per-matrix formats of a quantized checkpoint; the checkpoint's own total when known
-        stages = checkpoint_stage_weights(spec, matrix_stage_weights(spec, tp, pp), tp, notes)
+        counted = matrix_stage_weights(spec, tp, pp)
+        stages = checkpoint_stage_weights(spec, counted, tp, notes)
+        headless = matrix_stage_weights(spec, tp, pp, lm_head=False)
+        headless = [dataclasses.replace(h, bytes_per_gpu=s.bytes_per_gpu - (c.bytes_per_gpu - h.bytes_per_gpu))
+                    for s, c, h in zip(stages, counted, headless, strict=True)]  # fmt: skip
+    if (why := engine.drops_lm_head(spec)) and (
+        head := stages[-1].bytes_per_gpu - headless[-1].bytes_per_gpu
+    ):
+        stages = headless
+        notes.append(f"no LM head loaded ({fmt_gib(head)} per GPU of the last stage left out): {why}")
     stages = sharded_stage_weights(spec, stages, sh, w_fmt if req.weight_dtype else None)
     stages = _as_loaded(engine, spec, stages, e_fmt, sh.expert_tp, notes)
     if req.cpu_offload_gb:
@@ -482,6 +501,7 @@ def _pool(
     the attention TP size)."""
     stages: list[StagePlan] = []
     caches: list[StageCache] = []
+    charges = []
     for w, rng in zip(weights.stages, stage_ranges(spec.num_layers, pp), strict=False):
         layers = stage_layers(spec, rng)
         engine_block = engine.block_bytes(rng, list(spec.layers), fmt, kv_tp)
@@ -489,7 +509,9 @@ def _pool(
             _stage_budget(req, budget, w, engine_block, tp, pp), layers, fmt, kv_tp
         )
         whole = kv_bytes
-        if draft_bytes_per_token and w.stage == pp - 1:  # vLLM: the draft's layers share the blocks
+        # vLLM: the draft's layers share the blocks; a charge (Engine.request_charge) carries their pages
+        charges.append(charge := engine.request_charge(rng, fmt, kv_tp))
+        if draft_bytes_per_token and w.stage == pp - 1 and charge is None:
             target = float(kv.model_bits_per_token(layers, fmt, kv_tp)) / 8
             kv_bytes = math.floor(kv_bytes * target / (target + draft_bytes_per_token))
         block_bytes = sum(n * kv.page_bytes(layer, fmt, bs, kv_tp) for layer, n in kv.grouped(layers))
@@ -507,7 +529,10 @@ def _pool(
         )
         caches.append(StageCache(layers, rng, kv_bytes, whole))
     copies, _ = engine.state_blocks(list(spec.layers))
-    return Pool(stages, [c.layers for c in caches], fmt, bs, kv_tp, copies), caches
+    return (
+        Pool(stages, [c.layers for c in caches], fmt, bs, kv_tp, copies, charges if any(charges) else None),
+        caches,
+    )
 
 
 def _draft_pool(
@@ -593,8 +618,15 @@ def _concurrency(req: PlanRequest, engine: Engine, pool: Pool, max_len: int, not
     conc_factor, bind = pool.requests_fitting(max_len)
     usable_factor, _ = pool.requests_fitting(max_len, null_blocks)
     per_req = pool.request_bytes(bind, max_len)
-    kv_limit = math.floor(usable_factor)
     cap = engine.request_cap()
+    if not per_req:  # e.g. cross-attention only, with no images: nothing bounds the pool
+        if cap is None:
+            raise UsageError(
+                "a request holds no KV cache in this model (no self-attention or state layer, and no image K/V): "
+                "the pool bounds nothing; give --max-num-seqs (SGLang: --max-running-requests) for the concurrency"
+            )
+        usable_factor = conc_factor = float(cap)
+    kv_limit = math.floor(usable_factor)
     capped = cap is not None and cap < kv_limit
     max_conc = min(kv_limit, cap) if cap is not None else kv_limit
     return Concurrency(
@@ -681,10 +713,20 @@ def _explain_pool(ex: list[Explain], engine: Engine, budget: Budget, gpu: GpuSpe
         Explain(
             "max concurrency",
             f"{conc.max_concurrency:,} per replica x {dp} replica(s)",
-            "floor((blocks - 1 null block) / blocks one request needs at max_model_len)",
+            "floor((blocks - 1 null block) / blocks one request needs at max_model_len)"
+            + (", each group's padding slots and padded state pages charged" if pool.charges else ""),
             f"ceil({max_len:,} / {bs}) blocks per full-attention layer; null block: vLLM vllm/v1/core/block_pool.py at v0.11.0",
         ),
     ]
+
+
+# DeepSeek-V3.2-Exp's config.json index_topk 2048: its sparse kernels read the indexer's top-k tokens' latents
+DSA_DENSE = (
+    "sparse attention (DSA) timed as dense: decode reads each request's whole latent cache and prefill "
+    "attention is charged full causal FLOPs, though the engines' sparse kernels attend to the indexer's "
+    "top-k tokens (index_topk, 2,048 in DeepSeek-V3.2's config); past that context the attention time "
+    "is an upper bound"
+)
 
 
 def _chunked_prefill_size(req: PlanRequest, report: EngineReport) -> int | None:
@@ -721,7 +763,8 @@ def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list
             f"; its --max-num-seqs default {d.max_num_seqs:,} sizes the sampler's profiling run "
             "(concurrency is capped only by a --max-num-seqs you give)"
         )
-    notes.append(f"{line}: {d.why}; override with --max-num-batched-tokens / --max-num-seqs")
+    if cls.name == "vllm":  # SGLang's step budget is --chunked-prefill-size; the figure keys nothing it plans
+        notes.append(f"{line}: {d.why}; override with --max-num-batched-tokens / --max-num-seqs")
     return dataclasses.replace(req, max_num_batched_tokens=d.max_num_batched_tokens), applied, notes
 
 
@@ -944,6 +987,8 @@ def _estimate(req: PlanRequest) -> Plan:
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
                                  tp, req_len, conc.max_concurrency * attn_dp, avg,
                                  weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value), sh)  # fmt: skip
+    if any(getattr(layer, "index_head_dim", None) for layer in spec.layers):
+        notes.append(DSA_DENSE)
     notes.append(
         f"decode step model: {decode.bandwidth_source}; prefill: {prefill.gemm_words}, attention, "
         f"all-reduces, launch, {prefill.source}; both estimates"

@@ -111,6 +111,7 @@ class DisaggregatedAnswer:
             "colocated": self.colocated.to_dict() if self.colocated else None,
             "colocated_verdict": self.colocated_verdict,
             "assumptions": list(self.assumptions),
+            "chart": None,  # the file --plot wrote (the command line fills it in)
         }
 
 

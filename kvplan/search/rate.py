@@ -187,6 +187,7 @@ class RateAnswer:
             "simulations": self.simulations,
             "wall_s": self.wall_s,
             "assumptions": list(r.assumptions),
+            "chart": None,  # the file --plot wrote (the command line fills it in)
         }
 
 

@@ -139,8 +139,11 @@ class Run:
                 m = min(m, max(1, int((limit - t) // dt) + 1))
             for req in running:
                 self.rec.tokens(req, t, dt, m)
+            # KV grows through the run: its middle stands for the run, its end for the peak
+            self.rec.kv_usage(t, self.engine.kv_used_fraction_ahead(done + m // 2))
             t += m * dt
             done += m
+            self.rec.kv_usage(t, self.engine.kv_used_fraction_ahead(done))
             if limit is not None and t >= limit:
                 break
         self.now = t

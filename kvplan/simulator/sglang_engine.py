@@ -98,6 +98,14 @@ class SglangEngine:
     def kv_used_fraction(self) -> float:
         return (self.pool_tokens - self.available - self.evictable) / self.pool_tokens
 
+    def kv_used_fraction_ahead(self, n: int) -> float:
+        page = self.page_size
+        grown = sum(
+            (ceil_div(r.num_tokens - 1 + n, page) - ceil_div(r.num_tokens - 1, page)) * page
+            for r in self.running
+        )
+        return min(1.0, (self.pool_tokens - self.available - self.evictable + grown) / self.pool_tokens)
+
     def _alloc(self, req: SimRequest, n: int) -> None:
         """alloc_token_slots: evict from the tree when the free pool is short."""
         if self.available < n and self.tree:

@@ -50,6 +50,10 @@ class EngineSim(Protocol):
 
     def kv_used_fraction(self) -> float: ...
 
+    def kv_used_fraction_ahead(self, n: int) -> float:
+        """The fraction once every running request has decoded `n` more tokens (a stretch of decodes)."""
+        ...
+
 
 @dataclass(frozen=True)
 class SpecDecode:

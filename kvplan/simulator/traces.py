@@ -4,6 +4,7 @@ GeneratedTokens). Every problem is one line naming the file and line, and what t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from datetime import datetime
@@ -184,9 +185,19 @@ def read_trace(
     if not reqs:
         raise UsageError(f"{p}: no requests in the file")
     if num_prompts is not None:
+        if isinstance(num_prompts, bool) or not 1 <= num_prompts <= MAX_REQUESTS:
+            raise UsageError(f"--num-prompts must be 1 to {MAX_REQUESTS:,}, got {num_prompts}")
         reqs = reqs[:num_prompts]
     kind = "Azure LLM trace" if is_csv else "Mooncake trace"
     cap = f", at most {max_concurrency:,} in flight" if max_concurrency else ""
+    # the replay starts with the first request, as a benchmark started then would (a slice of a trace
+    # starts late; replayed as it stands the idle lead-in would count as time served)
+    offset = reqs[0].arrival_s
+    since = f" (from the first, at {offset:,.3f} s in the file)" if offset > 0 else ""
+    if offset > 0:
+        reqs = [dataclasses.replace(r, arrival_s=r.arrival_s - offset) for r in reqs]
     return Workload(
-        tuple(reqs), max_concurrency, f"{kind} {p.name}: {len(reqs):,} requests at their timestamps{cap}"
+        tuple(reqs),
+        max_concurrency,
+        f"{kind} {p.name}: {len(reqs):,} requests at their timestamps{since}{cap}",
     )

@@ -48,6 +48,11 @@ class VllmEngine:
     def kv_used_fraction(self) -> float:
         return self.pool.num_used / self.pool.num_blocks
 
+    def kv_used_fraction_ahead(self, n: int) -> float:
+        bs = self.block_size
+        grown = sum(max(0, ceil_div(r.num_tokens + n - 1, bs) - len(r.blocks)) for r in self.running)
+        return min(1.0, (self.pool.num_used + grown) / self.pool.num_blocks)
+
     # --- allocation (kv_cache_manager.py: allocate_slots) ------------------------------------------
 
     def _allocate(

@@ -151,6 +151,18 @@ class RecurrentState(_Strict):
             raise ValueError("a state layer needs state_bytes >= 1, or a mixer with its tensor sizes")
         if self.mixer != "fixed" and not (self.conv_channels or self.ssm_heads):
             raise ValueError(f"mixer {self.mixer}: give conv_channels/conv_kernel and/or ssm_heads/dims")
+        conv = max(self.conv_kernel - 1, 0) * (
+            self.conv_channels + self.conv_groups * self.conv_group_channels
+        )
+        ssm = self.ssm_heads * self.ssm_head_dim * self.ssm_state_dim
+        if self.mixer != "fixed" and not (
+            conv or ssm
+        ):  # a state of (conv_kernel - 1) rows and/or heads x dims
+            raise ValueError(
+                f"mixer {self.mixer}: the state holds nothing (conv_kernel - 1 = {max(self.conv_kernel - 1, 0)} rows, "
+                f"ssm {self.ssm_heads} x {self.ssm_head_dim} x {self.ssm_state_dim}): give conv_kernel >= 2 with "
+                "conv_channels, or ssm_heads, ssm_head_dim and ssm_state_dim"
+            )
         for what in ("conv_dtype", "ssm_dtype"):
             value = getattr(self, what)
             if value != "auto" and normalize_dtype_name(value) not in ("fp32", "fp16", "bf16"):
@@ -371,6 +383,27 @@ class ModelSpec(_Strict):
                 raise ValueError(
                     f"layer_types.{name}.num_kv_heads: {self.num_attention_heads} attention heads do not "
                     f"split evenly over {kind.num_kv_heads} KV heads"
+                )
+        for name, kind in self.layer_types.items():
+            # a window or chunk that holds the whole context is full attention under another name; a ratio past
+            # the context keeps no entry a request can fill
+            span = (
+                getattr(kind, "window", None)
+                if isinstance(kind, SlidingWindow)
+                else getattr(kind, "chunk", None)
+            )
+            if span is not None and span >= self.max_context:
+                raise ValueError(
+                    f"layer_types.{name}: {'window' if isinstance(kind, SlidingWindow) else 'chunk'} {span:,} >= "
+                    f"max_context {self.max_context:,}: every token is kept; write it as kind: full"
+                )
+            ratio = (
+                getattr(kind, "ratio", 0) if isinstance(kind, (CompressedAttention, CompressedLatent)) else 0
+            )
+            if ratio > self.max_context:
+                raise ValueError(
+                    f"layer_types.{name}.ratio {ratio:,} is beyond max_context {self.max_context:,}: no request "
+                    "fills one entry"
                 )
         for i, layer in enumerate(self.layers):
             if isinstance(layer, SharedKV):

@@ -439,7 +439,9 @@ def decode_inputs(
         return _fmt_of(spec, m, w_fmt, e_fmt, per_matrix)
 
     pp = len(pool.stages)
-    most = max(s.kv_bits_per_token_per_gpu for s in pool.stages) or 1
+    # each stage's share of the KV a request's decode reads (state and image K/V too, which grow with no token)
+    reads = [pool.read_bytes(i, spec.max_context) for i in range(pp)]
+    most = max(reads) or 1
     stages = tuple(
         _stage(
             spec,
@@ -448,7 +450,7 @@ def decode_inputs(
             fmt_of,
             tp,
             i == pp - 1,
-            s.kv_bits_per_token_per_gpu / most,
+            reads[i] / most,
             None if sh is None or sh.plain else sh,
         )
         for i, s in enumerate(pool.stages)
@@ -540,7 +542,15 @@ def link_notes(req: PlanRequest, inp: step_model.DecodeInputs) -> list[str]:
     if any(link.inter_node for link in links):
         net = req.network or DEFAULT_NETWORK
         notes.append(net.describe(c.network_latency_s, default=req.network is None))
+    elif req.network is not None:
+        notes.append(NETWORK_UNUSED.format(name=req.network.name))
     return notes
+
+
+# said where --network is given to a layout whose links all stay inside one node
+NETWORK_UNUSED = (
+    "--network {name}: every link of this layout stays inside one node, so the fabric plays no part"
+)
 
 
 # --- the plan's figures --------------------------------------------------------------------------
@@ -626,7 +636,7 @@ def plan_speed(
     )
     parts = parts_of(req, kv_bits)
     ctx, ctx_source = decode_context(req, max_len)
-    kv_most = max(range(len(pool.stages)), key=lambda i: pool.stages[i].kv_bits_per_token_per_gpu)
+    kv_most = max(range(len(pool.stages)), key=lambda i: pool.read_bytes(i, spec.max_context))
     per_req_ctx = pool.read_bytes(kv_most, ctx)
     one = step_model.decode_step(inp, 1, per_req_ctx, ctx, parts)
     full = None
@@ -672,7 +682,7 @@ def plan_speed(
     )
     pc = prefill_coefficients()
     terms = prefill_time(inp, work, max_len, 0, True, c, pc)
-    peak_dtype = "fp8" if work.gemm_flops_per_gpu != gpu.bf16_dense_flops else "bf16"
+    peak_dtype = "fp8" if work.gemm_peak_flops_per_s != gpu.bf16_dense_flops else "bf16"
     source = prefill_source(pc)
     ev = prefill_evidence().get(inp.kind)
     return decode, Prefill(
@@ -680,7 +690,7 @@ def plan_speed(
         terms.total_ms,
         pc.gemm_mfu,
         peak_dtype,
-        work.gemm_flops_per_gpu,
+        work.gemm_peak_flops_per_s,
         terms,
         work,
         source,
@@ -701,8 +711,8 @@ def prefill_work(
         active_params=params.active,
         attention_layers=sum(s.attention_layers for s in inp.stages),
         attention_width=attention_width(spec),
-        gemm_flops_per_gpu=peak,
-        attention_flops_per_gpu=gpu.bf16_dense_flops,
+        gemm_peak_flops_per_s=peak,
+        attention_peak_flops_per_s=gpu.bf16_dense_flops,
         weight_bytes_per_gpu=weight_bytes_per_gpu(inp),
     )
 

@@ -147,8 +147,8 @@ class PrefillWork:
     active_params: int  # parameters one token passes through (routed experts: its top-k)
     attention_layers: int  # layers whose attention reads the whole context
     attention_width: int  # query heads x head dim of one such layer
-    gemm_flops_per_gpu: float  # dense peak of the weights' dtype
-    attention_flops_per_gpu: float  # dense bf16 peak
+    gemm_peak_flops_per_s: float  # dense peak of the weights' dtype
+    attention_peak_flops_per_s: float  # dense bf16 peak
     weight_bytes_per_gpu: int  # every weight of every stage's GPU, all routed experts: one stream
 
 
@@ -195,19 +195,19 @@ def _work(
     attn_params = _attention_side_params(inp) if attn_tp < tp else 0
     compute = (
         2.0 * n * (attn_params / attn_tp + (work.active_params - attn_params) / tp)
-        / (work.gemm_flops_per_gpu * p.gemm_mfu)
+        / (work.gemm_peak_flops_per_s * p.gemm_mfu)
     )  # fmt: skip
     stream = work.weight_bytes_per_gpu / (c.gemm_efficiency * inp.hbm_bytes_per_s)
     if p.moe_gemm_eff != 1.0:
         # the routed experts' part of each runs at moe_gemm_eff of the rate: 1/eff - 1 more of it
         routed_params, routed_bytes = _routed_per_gpu(inp)
         slower = 1.0 / p.moe_gemm_eff - 1.0
-        compute += slower * 2.0 * n * routed_params / (work.gemm_flops_per_gpu * p.gemm_mfu)
+        compute += slower * 2.0 * n * routed_params / (work.gemm_peak_flops_per_s * p.gemm_mfu)
         stream += slower * routed_bytes / (c.gemm_efficiency * inp.hbm_bytes_per_s)
     attn_flops = (
         4.0 * prompts * tokens * (cached_tokens + tokens / 2) * work.attention_layers * work.attention_width
     )
-    attention = attn_flops / (attn_tp * work.attention_flops_per_gpu * p.attention_mfu)
+    attention = attn_flops / (attn_tp * work.attention_peak_flops_per_s * p.attention_mfu)
     layers = sum(s.layers for s in inp.stages)
     nbytes = n * inp.hidden_size * inp.activation_bytes
     one, _ = allreduce_seconds(nbytes, inp, c)
