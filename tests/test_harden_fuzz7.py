@@ -91,14 +91,30 @@ def test_num_prompts_with_a_trace_is_checked(tmp_path, n, command):
     assert r.stderr.strip() == f"error: --num-prompts must be 1 to 200,000, got {n}"
 
 
-def test_dsa_attention_says_it_is_timed_dense():
-    # K5: DeepSeek-V3.2's decode and prefill attention are charged dense over the whole context, though its
-    # sparse kernels attend to the indexer's top-k tokens; nothing said so
-    from kvplan.plan.plan import DSA_DENSE
+def test_dsa_decode_reads_the_top_k_tokens_and_says_so(tmp_path):
+    # K5: DeepSeek-V3.2's decode attention read every request's whole latent cache (61 x 32,768 x (656 + 132) B
+    # at 32K fp8), though its sparse kernels attend to the indexer's top 2,048 tokens; nothing said so
+    from kvplan.plan.plan import DSA_DENSE, DSA_SPARSE
     from tests.helpers import plan
 
-    assert DSA_DENSE in plan("deepseek-v3.2", "H200", num_gpus=8, max_model_len=32768).assumptions
-    assert DSA_DENSE not in plan("deepseek-v3", "H200", num_gpus=8, max_model_len=32768).assumptions
+    p = plan("deepseek-v3.2", "H200", num_gpus=8, max_model_len=32768, kv_cache_dtype="fp8")
+    assert DSA_SPARSE.format(topk=2048) in p.assumptions
+    # 61 layers x (2,048 latents x 656 B + 32,768 indexer keys x 132 B)
+    assert p.decode.batch_1.kv_bytes_read == 61 * (2048 * 656 + 32768 * 132)
+    assert p.kv_bytes_per_request_per_gpu == 61 * 32768 * (656 + 132)  # the cache still holds every token
+    short = plan("deepseek-v3.2", "H200", num_gpus=8, max_model_len=32768, kv_cache_dtype="fp8", input_len=1000,
+                 output_len=24)  # fmt: skip
+    assert short.decode.batch_1.kv_bytes_read == 61 * 1024 * (656 + 132)  # under top-k: the whole context
+    assert not any("sparse attention" in a for a in plan("deepseek-v3", "H200", num_gpus=8).assumptions)
+    # a DSA config without index_topk is timed dense, and says so
+    cfg = json.loads(
+        (Path(__file__).parent / "fixtures" / "hf" / "corpus" / "deepseek-v3.2-exp.json").read_text()
+    )
+    del cfg["index_topk"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    dense = plan(str(tmp_path / "config.json"), "H200", num_gpus=8, max_model_len=32768, kv_cache_dtype="fp8")
+    assert DSA_DENSE in dense.assumptions
+    assert dense.decode.batch_1.kv_bytes_read == dense.kv_bytes_per_request_per_gpu
 
 
 def test_prefill_work_names_its_peaks_as_rates():

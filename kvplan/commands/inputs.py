@@ -205,6 +205,14 @@ def parse_speculative(f: EstimateFlags | SolveFlags) -> Any:
             raise UsageError(
                 "--speculative-num-steps: give the draft steps (kvplan does not pick SGLang's default)"
             )
+        steps, tokens = f.speculative_num_steps, f.speculative_num_draft_tokens
+        if tokens is not None and isinstance(steps, int) and steps >= 1 and tokens != steps + 1:
+            # SGLang server_args.py: with speculative_eagle_topk 1 (the one kvplan models) the draft tokens are
+            # adjusted to speculative_num_steps + 1, with a warning
+            raise UsageError(
+                f"--speculative-num-draft-tokens {tokens}: with top-k 1 (the only kind kvplan models) SGLang sets "
+                f"it to --speculative-num-steps + 1 = {steps + 1}; give that or leave it out"
+            )
         return Speculative.make(
             SGLANG_SPEC[algo], f.speculative_num_steps, f.speculative_num_draft_tokens, f.acceptance_length,
             "--speculative-algorithm", _draft_config(f, SGLANG_SPEC[algo]), "--speculative-num-steps",

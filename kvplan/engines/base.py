@@ -223,8 +223,8 @@ class Engine(ABC):
         """Assumptions about how the engine stores this model's layers, one line each."""
         return []
 
-    def request_cap(self) -> int | None:
-        """The cap on running requests a flag sets (None: only the KV cache caps them)."""
+    def request_cap(self, attn_dp: int = 1) -> int | None:
+        """The cap on running requests a flag sets, per attention rank (None: only the KV cache caps them)."""
         return self.req.max_num_seqs
 
     def auto_fit_line(self, full: int, fitted: int, available_bytes: int) -> str:

@@ -414,10 +414,11 @@ class Sglang(Engine):
         """The release to the patch (--engine-version 0.4.3.post4); SGLang's defaults change within a minor."""
         return sglang_memory.parse_release(self.req.engine_version)
 
-    def request_cap(self) -> int | None:
-        # managers/tp_worker.py: max_running_requests = min(--max-running-requests, the request pool)
+    def request_cap(self, attn_dp: int = 1) -> int | None:
+        # managers/tp_worker.py: max_running_requests = min(--max-running-requests, the request pool); under DP
+        # attention each rank's scheduler takes --max-running-requests // dp_size (model_runner.py, 0.5.x)
         caps = [c for c in (self.req.max_num_seqs, self.req.max_running_requests) if c is not None]
-        return min(caps) if caps else None
+        return max(1, min(caps) // attn_dp) if caps else None
 
     def oversized_request(self, max_len: int, fitting_len: int | None) -> tuple[int, str] | None:
         # the pool holds `fitting_len` tokens (SGLang has no null block); tp_worker.py asserts

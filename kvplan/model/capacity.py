@@ -91,8 +91,12 @@ class Pool:
 
     def read_bytes(self, stage: int, context: int) -> int:
         """Bytes a decode step reads for one request: each recurrent state once, however many copies the
-        engine holds (the copies are the speculative and prefix-caching pages, not read every step)."""
-        return request_bytes(self.layers[stage], self.fmt, context, self.block_size, self.tp)
+        engine holds (the copies are the speculative and prefix-caching pages, not read every step); a
+        sparse (DSA) layer its top-k tokens' latents (kv.layer_read_bytes)."""
+        return sum(
+            n * kv.layer_read_bytes(layer, self.fmt, context, self.block_size, self.tp)
+            for layer, n in kv.grouped(self.layers[stage])
+        )
 
     def requests_fitting(
         self, context: int, reserved_blocks: int = 0, shared: Shared | None = None

@@ -226,6 +226,17 @@ def layer_request_bytes(layer: Layer, fmt: Format, context_tokens: int, block_si
     )
 
 
+def layer_read_bytes(layer: Layer, fmt: Format, context_tokens: int, block_size: int, tp: int = 1) -> int:
+    """Bytes one decode step reads of this layer for one request of `context_tokens`: what it holds, except
+    that sparse MLA (DSA) reads the latents of the indexer's top-k tokens and every token's indexer key
+    (DeepSeek-V3.2-Exp, github.com/deepseek-ai/DeepSeek-V3.2-Exp: lightning indexer + top-k selection)."""
+    topk = getattr(layer, "index_topk", None)
+    if not isinstance(layer, LatentAttention) or not topk or context_tokens <= topk:
+        return layer_request_bytes(layer, fmt, context_tokens, block_size, tp)
+    latent = ceil_div(topk * latent_bits(layer, fmt), 8)  # whole entries gathered, not blocks
+    return latent + ceil_div(block_size * indexer_bits(layer), 8) * ceil_div(context_tokens, block_size)
+
+
 def is_growing(layer: Layer) -> bool:
     """True when the layer's cache grows with the whole context (no window)."""
     if isinstance(layer, CompressedLatent):

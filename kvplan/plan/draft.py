@@ -84,6 +84,15 @@ def _mtp(
     return DraftMemory("mtp", n, weights, float(n * bits) / 8, rule, kv_layers=(model.layers[-1],) * n)
 
 
+def _qkv_width(draft: ModelSpec) -> int:
+    """Outputs of the first layer's fused q/k/v projection (heads x head_dim + 2 x kv heads x head_dim)."""
+    layer = draft.layers[0]
+    kv_heads, head_dim = getattr(layer, "num_kv_heads", None), getattr(layer, "head_dim", None)
+    if not kv_heads or not head_dim:
+        return 0
+    return (draft.num_attention_heads + 2 * kv_heads) * head_dim
+
+
 def _eagle(method: str, draft: ModelSpec, fmt: Format, tp: int, kv_tp: int) -> DraftMemory:
     params = param_breakdown(draft)
     w_fmt = weight_format(draft.weight_dtype)
@@ -91,17 +100,24 @@ def _eagle(method: str, draft: ModelSpec, fmt: Format, tp: int, kv_tp: int) -> D
     fc = (
         (3 if method == "eagle3" else 2) * h * h
     )  # EAGLE fuses [embedding, feature] (2h), EAGLE-3 3 layers' features (3h)
-    own = (
-        params.body
-        + params.routed_experts
-        + fc
-        + (params.lm_head or params.embedding if method == "eagle3" else 0)
+    head = 0
+    if method == "eagle3":
+        # vLLM llama_eagle3.py: ParallelLMHead(draft_vocab_size, ...), mapped back through d2t; its first
+        # layer's qkv_proj takes [embedding, hidden] (2h), h more inputs than the body's count
+        head = draft.draft_vocab_size * h if draft.draft_vocab_size else params.lm_head or params.embedding
+        fc += h * _qkv_width(draft)
+    own = params.body + params.routed_experts + fc + head
+    vocab = draft.draft_vocab_size or draft.vocab_size
+    eagle3 = (
+        f", the first layer's [embedding, hidden] q/k/v inputs included, + its LM head over {vocab:,} tokens"
+        if method == "eagle3"
+        else ""
     )
     weights = math.ceil(param_bytes(own, w_fmt) / tp)
     bits = kv.model_bits_per_token(list(draft.layers), fmt, kv_tp)
     rule = (
         f"{method}: the draft config {draft.name!r}: {draft.num_layers} layer(s), {own:,} parameters of its own "
-        f"in {w_fmt.name} over TP {tp} (body + fc {fc:,}{' + its LM head' if method == 'eagle3' else ''}); {SHARED}; "
+        f"in {w_fmt.name} over TP {tp} (body + fc {fc:,}{eagle3}); {SHARED}; "
         "KV: its layers at the target's KV dtype"
     )
     return DraftMemory(

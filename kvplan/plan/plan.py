@@ -132,6 +132,8 @@ class ReserveSummary:
     encoder_cache_bytes: int = 0  # a multimodal model's dummy encoder tensors held through the profile
     sampler_path: str | None = None  # the engine's top-k/top-p path its profiling run takes
     weight_loading_bytes: int = 0  # SGLang: taken by weight loading beside the parameters (out of the budget)
+    # the forward's hidden states held through the sampler's profile (vLLM >= 0.10)
+    sampler_hidden_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -536,15 +538,24 @@ def _pool(
 
 
 def _draft_pool(
-    engine: Engine, draft: DraftMemory, pool: Pool, req: PlanRequest, notes: list[str]
+    engine: Engine, draft: DraftMemory, pool: Pool, req: PlanRequest, notes: list[str], last: StageCache
 ) -> DraftMemory:
     """The draft's KV in memory: vLLM gives its layers their share of the KV budget (the pool above holds
     the target's share); SGLang gives the draft its own pool, beside the target's."""
     stage = pool.stages[-1]
     tokens = (stage.num_blocks or 0) * pool.block_size
     gib = 2**30
-    if engine.name == "vllm":
-        kv_bytes = math.ceil(tokens * draft.kv_bytes_per_token_per_gpu)
+    if engine.name == "vllm" and pool.charges and pool.charges[-1]:
+        # its layers sit in the target's groups: a request's pages for them are charged with its own
+        kv_bytes = 0
+        where = (
+            "inside the KV budget: its layers join the target's KV-cache groups and share their blocks, "
+            "so each request's pages for them are charged with the target's (Engine.request_charge)"
+        )
+        out = dataclasses.replace(draft, kv_bytes_per_gpu=kv_bytes, pool_tokens=tokens)
+    elif engine.name == "vllm":
+        # the budget less the target's share (the memory table's row): split in proportion to the bytes per token
+        kv_bytes = (last.engine_budget_bytes or stage.kv_budget_bytes_per_gpu) - stage.kv_budget_bytes_per_gpu
         where = (
             f"inside the KV budget: the budget per GPU is split target : draft in proportion to their KV bytes "
             f"per token ({stage.kv_bits_per_token_per_gpu / 8:,.0f} : {draft.kv_bytes_per_token_per_gpu:,.0f} B), "
@@ -604,7 +615,9 @@ class Concurrency:
     request_tokens: int  # the longest request served: max_model_len, or the engine's cap to the pool
 
 
-def _concurrency(req: PlanRequest, engine: Engine, pool: Pool, max_len: int, notes: list[str]) -> Concurrency:
+def _concurrency(
+    req: PlanRequest, engine: Engine, pool: Pool, max_len: int, notes: list[str], attn_dp: int = 1
+) -> Concurrency:
     null_blocks = engine.null_blocks
     _, bind = pool.requests_fitting(max_len)
     usable_factor, _ = pool.requests_fitting(max_len, null_blocks)
@@ -618,7 +631,12 @@ def _concurrency(req: PlanRequest, engine: Engine, pool: Pool, max_len: int, not
     conc_factor, bind = pool.requests_fitting(max_len)
     usable_factor, _ = pool.requests_fitting(max_len, null_blocks)
     per_req = pool.request_bytes(bind, max_len)
-    cap = engine.request_cap()
+    cap = engine.request_cap(attn_dp)
+    if cap is not None and attn_dp > 1 and engine.name == "sglang":
+        notes.append(
+            f"--max-running-requests over {attn_dp} attention-DP ranks: {cap:,} a rank, {cap * attn_dp:,} in all "
+            "(SGLang divides it by the DP size: model_runner.py)"
+        )
     if not per_req:  # e.g. cross-attention only, with no images: nothing bounds the pool
         if cap is None:
             raise UsageError(
@@ -687,7 +705,7 @@ def _engine_report(
 
 
 def _explain_pool(ex: list[Explain], engine: Engine, budget: Budget, gpu: GpuSpec, source: str, pool: Pool,
-                  conc: Concurrency, dp: int, max_len: int) -> None:  # fmt: skip
+                  conc: Concurrency, dp: int, max_len: int, split: bool = False) -> None:  # fmt: skip
     bs, tp = pool.block_size, pool.tp
     formula, cite = engine.budget_formula(budget, gpu)
     num_blocks = pool.num_blocks
@@ -695,7 +713,9 @@ def _explain_pool(ex: list[Explain], engine: Engine, budget: Budget, gpu: GpuSpe
         Explain(
             "KV budget per GPU",
             fmt_gib(pool.stages[conc.binding_stage].kv_budget_bytes_per_gpu),
-            f"given by {source}" if source != "computed" else formula,
+            f"given by {source}"
+            if source != "computed"
+            else formula + (" - the speculative draft's share (by KV bytes per token)" if split else ""),
             cite,
         ),
         Explain(
@@ -724,8 +744,13 @@ def _explain_pool(ex: list[Explain], engine: Engine, budget: Budget, gpu: GpuSpe
 DSA_DENSE = (
     "sparse attention (DSA) timed as dense: decode reads each request's whole latent cache and prefill "
     "attention is charged full causal FLOPs, though the engines' sparse kernels attend to the indexer's "
-    "top-k tokens (index_topk, 2,048 in DeepSeek-V3.2's config); past that context the attention time "
-    "is an upper bound"
+    "top-k tokens (index_topk, 2,048 in DeepSeek-V3.2's config; this spec states none); past that context "
+    "the attention time is an upper bound"
+)
+DSA_SPARSE = (
+    "sparse attention (DSA): a decode step reads the latents of the indexer's top {topk:,} tokens (index_topk) "
+    "and every token's indexer key, at the dense kernel's efficiency (the top-k selection is not timed); "
+    "prefill attention is charged full causal FLOPs, an upper bound past {topk:,} tokens"
 )
 
 
@@ -964,16 +989,17 @@ def _estimate(req: PlanRequest) -> Plan:
         draft.kv_bytes_per_token_per_gpu if shared and draft else 0.0,
     )
     source = _budget_source(req, engine, budget, tp, pp, notes)
-    conc = _concurrency(req, engine, pool, max_len, notes)
+    conc = _concurrency(req, engine, pool, max_len, notes, attn_dp)
     req_len = conc.request_tokens  # max_len, or the engine's cap when one request overflows the pool
     binding = pool.stages[conc.binding_stage]
-    _explain_pool(ex, engine, budget, gpu, source, pool, conc, dp, max_len)
+    split = any(c.engine_budget_bytes not in (None, c.kv_budget_bytes) for c in caches)
+    _explain_pool(ex, engine, budget, gpu, source, pool, conc, dp, max_len, split)
     avg = _avg_context(req, pool, engine.null_blocks, conc.binding_stage, dp, attn_dp)
     prefix = None
     if req.shared_prefix_tokens:
         prefix = prefix_caching(
             pool, min(req.shared_prefix_tokens, req_len), req.prefix_hit_rate, req_len, engine.null_blocks,
-            engine.request_cap(), dp, conc.usable_factor,
+            engine.request_cap(attn_dp), dp, conc.usable_factor,
         )  # fmt: skip
         notes.append(
             f"prefix caching: {req.shared_prefix_tokens:,}-token shared prefix hit by "
@@ -987,8 +1013,9 @@ def _estimate(req: PlanRequest) -> Plan:
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
                                  tp, req_len, conc.max_concurrency * attn_dp, avg,
                                  weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value), sh)  # fmt: skip
-    if any(getattr(layer, "index_head_dim", None) for layer in spec.layers):
-        notes.append(DSA_DENSE)
+    if dsa := [layer for layer in spec.layers if getattr(layer, "index_head_dim", None)]:
+        topk = getattr(dsa[0], "index_topk", None)
+        notes.append(DSA_SPARSE.format(topk=topk) if topk else DSA_DENSE)
     notes.append(
         f"decode step model: {decode.bandwidth_source}; prefill: {prefill.gemm_words}, attention, "
         f"all-reduces, launch, {prefill.source}; both estimates"
@@ -1009,7 +1036,7 @@ def _estimate(req: PlanRequest) -> Plan:
             "figures leave out whatever they change; check the spelling if vLLM should take them"
         )
     if draft is not None:
-        draft = _draft_pool(engine, draft, pool, req, notes)
+        draft = _draft_pool(engine, draft, pool, req, notes, caches[-1])
     elif req.speculative is not None:
         notes.append(
             f"speculative decoding ({req.speculative.method}): n-gram drafting holds no weights or KV"
@@ -1097,6 +1124,7 @@ def _estimate(req: PlanRequest) -> Plan:
             encoder_cache_bytes=reserve.encoder_cache_bytes,
             sampler_path=budget.sampler_path,
             weight_loading_bytes=budget.loading_bytes,
+            sampler_hidden_bytes=reserve.hidden_bytes if reserve.sequential and reserve.sampler_bytes else 0,
         ),  # fmt: skip
         kv_budget_bytes_per_gpu=binding.kv_budget_bytes_per_gpu,
         kv_budget_source=source,

@@ -91,6 +91,11 @@ def _memory_table(plan: Plan, console: Console) -> None:
                 (f"      forward pass ({s.max_num_batched_tokens:,} batched tokens)", r.activation_bytes),
                 ("      sampler" + (f": {r.sampler_path}" if r.sampler_path else ""), r.sampler_bytes),
                 *(
+                    [("        + the forward's hidden states it holds", r.sampler_hidden_bytes)]
+                    if r.sampler_hidden_bytes
+                    else []
+                ),
+                *(
                     [("      + dummy encoder tensors held", r.encoder_cache_bytes)]
                     if r.encoder_cache_bytes
                     else []
@@ -101,6 +106,12 @@ def _memory_table(plan: Plan, console: Console) -> None:
                 rows.append(("    CUDA graphs", r.cuda_graph_bytes))
     else:
         rows = [("weights (not deducted: budget given)", plan.weight_bytes_per_gpu)]
+    draft = plan.speculative_memory
+    # vLLM: the budget split with the draft
+    if draft is not None and draft.in_budget and draft.kv_bytes_per_gpu:
+        rows.append(
+            (f"- the draft's share ({draft.method}, {draft.layers} layer(s))", draft.kv_bytes_per_gpu)
+        )
     rows.append(
         (
             "= KV cache budget"
@@ -145,9 +156,16 @@ def _concurrency_table(plan: Plan, console: Console) -> None:
     c = plan.cluster
     s = plan.settings
     ct = _table("Concurrency", "", "requests")
-    limit = " (capped by --max-num-seqs)" if plan.limited_by == "max_num_seqs" else ""
+    cap_flag = (
+        "--max-running-requests"
+        if s.engine == "sglang" and s.max_running_requests is not None
+        else "--max-num-seqs"
+    )
+    limit = f" (capped by {cap_flag})" if plan.limited_by == "max_num_seqs" else ""
     ct.add_row(f"max concurrent requests at {s.max_model_len:,} tokens{limit}", f"{plan.max_concurrency:,}")
-    ct.add_row("  KV blocks / blocks one request holds, per replica", f"{plan.concurrency_factor:,.2f}x")
+    ranks = max(1, c.attention_dp_size)  # SGLang DP attention: each rank holds its own requests' KV
+    per = "per attention-DP rank" if ranks > 1 else "per replica"
+    ct.add_row(f"  KV blocks / blocks one request holds, {per}", f"{plan.concurrency_factor:,.2f}x")
     if plan.avg_context:
         a = plan.avg_context
         ct.add_row(f"at an average context of {a.avg_context_tokens:,} tokens", f"{a.max_concurrency:,}")
@@ -162,7 +180,7 @@ def _concurrency_table(plan: Plan, console: Console) -> None:
         ct.add_row("  prefill tokens skipped per request (avg)", f"{p.prefill_tokens_saved_per_request:,.0f}")
     f = plan.fragmentation
     if f.prealloc_max_concurrency_per_replica is not None:
-        dp = c.data_parallel_size
+        dp = c.data_parallel_size * ranks  # the whole deployment, as the headline above
         ct.add_row(
             f"preallocating max-model-len (no paging), at {f.context_tokens:,} tokens used",
             f"{f.prealloc_max_concurrency_per_replica * dp:,} ({f.prealloc_utilization:.0%} of reserved KV used)",

@@ -76,6 +76,8 @@ class LatentAttention(_Strict):
     q_lora_rank: PositiveInt | None = None
     # DSA (DeepSeek-V3.2, GLM-5): the sparse-attention indexer keeps one key of this width per token
     index_head_dim: PositiveInt | None = None
+    # DSA: the tokens each query attends to, the indexer's top-k (config.json index_topk); time only
+    index_topk: PositiveInt | None = None
 
     @property
     def latent_dim(self) -> int:
@@ -324,6 +326,8 @@ class ModelSpec(_Strict):
     # MTP layers in the checkpoint (config.json num_nextn_predict_layers): the draft of --speculative-config
     # mtp / SGLang NEXTN, each one decoder layer like the target's (kvplan/plan/draft.py)
     mtp_layers: Annotated[int, Field(ge=0)] = 0
+    # an EAGLE-3 draft's LM head predicts over this reduced vocabulary (config.json draft_vocab_size)
+    draft_vocab_size: PositiveInt | None = None
 
     total_params: PositiveInt | None = None
     active_params: PositiveInt | None = None

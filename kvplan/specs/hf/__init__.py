@@ -94,15 +94,31 @@ def _vision_vit(top: dict) -> list[int] | None:
     return out
 
 
-def _tied(r: Reader, top: dict, path: Path) -> bool:
+# transformers writes config.json as a diff against the defaults (PretrainedConfig.to_diff_dict), so a family
+# whose config class ties the embeddings by default (GemmaConfig, Gemma2Config, Gemma3TextConfig,
+# Gemma3nTextConfig: tie_word_embeddings=True) leaves the key out; vLLM's Gemma models have no lm_head
+_TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text")
+
+
+def _tied(r: Reader, top: dict, path: Path, notes: list[str]) -> bool:
     """tie_word_embeddings, the outer config's over the text config's (r), a JSON true/false (a string
-    such as "false" would read as true), the problem named at the field it came from."""
+    such as "false" would read as true), the problem named at the field it came from; absent, the
+    family's default, said in the notes."""
     if r.prefix and top.get("tie_word_embeddings") is not None:
         outer = Reader(top, path)
         tied = outer.bool("tie_word_embeddings", False)
         r.problems += outer.problems
         return tied
-    return r.bool("tie_word_embeddings", False)
+    if r.has("tie_word_embeddings"):
+        return r.bool("tie_word_embeddings", False)
+    family = str(r.cfg.get("model_type") or top.get("model_type") or "")
+    tied = family in _TIED_BY_DEFAULT
+    notes.append(
+        f"tie_word_embeddings absent: tied, {family}'s default (no LM head of its own)"
+        if tied
+        else "tie_word_embeddings absent: read as untied (an LM head of its own); set it if the model ties them"
+    )
+    return tied
 
 
 def model_from_config(cfg: Any, path: Path) -> ModelSpec:
@@ -176,6 +192,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
             f"hf_quant_config.json): planned as {act} weights; pass --weight-dtype if they are quantized"
         )
     archs = top.get("architectures")
+    tied = _tied(r, top, path, notes)
     spec: dict[str, Any] = {
         "name": name,
         "display_name": name,
@@ -197,12 +214,13 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         not in ("gelu", "gelu_new", "relu", "relu2")
         or cfg.get("model_type") in ("gemma", "gemma2", "gemma3_text"),
         "vocab_size": vocab,
-        "tie_word_embeddings": _tied(r, top, path),
+        "tie_word_embeddings": tied,
         "max_context": max_context,
         "moe": moe,
         "weight_dtype": act,
         "checkpoint_weight_bytes": q.checkpoint_weight_bytes(path),
         "pooling_config": q.has_pooling_config(path),
+        "draft_vocab_size": r.int("draft_vocab_size", default=None),
         "vision_encoder": isinstance(top.get("vision_config"), dict),
         "vision_tower": vision_tower.tower(top, path),
         "vision_vit": _vision_vit(top),

@@ -30,9 +30,12 @@ def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
         out.pattern = ["mla"] * num_layers
         return out
     out.pattern = _dsa_pattern(r, num_layers, notes)
-    out.layer_types["dsa"] = {**mla, "index_head_dim": index_head_dim}
+    # the sparse kernels attend to the indexer's top-k tokens, in layers sharing another's indexer too
+    topk = r.int("index_topk", default=None)
+    sparse = {**mla, "index_topk": topk} if topk else mla
+    out.layer_types["dsa"] = {**sparse, "index_head_dim": index_head_dim}
     if "mla" in out.pattern:
-        out.layer_types["mla"] = mla
+        out.layer_types["mla"] = sparse
     return out
 
 
