@@ -236,7 +236,14 @@ def _spec(r: dict[str, str]) -> tuple[ModelSpec | None, str | None, str]:
     for prefix, (path, what) in corpus.items():
         if m.startswith(prefix):
             dtype = {"fp8": "fp8", "bf16": "bf16", "fp16": "fp16"}.get(w)
-            return load_model(str(CORPUS / path)), dtype, f"{what} with --weight-dtype {dtype}"
+            spec = load_model(str(CORPUS / path))
+            if (
+                dtype is not None
+            ):  # a stand-in for another checkpoint's architecture: its KV quantization is not the
+                spec = spec.model_copy(
+                    update={"checkpoint_kv_cache_dtype": None}
+                )  # served one's (the row's kv_dtype is)
+            return spec, dtype, f"{what} with --weight-dtype {dtype}"
     for prefix, name in table.items():
         if m.startswith(prefix):
             dtype = {"fp8": "fp8", "bf16": "bf16", "fp16": "fp16"}.get(w)

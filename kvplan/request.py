@@ -233,7 +233,7 @@ class PlanRequest:
         self._check_applies(spec)
         fmt = kv_format(
             self.kv_cache_dtype,
-            spec.activation_dtype,
+            spec.checkpoint_kv_cache_dtype or spec.activation_dtype,
             self.kv_quant_group_size,
             self.kv_quant_scale_bits,
             self.kv_quant_zero_point,

@@ -77,7 +77,10 @@ def test_estimate_plans_from_the_cache_offline_as_from_the_folder(hf_cache):
     ).json()
     hub = r.json()
     assert hub["model"]["name"] == NVFP4  # named by its repository, not by the snapshot's commit
-    assert hub["kv_bytes_per_token"] == local["kv_bytes_per_token"] == 78324
+    # hf_quant_config.json's kv_cache_quant_algo FP8: --kv-cache-dtype auto is fp8 (fp8_ds_mla 656 B + the
+    # indexer key 132 B, 61 layers), as the engines resolve it
+    assert hub["kv_bytes_per_token"] == local["kv_bytes_per_token"] == 61 * (656 + 132)
+    assert hub["settings"]["kv_cache_dtype"] == "fp8_e4m3"
     # hf_quant_config.json came along from the same snapshot: NVFP4 weights, as for the folder
     assert hub["weight_bytes_total"] == local["weight_bytes_total"]
     assert load_model(NVFP4).weight_formats["attention"] == "nvfp4"
@@ -313,7 +316,7 @@ def test_downloaded_by_the_library_then_planned_offline(fake_hub, tmp_path):
     online = {"HF_ENDPOINT": fake_hub, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "0"}
     r = kvplan_process(online, "estimate", "-m", NVFP4, "--gpus", "8xB200", "--json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["kv_bytes_per_token"] == 78324
+    assert json.loads(r.stdout)["kv_bytes_per_token"] == 61 * (656 + 132)  # fp8: kv_cache_quant_algo FP8
     # the library wrote the very layout cache_repo lays out by hand: names, links, bytes
     by_hand = tmp_path / "by-hand"
     folder = CORPUS / "deepseek-v3.2-nvfp4"

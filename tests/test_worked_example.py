@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from helpers import plan, run_cli
@@ -139,6 +141,11 @@ def test_walkthrough_without_assumed_budget_lands_near_160():
     # must land in the same place
     assert 45 * GiB <= out["kv_budget_bytes_per_gpu"] <= 55 * GiB
     assert 145 <= out["max_concurrency"] <= 175
+    # the figures the README's worked example quotes (M8: it said 53.7 GiB and 171 after they had moved)
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    quoted = f"kvplan's own budget ({out['kv_budget_bytes_per_gpu'] / GiB:.2f} GiB per GPU with vLLM's 0.92"
+    assert quoted in " ".join(readme.split())
+    assert f"gives {out['max_concurrency']} at 8K" in " ".join(readme.split())
 
 
 def test_15_4_prealloc_vs_paged():

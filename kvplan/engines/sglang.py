@@ -376,6 +376,18 @@ def sglang_report(
     )
 
 
+def _logged_pool_bytes(facts: dict[str, Any], pred: Any) -> int | None:
+    """The KV pool's bytes as the log prints them ('K size: 1.42 GB, V size: 1.42 GB' or 'KV size'; SGLang's GB
+    are GiB), for a model with one pool of per-token layers (windowed or state pools print lines of their own)."""
+    if pred.kv_bytes_per_sequence_windowed_cap or pred.kv_bytes_per_request_fixed:
+        return None
+    if facts.get("k_size_bytes") is not None and facts.get("v_size_bytes") is not None:
+        return int(facts["k_size_bytes"] + facts["v_size_bytes"])
+    if facts.get("kv_size_bytes") is not None:
+        return int(facts["kv_size_bytes"])
+    return None
+
+
 class Sglang(Engine):
     name = "sglang"
     display_name = "SGLang"
@@ -494,18 +506,28 @@ class Sglang(Engine):
     @classmethod
     def arithmetic_budget(cls, facts: dict[str, Any], pred: Any) -> tuple[dict[str, Any], int] | None:
         found = super().arithmetic_budget(facts, pred)
-        if found is None and facts.get("kv_cache_tokens"):
+        if found is not None:
+            return found
+        if (sizes := _logged_pool_bytes(facts, pred)) is not None:
+            # K and V sizes are printed to 0.01 "GB" (GiB) each: up to 0.01 GiB of tokens either way
+            per_token = pred.kv_bytes_per_token_per_gpu or 1
+            return {"kv_cache_memory_bytes": sizes}, math.ceil(0.01 * GiB / per_token)
+        if facts.get("kv_cache_tokens"):
             return {
                 "kv_cache_memory_bytes": math.ceil(facts["kv_cache_tokens"] * pred.kv_bytes_per_token_per_gpu)
             }, 0
-        return found
+        return None
 
     @classmethod
     def logged_kv_bytes(cls, facts: dict[str, Any], pred: Any) -> int | None:
         found = super().logged_kv_bytes(facts, pred)
-        if found is None and facts.get("kv_cache_tokens"):
+        if found is not None:
+            return found
+        if (sizes := _logged_pool_bytes(facts, pred)) is not None:
+            return sizes
+        if facts.get("kv_cache_tokens"):
             return int(facts["kv_cache_tokens"] * pred.kv_bytes_per_token_per_gpu)
-        return found
+        return None
 
     @classmethod
     def measured_reserve(

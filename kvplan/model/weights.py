@@ -141,13 +141,22 @@ def matrix_stage_weights(spec: ModelSpec, tp: int, pp: int, lm_head: bool = True
 
 
 def checkpoint_stage_weights(
-    spec: ModelSpec, stages: list[StageWeights], tp: int, notes: list[str]
+    spec: ModelSpec, stages: list[StageWeights], tp: int, notes: list[str], mtp_bytes: int = 0
 ) -> list[StageWeights]:
-    """The checkpoint's own total (model.safetensors.index.json) spread over stages as kvplan's count."""
+    """The checkpoint's own total (model.safetensors.index.json) spread over stages as kvplan's count; less
+    `mtp_bytes`, its MTP layers (loaded only as a speculative draft, counted there)."""
     ckpt = spec.checkpoint_weight_bytes
     counted = sum(s.bytes_per_gpu for s in stages) * tp
     if not ckpt or not counted:
         return stages
+    less = ""
+    if mtp_bytes and ckpt > mtp_bytes:
+        # vLLM/SGLang's DeepSeek loaders skip the num_nextn_predict_layers weights unless they serve the draft
+        less = (
+            f" less its {spec.mtp_layers} MTP layer(s), about {mtp_bytes / 1e9:,.1f} GB, which the engines load "
+            "only as a speculative draft"
+        )
+        ckpt -= mtp_bytes
     if not 0.1 <= ckpt / counted <= 5:  # 16-bit weights counted vs a 1.6-bit checkpoint; 5x: fp32 and a tower
         raise UsageError(
             f"{spec.name}: checkpoint_weight_bytes {ckpt:,} is {ckpt / counted:.2g}x kvplan's count of the "
@@ -155,7 +164,7 @@ def checkpoint_stage_weights(
         )
     diff = ckpt / counted - 1
     notes.append(
-        f"weight bytes = the checkpoint's model.safetensors.index.json metadata.total_size "
+        f"weight bytes = the checkpoint's model.safetensors.index.json metadata.total_size{less} "
         f"({ckpt / 1e9:,.1f} GB); kvplan's own count is {counted / 1e9:,.1f} GB"
     )
     if abs(diff) > 0.03:

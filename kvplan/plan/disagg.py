@@ -21,7 +21,7 @@ from typing import Any
 
 from kvplan.errors import KvplanError, UsageError
 from kvplan.model.parallel import DEFAULT_NETWORK, Network
-from kvplan.plan.plan import Plan, PlanRequest, estimate
+from kvplan.plan.plan import ENGINE_CAPS, Plan, PlanRequest, estimate
 from kvplan.speed.plan_speed import NETWORK_UNUSED
 from kvplan.speed.prefill import prefill_caveat, prefill_time
 
@@ -92,10 +92,16 @@ class Disaggregated:
         return {"disaggregated": out}  # the command's --json, one key (README, Disaggregated prefill/decode)
 
 
-def replica_link_bytes_per_s(prefill: Plan, net: Network) -> float:
-    """What one prefill replica sends a request's KV over: one --network link per GPU of it."""
+def request_gpus(prefill: Plan) -> int:
+    """The GPUs holding one request's KV: its attention rank's (all of a replica's without DP attention)."""
     c = prefill.cluster
-    return net.bytes_per_s * c.tensor_parallel_size * c.pipeline_parallel_size
+    return (c.attention_tp_size or c.tensor_parallel_size) * c.pipeline_parallel_size
+
+
+def replica_link_bytes_per_s(prefill: Plan, net: Network) -> float:
+    """What a request's KV leaves the prefill pool over: one --network link per GPU holding it (under DP
+    attention one attention rank's; the other ranks send their own requests side by side)."""
+    return net.bytes_per_s * request_gpus(prefill)
 
 
 def kv_moved_bytes_per_token(plan: Plan) -> float:
@@ -109,10 +115,15 @@ def kv_moved_bytes_per_token(plan: Plan) -> float:
     return sum(s.kv_bits_per_token_per_gpu for s in plan.stages) / 8 * ranks
 
 
+def kv_moved_bytes(prefill: Plan, input_tokens: int) -> float:
+    """A request's KV moved between the pools: its input tokens x kv_moved_bytes_per_token, and what it holds
+    whatever its length (recurrent states, image K/V), which the decode side needs as much."""
+    return input_tokens * kv_moved_bytes_per_token(prefill) + prefill.kv_bytes_per_request_fixed
+
+
 def kv_transfer_seconds(prefill: Plan, input_tokens: int, net: Network) -> float:
-    """A request's KV (its input tokens x kv_moved_bytes_per_token) moved from the prefill replica that
-    computed it to the decode pool."""
-    return input_tokens * kv_moved_bytes_per_token(prefill) / replica_link_bytes_per_s(prefill, net)
+    """A request's KV (kv_moved_bytes) moved from the prefill replica that computed it to the decode pool."""
+    return kv_moved_bytes(prefill, input_tokens) / replica_link_bytes_per_s(prefill, net)
 
 
 def _pool_plan(req: PlanRequest, pool: str, gpus: str) -> Plan:
@@ -150,8 +161,10 @@ def disaggregate(
         else f"{copies:g} x the model's {p.kv_bytes_per_token:,.0f} bytes: the KV is held {copies:g} times over "
         "a prefill replica's GPUs (KV heads or MLA's latent replicated over TP ranks), each GPU sending its copy"
     )
-    kv_request = inp * kv_token
+    kv_request = kv_moved_bytes(p, inp)
+    fixed = p.kv_bytes_per_request_fixed
     net = prefill_req.network or DEFAULT_NETWORK
+    ranks = max(1, p.cluster.attention_dp_size)
     link = replica_link_bytes_per_s(p, net)
     transfer_s = kv_transfer_seconds(p, inp, net)
 
@@ -161,7 +174,7 @@ def disaggregate(
 
     assert d.avg_context is not None  # set above
     conc = d.avg_context.max_concurrency_per_replica
-    if d.limited_by == "max_num_seqs":  # the engine's cap binds at max-model-len; it binds here too
+    if d.limited_by in ENGINE_CAPS:  # the engine's cap binds at max-model-len; it binds here too
         conc = min(conc, d.max_concurrency_per_replica)
     if conc < 1:
         raise UsageError(
@@ -174,12 +187,23 @@ def disaggregate(
     how = "assumed, the default; set --network" if prefill_req.network is None else "--network"
     notes = [
         f"link between the pools: {net.name}, {net.what}, {net.bytes_per_s / 1e9:g} GB/s per GPU ({how}), "
-        f"summed over one prefill replica's {p.cluster.tensor_parallel_size * p.cluster.pipeline_parallel_size} "
-        "GPU(s), the replicas sending side by side; its latency and any overlap with compute not counted",
+        f"summed over the {request_gpus(p)} GPU(s) holding one request's KV"
+        + (f" (one of a replica's {ranks} attention-DP ranks)" if ranks > 1 else " (one prefill replica's)")
+        + ", the ranks and replicas sending side by side; its latency and any overlap with compute not counted",
         f"KV moved = --input-len {inp:,} x {kv_token:,.0f} bytes a token ({kv_source}; every layer, a "
-        "sliding window's cap not applied)",
+        "sliding window's cap not applied)"
+        + (
+            f" + {fixed:,} bytes a request holds whatever its length (recurrent state, image K/V)"
+            if fixed
+            else ""
+        ),
         "prefill rate: prompts one after another on each replica, a bare forward pass (prefill_fit.yaml; "
-        "no serving overhead, no batching of prompts)",
+        "no serving overhead, no batching of prompts)"
+        + (
+            f"; under DP attention its {ranks} ranks prefill side by side, not counted: a floor"
+            if ranks > 1
+            else ""
+        ),
         f"decode rate: the requests that fit at input + output = {inp + out:,} tokens each, stepping at the "
         f"mean context {d.decode.context_tokens:,} (decode_fit.yaml), each emitting {out:,} tokens",
     ]
@@ -196,7 +220,7 @@ def disaggregate(
         link_bytes_per_s=link,
         link_source=how,
         transfer_ms=transfer_s * 1e3,
-        transfer_requests_per_s=p.cluster.data_parallel_size / transfer_s,
+        transfer_requests_per_s=p.cluster.data_parallel_size * ranks / transfer_s,
         prefill=PrefillPool(
             prefill_gpus,
             p.cluster.num_gpus,

@@ -57,6 +57,25 @@ def draft_memory(
     return _eagle(spec.method, spec.draft, fmt, tp, kv_tp)
 
 
+def _mtp_layer_bytes(model: ModelSpec, stages: list[StageWeights]) -> tuple[float, int]:
+    """(one MTP decoder layer, its eh_proj) in bytes per GPU of the last stage: a layer like the target's last
+    (MoE: one layer's experts + the average of the rest)."""
+    last = stages[-1]
+    head = 0 if model.tie_word_embeddings else stages[0].embedding_bytes_per_gpu
+    dense = last.bytes_per_gpu - last.expert_bytes_per_gpu - last.embedding_bytes_per_gpu - head
+    moe = sum(1 for i in last.layers if is_moe_layer(model, i))
+    layer = dense / len(last.layers) + (last.expert_bytes_per_gpu / moe if moe else 0)
+    return layer, 2 * model.hidden_size * model.hidden_size * 2  # eh_proj in bf16/fp16: 2 bytes a weight
+
+
+def mtp_checkpoint_bytes(model: ModelSpec, stages: list[StageWeights], tp: int) -> int:
+    """The MTP layers' bytes in a checkpoint (whole model): the engines load them only as a speculative draft."""
+    if not model.mtp_layers:
+        return 0
+    layer, eh_proj = _mtp_layer_bytes(model, stages)
+    return model.mtp_layers * (math.ceil(layer) + eh_proj) * tp
+
+
 def _mtp(
     spec: Speculative, model: ModelSpec, stages: list[StageWeights], fmt: Format, kv_tp: int
 ) -> DraftMemory:
@@ -66,13 +85,7 @@ def _mtp(
             f"{spec.flag} mtp: {model.name} has no MTP layers (config.json num_nextn_predict_layers; the spec's "
             "mtp_layers); use eagle/eagle3 with --speculative-draft-config, or ngram"
         )
-    last = stages[-1]
-    head = 0 if model.tie_word_embeddings else stages[0].embedding_bytes_per_gpu
-    dense = last.bytes_per_gpu - last.expert_bytes_per_gpu - last.embedding_bytes_per_gpu - head
-    moe = sum(1 for i in last.layers if is_moe_layer(model, i))
-    # one decoder layer like the target's last (MoE: one layer's experts + the average of the rest)
-    layer = dense / len(last.layers) + (last.expert_bytes_per_gpu / moe if moe else 0)
-    eh_proj = 2 * model.hidden_size * model.hidden_size * 2  # bf16/fp16: 2 bytes a weight
+    layer, eh_proj = _mtp_layer_bytes(model, stages)
     weights = n * (math.ceil(layer) + eh_proj)
     bits = kv.model_bits_per_token([model.layers[-1]], fmt, kv_tp)
     rule = (

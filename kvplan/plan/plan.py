@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from kvplan import engines
 from kvplan.engines import Budget, Engine, EngineDefaults, EngineReport, EngineUnsupported, StageCache
+from kvplan.engines.sglang import MAMBA_SLOTS_PER_REQUEST
 from kvplan.errors import NoKvMemoryLeft, RequestDoesNotFit, UsageError, WeightsDoNotFit
 from kvplan.formats import Format, normalize_dtype_name, weight_format
 from kvplan.model import kv
@@ -36,7 +37,7 @@ from kvplan.model.weights import (
     sharded_stage_weights,
     stage_weights,
 )
-from kvplan.plan.draft import SGLANG_POOL, DraftMemory, draft_memory
+from kvplan.plan.draft import SGLANG_POOL, DraftMemory, draft_memory, mtp_checkpoint_bytes
 from kvplan.plan.offload import offload_limit_bytes, offload_stage
 from kvplan.request import PlanRequest, model_dtype_name
 from kvplan.specs.models import ChunkedAttention, CrossAttention, GpuSpec, Layer, ModelSpec, SlidingWindow
@@ -46,9 +47,11 @@ from kvplan.units import GiB, fmt_bytes, fmt_gib, plural
 if TYPE_CHECKING:
     from kvplan.calibrate.calibration import CalibrationUse
 
-__all__ = ["SCHEMA", "Plan", "PlanRequest", "StagePlan", "estimate"]
+__all__ = ["ENGINE_CAPS", "SCHEMA", "Plan", "PlanRequest", "StagePlan", "estimate"]
 
 SCHEMA = "kvplan.plan/1"
+# Plan.limited_by values that are the engine's cap on running requests (not the KV pool)
+ENGINE_CAPS = ("max_num_seqs", "state_pool")
 
 
 @dataclass(frozen=True)
@@ -343,7 +346,8 @@ def _weights(
         headless = stage_weights(spec, params, w_fmt, e_fmt, tp, pp, lm_head=False)
     else:  # per-matrix formats of a quantized checkpoint; the checkpoint's own total when known
         counted = matrix_stage_weights(spec, tp, pp)
-        stages = checkpoint_stage_weights(spec, counted, tp, notes)
+        mtp = mtp_checkpoint_bytes(spec, counted, tp) if spec.checkpoint_holds_mtp else 0
+        stages = checkpoint_stage_weights(spec, counted, tp, notes, mtp)
         headless = matrix_stage_weights(spec, tp, pp, lm_head=False)
         headless = [dataclasses.replace(h, bytes_per_gpu=s.bytes_per_gpu - (c.bytes_per_gpu - h.bytes_per_gpu))
                     for s, c, h in zip(stages, counted, headless, strict=True)]  # fmt: skip
@@ -652,6 +656,23 @@ def _concurrency(
     )
 
 
+def _state_pool_cap(report: EngineReport, conc: Concurrency, notes: list[str]) -> Concurrency:
+    """SGLang runs at most max_mamba_cache_size // 3 requests of a model with recurrent states (its state pool,
+    model_runner.py, the radix cache on): a cap on running requests the KV pool does not show."""
+    d = report.details
+    slots = d.mamba_cache_slots if isinstance(d, engines.SglangDetails) else None
+    if slots is None:
+        return conc
+    cap = max(1, slots // MAMBA_SLOTS_PER_REQUEST)
+    if cap >= conc.max_concurrency:
+        return conc
+    notes.append(
+        f"SGLang runs at most {cap:,} requests ({slots:,} state slots // {MAMBA_SLOTS_PER_REQUEST}: "
+        f"model_runner.py); the KV pool alone holds {conc.max_concurrency:,}"
+    )
+    return dataclasses.replace(conc, max_concurrency=cap, limited_by="state_pool")
+
+
 def _does_not_fit(
     pool: Pool, bind: int, null_blocks: int, max_len: int, fit: int | None, more: str
 ) -> NoReturn:
@@ -827,6 +848,9 @@ def with_model_dtype(spec: ModelSpec, dtype: str) -> ModelSpec:
     update: dict[str, Any] = {"activation_dtype": dtype}
     if _unquantized(spec):
         update["weight_dtype"] = dtype
+        if spec.checkpoint_weight_bytes:  # the index's total is of the files: the weights load in `dtype`
+            bits = weight_format(dtype).bits_per_value / weight_format(spec.activation_dtype).bits_per_value
+            update["checkpoint_weight_bytes"] = round(spec.checkpoint_weight_bytes * bits)
         if spec.expert_weight_dtype in ("bf16", "fp16", "fp32"):
             update["expert_weight_dtype"] = dtype
     return spec.model_copy(update=update)
@@ -953,6 +977,11 @@ def _estimate(req: PlanRequest) -> Plan:
     kv_tp, attn_dp = sh.attn_tp, sh.attn_dp
     ex: list[Explain] = []
     notes: list[str] = list(default_notes)
+    if req.model.checkpoint_kv_cache_dtype and normalize_dtype_name(req.kv_cache_dtype) == "auto":
+        notes.append(
+            f"--kv-cache-dtype auto: {fmt.name}, the checkpoint's KV quantization (as the engines resolve auto: "
+            "SGLang model_runner.py configure_kv_cache_dtype, vLLM resolve_kv_cache_dtype_string)"
+        )
     spec, bs = _engine_view(req, engine, fmt, kv_tp, notes)
     totals = _kv_totals(spec, fmt, max_len, ex)
     notes += sh.rules
@@ -1010,6 +1039,7 @@ def _estimate(req: PlanRequest) -> Plan:
         pool.usable_bytes(conc.binding_stage, engine.null_blocks),
     )  # fmt: skip
     report = _engine_report(engine, problem, caches, fmt, bs, kv_tp, max_len, math.floor(conc.usable_factor))
+    conc = _state_pool_cap(report, conc, notes)
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
                                  tp, req_len, conc.max_concurrency * attn_dp, avg,
                                  weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value), sh)  # fmt: skip

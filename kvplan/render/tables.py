@@ -161,7 +161,13 @@ def _concurrency_table(plan: Plan, console: Console) -> None:
         if s.engine == "sglang" and s.max_running_requests is not None
         else "--max-num-seqs"
     )
-    limit = f" (capped by {cap_flag})" if plan.limited_by == "max_num_seqs" else ""
+    limit = (
+        f" (capped by {cap_flag})"
+        if plan.limited_by == "max_num_seqs"
+        else " (capped by SGLang's state pool)"
+        if plan.limited_by == "state_pool"
+        else ""
+    )
     ct.add_row(f"max concurrent requests at {s.max_model_len:,} tokens{limit}", f"{plan.max_concurrency:,}")
     ranks = max(1, c.attention_dp_size)  # SGLang DP attention: each rank holds its own requests' KV
     per = "per attention-DP rank" if ranks > 1 else "per replica"

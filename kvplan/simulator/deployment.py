@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kvplan.engines import engine_class
-from kvplan.engines.base import VllmDetails
+from kvplan.engines.base import SglangDetails, VllmDetails
+from kvplan.engines.sglang import MAMBA_SLOTS_PER_REQUEST
 from kvplan.errors import InfeasibleError
 from kvplan.simulator.sglang_engine import SglangEngine
 from kvplan.simulator.step import EngineSim, Recorder, SpecDecode
@@ -133,6 +134,10 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
         )  # one attention-DP rank's under DP attention
         num_blocks = pool_tokens // s.block_size
         max_seqs = _sglang_max_running(plan, pool_tokens, ranks)
+        details = plan.engine.details
+        if isinstance(details, SglangDetails) and details.mamba_cache_slots is not None:
+            # model_runner.py: max_num_reqs <= max_mamba_cache_size // 3 (the state pool; estimate's state_pool cap)
+            max_seqs = min(max_seqs, max(1, details.mamba_cache_slots // MAMBA_SLOTS_PER_REQUEST))
         chunk = s.chunked_prefill_size if s.chunked_prefill_size and s.chunked_prefill_size > 0 else None
         notes.append(
             f"SGLang {s.engine_version}: pool {pool_tokens:,} tokens (page {s.block_size}), chunked prefill "

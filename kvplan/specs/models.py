@@ -343,6 +343,10 @@ class ModelSpec(_Strict):
     # `component`, `component.matrix`, `component.matrix@layer`; unlisted weights: weight_dtype.
     weight_formats: dict[str, str] = {}
     checkpoint_weight_bytes: PositiveInt | None = None  # model.safetensors.index.json metadata.total_size
+    checkpoint_holds_mtp: bool = True  # the index names the MTP layers' tensors (or cannot tell)
+    # the KV format the checkpoint's quantization config names (ModelOpt kv_cache_quant_algo FP8,
+    # compressed-tensors kv_cache_scheme): the engines' --kv-cache-dtype auto resolves to it
+    checkpoint_kv_cache_dtype: str | None = None
 
     layer_types: dict[str, Layer]
     layer_pattern: Annotated[list[str], Field(min_length=1)]

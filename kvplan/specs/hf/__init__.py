@@ -184,7 +184,13 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
 
     # a model folder's config.json is named by its folder; any other file by its own name
     folder_name = path.resolve().parent.name if path.name == "config.json" else path.stem
-    name = str(top.get("_name_or_path") or folder_name or path.stem)
+    # _name_or_path records where the exporter loaded the config from: a path on that machine is not a name to
+    # serve (solve's launch lines would name it); the folder given is
+    recorded = str(top.get("_name_or_path") or "")
+    local = (
+        recorded.startswith(("/", "./", "../", "~")) or "\\" in recorded or re.match(r"^[A-Za-z]:", recorded)
+    )
+    name = (recorded if recorded and not local else "") or folder_name or path.stem
     claimed = _QUANT_IN_NAME.search(f"{name} {folder_name}")
     if scheme is None and claimed:
         warnings.append(
@@ -193,6 +199,12 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         )
     archs = top.get("architectures")
     tied = _tied(r, top, path, notes)
+    ckpt_bytes = q.checkpoint_weight_bytes(path)
+    if ckpt_bytes and config_dtype == "fp32" and scheme is None:  # float32 files, served in 16 bits
+        ckpt_bytes //= 2
+        notes.append(
+            "weight bytes: the index's total_size is of float32 files, halved for the 16-bit weights served"
+        )
     spec: dict[str, Any] = {
         "name": name,
         "display_name": name,
@@ -218,8 +230,9 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "max_context": max_context,
         "moe": moe,
         "weight_dtype": act,
-        "checkpoint_weight_bytes": q.checkpoint_weight_bytes(path),
+        "checkpoint_weight_bytes": ckpt_bytes,
         "pooling_config": q.has_pooling_config(path),
+        "checkpoint_kv_cache_dtype": q.kv_cache_dtype(quant),
         "draft_vocab_size": r.int("draft_vocab_size", default=None),
         "vision_encoder": isinstance(top.get("vision_config"), dict),
         "vision_tower": vision_tower.tower(top, path),
@@ -233,6 +246,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         # multi-token-prediction layers shipped in the checkpoint: loaded only as the draft of MTP
         # speculative decoding (kvplan/plan/draft.py); DeepSeek/GLM/MiniMax-M3/Nemotron name them
         # num_nextn_predict_layers, Qwen3.5/3.6 mtp_num_hidden_layers, MiniMax-M2.5 mtp_transformer_layers
+        "checkpoint_holds_mtp": q.checkpoint_layers_beyond(path, num_layers or 0),
         "mtp_layers": r.int(
             "num_nextn_predict_layers",
             "mtp_num_hidden_layers",

@@ -430,6 +430,19 @@ def quant_config(top: dict, cfg: dict, path: Path) -> tuple[Any, str]:
     return None, str(path)
 
 
+def kv_cache_dtype(quant: Any) -> str | None:
+    """The KV format a quantization config names: ModelOpt's kv_cache_quant_algo FP8 (hf_quant_config.json) or
+    compressed-tensors' kv_cache_scheme of 8-bit floats; the engines' --kv-cache-dtype auto takes it."""
+    if not isinstance(quant, dict):
+        return None
+    if str(quant.get("kv_cache_quant_algo") or "").upper() == "FP8":
+        return "fp8_e4m3"
+    scheme = quant.get("kv_cache_scheme")
+    if isinstance(scheme, dict) and scheme.get("num_bits") == 8 and scheme.get("type") == "float":
+        return "fp8_e4m3"
+    return None
+
+
 def has_pooling_config(path: Path) -> bool:
     """A sentence-transformers modules.json beside config.json naming a Pooling module: vLLM then
     serves the model as a pooling (embedding) model (vllm/config/model.py _get_default_runner_type,
@@ -441,6 +454,18 @@ def has_pooling_config(path: Path) -> bool:
     if not isinstance(modules, list):
         raise SpecError(f"{beside}: expected a list of modules (sentence-transformers modules.json)")
     return any(isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling") for m in modules)
+
+
+def checkpoint_layers_beyond(path: Path, num_layers: int) -> bool:
+    """Whether the index's weight_map names a decoder layer past the model's last (an MTP layer kept in the
+    checkpoint: DeepSeek's model.layers.61.*); True when it cannot tell."""
+    index = path.parent / "model.safetensors.index.json"
+    data = read_sidecar(index) if index.is_file() else None
+    names = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(names, dict) or not names:
+        return True
+    past = re.compile(rf"(?:^|\.)layers\.{num_layers}\.|(?:^|\.)(?:mtp|nextn)")  # Qwen3.5: mtp.layers.0.*
+    return any(past.search(str(name)) for name in names)
 
 
 def checkpoint_weight_bytes(path: Path) -> int | None:
