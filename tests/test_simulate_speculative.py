@@ -74,7 +74,7 @@ def test_vllm_decode_verifies_the_drafts_and_holds_lookahead_slots_by_hand():
     assert kept == [2, 3, 2, 3] and a.num_output == 11
     # TPOT over four steps of 1 s for 10 tokens; one ITL sample per step (one streamed chunk each)
     assert (a.finish_s - a.first_token_s) / (a.num_output - 1) == pytest.approx(0.4)
-    assert sorted(log.itl) == [(1.0, 1)] * 4
+    assert sorted(log.itl) == [(1.0, 4)]  # four samples of 1 s (kept by value)
 
 
 def test_vllm_token_budget_counts_the_drafts():

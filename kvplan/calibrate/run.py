@@ -290,6 +290,17 @@ def _measure_parts(
         prof.allreduce = prof.with_allreduce(dist.spawn(device, nproc, quick, progress)).allreduce
 
 
+def _check_parts(only: str | None, nproc: int | None) -> None:
+    """--only and --nproc-per-node as far as they can be read without torch (before the device is asked for)."""
+    if only is not None:
+        wanted = [p.strip() for p in only.split(",") if p.strip()]
+        bad = [p for p in wanted if p not in PARTS]
+        if not wanted or bad:
+            raise UsageError(f"--only: {', '.join(bad) or repr(only)}: choose from {', '.join(PARTS)}")
+    if nproc is not None and nproc < 2:
+        raise UsageError(f"--nproc-per-node: an all-reduce needs at least 2 processes, got {nproc}")
+
+
 def parts_for(device: str, only: str | None, nproc: int | None) -> tuple[tuple[str, ...], int]:
     """(parts to measure, processes for the all-reduce). Default: kernel, gemm and launch, and on
     a machine with several GPUs the all-reduce over all of them; --only picks parts."""
@@ -352,6 +363,11 @@ def measure_and_save(
     # every argument is checked before minutes of measuring
     if output:
         check_output(Path(output), force)
+        if not Path(output).parent.is_dir():  # a mistyped directory is not created as a new tree
+            raise UsageError(
+                f"--output {output}: no directory {Path(output).parent}; create it first or name another"
+            )
+    _check_parts(only, nproc)
     if kv_dtype:
         _check_kv_dtypes(kv_dtype)
     layout = model_layout(load_model(model)) if model else dict(STANDARD_LAYOUT)

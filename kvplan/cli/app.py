@@ -42,14 +42,27 @@ HELP_MARKUP = None
 _USAGE_ERROR: type[Exception] = typer.BadParameter.__bases__[0]
 
 
-def _one_line(exc: Any) -> typer.Exit:
+def _one_line(exc: Any, argv: list[str]) -> typer.Exit:
     """A usage error (a missing or unknown option) as the one `error:` line every error gets; asked
     for no arguments, a command still prints its help."""
     if type(exc).__name__ == "NoArgsIsHelpError":
         raise exc
     where = f"; see `{exc.ctx.command_path} --help`" if exc.ctx is not None else ""
-    typer.echo(f"error: {exc.format_message().rstrip('.')}{where}", err=True)
+    message = f"{exc.format_message().rstrip('.')}{where}"
+    if _argv_wants_json(argv):  # the README's promise: under --json stdout always gets an object
+        from kvplan.errors import UsageError
+        from kvplan.render.jsonout import to_json
+
+        typer.echo(to_json(UsageError(message).to_dict() | {"exit_code": exc.exit_code}))
+    typer.echo(f"error: {message}", err=True)
     return typer.Exit(exc.exit_code)
+
+
+def _argv_wants_json(argv: list[str]) -> bool:
+    """--json, or compare's --format json, among arguments the parser could not read."""
+    if "--json" in argv or "--format=json" in argv:
+        return True
+    return any(a == "--format" and b == "json" for a, b in zip(argv, argv[1:], strict=False))
 
 
 class WholeHelpGroup(typer.core.TyperGroup):
@@ -66,17 +79,21 @@ class WholeHelpGroup(typer.core.TyperGroup):
 
 
 class _LazyGroup(WholeHelpGroup):
-    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+    def make_context(
+        self, info_name: str | None, args: list[str], *rest: Any, **kwargs: Any
+    ) -> click.Context:
+        given = list(args)
         try:
-            return super().make_context(*args, **kwargs)
+            return super().make_context(info_name, args, *rest, **kwargs)
         except _USAGE_ERROR as exc:
-            raise _one_line(exc) from None
+            raise _one_line(exc, given) from None
 
     def invoke(self, ctx: click.Context) -> Any:
+        given = [*getattr(ctx, "_protected_args", []), *ctx.args]  # the command and its arguments, as typed
         try:
             return super().invoke(ctx)
         except _USAGE_ERROR as exc:
-            raise _one_line(exc) from None
+            raise _one_line(exc, given) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)

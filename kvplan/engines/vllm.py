@@ -624,6 +624,8 @@ class Vllm(Engine):
     def measured_reserve(
         cls, facts: dict[str, Any], pred: Any, logged_kv: int
     ) -> tuple[int, str, str | None]:
+        # kvplan's weights, so that a saved calibration makes estimate give the log's KV memory (check-log keeps
+        # none where kvplan's weights are not the log's: the figure would carry their difference)
         return (
             pred.requested_bytes_per_gpu - pred.weight_bytes_per_gpu - logged_kv,
             "non-KV memory",

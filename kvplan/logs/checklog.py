@@ -309,6 +309,7 @@ def _arithmetic_rows(f: dict[str, Any], arith: Plan, slack: int, req: PlanReques
         tol = slack / max(per_req, 1) + 0.005
         cause = "matches" if off <= tol else _concurrency_cause(req)
         rows.append(Row("maximum concurrency", "x", f["max_concurrency"], round(a.max_concurrency, 2), cause))
+    _inconsistent_log(rows)
     if f.get("num_gpu_blocks") is not None:
         rows.append(Row("GPU blocks", "blocks", f["num_gpu_blocks"], a.num_blocks, "given to kvplan"))
     logged_k = f.get("k_size_bytes", f.get("kv_size_bytes"))
@@ -323,6 +324,37 @@ def _arithmetic_rows(f: dict[str, Any], arith: Plan, slack: int, req: PlanReques
         )
         rows.append(Row("K size" if "k_size_bytes" in f else "KV size", "bytes", logged_k, k, cause))
     return rows
+
+
+def _inconsistent_log(rows: list[Row]) -> None:
+    """Where the log's tokens and concurrency lines disagree with its own KV memory rather than with kvplan's
+    accounting, say so instead of blaming the page size or the blocks a request holds: both off by one ratio
+    (the pair agrees with itself, not with the memory), or one off while the other matches."""
+    by = {r.quantity: r for r in rows}
+    tok, conc = by.get("KV cache tokens"), by.get("maximum concurrency")
+    if (
+        tok is None
+        or conc is None
+        or not tok.log
+        or not conc.log
+        or tok.kvplan is None
+        or conc.kvplan is None
+    ):
+        return
+    tok_ok, conc_ok = tok.cause.startswith("matches"), conc.cause.startswith("matches")
+    if tok_ok and conc_ok:
+        return
+    same = abs(tok.kvplan / tok.log - conc.kvplan / conc.log) <= 0.005
+    if not tok_ok and not conc_ok and same:
+        why = (
+            "the log's tokens and concurrency agree with each other but not with its KV memory line: a log edited "
+            "or cut between those lines (one worker's pair beside another's memory?)"
+        )
+        tok.cause = conc.cause = why
+    elif not tok_ok and conc_ok:
+        tok.cause = (
+            "the log's token count disagrees with its own KV memory and concurrency: an edited or cut log?"
+        )
 
 
 def _prediction_rows(
@@ -362,19 +394,29 @@ def _prediction_rows(
         rows.append(
             Row("max-model-len (auto-fit)", "tokens", f["max_model_len"], fitted, "follows the KV memory")
         )
+    kv_gap = (eng.available_kv_bytes or 0) / logged_kv - 1 if logged_kv else None
+
+    def follows(log_value: float, mine: float | None) -> str:
+        """'follows the KV memory' only where the KV memory differs about as much; else the other table."""
+        if kv_gap is None or not mine or not log_value:
+            return "follows the KV memory"
+        gap = mine / log_value - 1
+        if abs(gap) <= 0.01 or abs(gap - kv_gap) <= max(0.02, 0.25 * abs(gap)):
+            return "follows the KV memory"
+        return "not the KV memory (it agrees): see the arithmetic given the log's KV memory below"
+
     if f.get("kv_cache_tokens") is not None:
+        tokens = f["kv_cache_tokens"]
         rows.append(
             Row(
-                "KV cache tokens",
-                "tokens",
-                f["kv_cache_tokens"],
-                eng.kv_cache_tokens,
-                "follows the KV memory",
+                "KV cache tokens", "tokens", tokens, eng.kv_cache_tokens, follows(tokens, eng.kv_cache_tokens)
             )
         )
     if f.get("max_concurrency") is not None and eng.max_concurrency is not None:
         conc = round(eng.max_concurrency, 2)
-        rows.append(Row("maximum concurrency", "x", f["max_concurrency"], conc, "follows the KV memory"))
+        rows.append(
+            Row("maximum concurrency", "x", f["max_concurrency"], conc, follows(f["max_concurrency"], conc))
+        )
     if f.get("total_gpu_memory_bytes") is not None:
         total = f["total_gpu_memory_bytes"]
         off = abs(total - pred.memory_bytes_per_gpu) / total
@@ -427,6 +469,12 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
     try:
         pred = estimate(dataclasses.replace(req, reserve_bytes=None, reserve_source=None))
     except WeightsDoNotFit as exc:  # the log ran: its layout and GPU are facts, the weights format is not
+        total, have = f.get("total_gpu_memory_bytes"), req.gpu.memory_bytes
+        if total is not None and abs(total - have) > 0.01 * total:  # unless the GPU is not the log's
+            raise UsageError(
+                f"the log's total GPU memory {total / GiB:,.2f} GiB per GPU is not {req.gpu.name}'s "
+                f"{have / GiB:,.2f} GiB: pass the GPU the log ran on (--gpus)"
+            ) from None
         raise _weights_refusal(str(exc), f, exc) from None
     eng = pred.engine
     if not eng.supported:
@@ -453,6 +501,12 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
     if measured is not None and (mismatch := _other_gpu(f, pred, req.gpu.name)):
         notes.append(mismatch)
         measured, unmeasured = None, "the log's GPU memory is not --gpus'; pass the GPU the log ran on"
+    elif measured is not None and (why := _weights_off(f, pred) or _implausible_reserve(measured, pred)):
+        notes.append(why)
+        for row in rows:
+            if row.cause.startswith("kvplan's estimate; --save-calibration"):
+                row.cause = "not kept (see the notes)"
+        measured, unmeasured = None, why
     amd = req.gpu.vendor == "amd"
     if engine.name == "vllm" and amd and vm.rocm_loading_device_wide(engine.parse_version(eng.version)):
         notes.append(vm.ROCM_LOADING_NOTE)
@@ -482,6 +536,35 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
         measured_reserve_bytes=measured,
         notes=notes,
         unmeasured_reason=unmeasured,
+    )
+
+
+def _weights_off(f: dict[str, Any], pred: Plan) -> str | None:
+    """The non-KV memory is measured with kvplan's weights (a saved calibration then reproduces the log's KV
+    memory); where they are not the log's, the figure would carry the difference: it is not kept."""
+    logged = f.get("weights_bytes")
+    if not logged or abs(pred.weight_bytes_per_gpu - logged) <= 0.02 * logged:
+        return None
+    if pred.settings.engine == "sglang" and f.get("free_at_start_bytes") is not None:
+        return None  # SGLang's is the memory in use before loading: no weights in it
+    return (
+        f"kvplan's weights ({pred.weight_bytes_per_gpu / GiB:,.2f} GiB per GPU) are not the log's "
+        f"({logged / GiB:,.2f}): the non-KV memory measured with them carries the difference and is not kept; "
+        "match the weights first (--weight-dtype, the model's config.json)"
+    )
+
+
+def _implausible_reserve(measured: int, pred: Plan) -> str | None:
+    """A non-KV figure no engine keeps: over a tenth of the card and 4x kvplan's estimate (the
+    fixture logs' reserves are 0.5-15 GiB, within 2.6x the estimate). It comes from a log of another GPU or
+    another process on it, or a log whose figures do not add up, not from the engine: it is not kept."""
+    have, mine = pred.memory_bytes_per_gpu, pred.reserve_bytes_per_gpu
+    if not (measured > 0.1 * have and measured > 4 * max(mine, 1)):  # a negative one is said and refused apart
+        return None
+    return (
+        f"the log implies {measured / GiB:,.2f} GiB of non-KV memory per GPU ({measured / have:.0%} of "
+        f"{pred.gpu.name}'s {have / GiB:,.2f} GiB; kvplan estimates {mine / GiB:,.2f}): a log from another GPU "
+        "than --gpus, another process on it, or figures that do not add up; it is not kept"
     )
 
 

@@ -52,6 +52,13 @@ class ParsedLog:
 
     def put(self, key: str, value: Any, line: str, keep: str = "first") -> None:
         """Record a fact; `keep` decides between repeats: first, last or min (across TP workers)."""
+        if key in _LAYOUT_FACTS and key in self.facts and self.facts[key] != value:
+            # vLLM prints the arguments as given and then the engine's resolved config: one startup's two
+            # lines naming two layouts is a log edited or spliced, and either reading would be a guess
+            raise UsageError(
+                f"the log names {key} {self.facts[key]} and then {value} (line {line.strip()[:60]!r}): "
+                "paste one startup's log as the engine printed it"
+            )
         if key in self.facts:
             if keep == "first" or (keep == "min" and value >= self.facts[key]):
                 return
@@ -206,6 +213,7 @@ _POSITIVE_FACTS = {
     "max_num_batched_tokens",
     "max_num_seqs",
 }
+_LAYOUT_FACTS = {"tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"}
 _INT_FACTS = _POSITIVE_FACTS | {"num_gpu_blocks_override", "kv_cache_memory_bytes", "max_total_tokens"}
 _FLOAT_FACTS = {"gpu_memory_utilization", "mem_fraction_static", "swa_full_tokens_ratio", "cpu_offload_gb"}
 _BOOL_FACTS = {"enforce_eager", "enable_prefix_caching", "disable_hybrid_swa_memory"}
