@@ -559,7 +559,9 @@ def _implausible_reserve(measured: int, pred: Plan) -> str | None:
     fixture logs' reserves are 0.5-15 GiB, within 2.6x the estimate). It comes from a log of another GPU or
     another process on it, or a log whose figures do not add up, not from the engine: it is not kept."""
     have, mine = pred.memory_bytes_per_gpu, pred.reserve_bytes_per_gpu
-    if not (measured > 0.1 * have and measured > 4 * max(mine, 1)):  # a negative one is said and refused apart
+    if not (
+        measured > 0.1 * have and measured > 4 * max(mine, 1)
+    ):  # a negative one is said and refused apart
         return None
     return (
         f"the log implies {measured / GiB:,.2f} GiB of non-KV memory per GPU ({measured / have:.0%} of "

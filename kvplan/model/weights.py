@@ -92,8 +92,18 @@ def component_formats(spec: ModelSpec, weight_fmt: Format, expert_fmt: Format) -
     """Each component's commonest format by parameters (None: the model has no such weights)."""
     out: dict[str, str | None] = dict.fromkeys(COMPONENTS)
     if not spec.weight_formats:
+        # the embedding and LM head stay in the model dtype under a quantized format (stage_weights)
+        model_fmt = weight_format(spec.activation_dtype)
+        edge = weight_fmt if weight_fmt.bits_per_value >= model_fmt.bits_per_value else model_fmt
         for comp in COMPONENTS:
-            out[comp] = (expert_fmt if comp == "routed_experts" else weight_fmt).name
+            fmt = (
+                expert_fmt
+                if comp == "routed_experts"
+                else edge
+                if comp in ("embedding", "lm_head")
+                else weight_fmt
+            )
+            out[comp] = fmt.name
         present = {m.component for m in weight_matrices(spec)}
         return {c: (f if c in present else None) for c, f in out.items()}
     params: dict[str, dict[str, int]] = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.specs.models import (
+    CompressedLatent,
     CrossAttention,
     HeadLayer,
     LatentAttention,
@@ -98,6 +99,12 @@ def _attention_matrices(spec: ModelSpec, i: int, layer) -> list[Matrix]:
             shapes = [("q_proj", heads * qk, h)]
         shapes += [("kv_a_proj_with_mqa", layer.latent_dim, h),
                    ("kv_b_proj", heads * (layer.nope_dim + v), layer.kv_lora_rank), ("o_proj", h, heads * v)]  # fmt: skip
+    elif isinstance(layer, CompressedLatent) and layer.q_lora_rank and layer.o_groups and layer.o_lora_rank:
+        # vLLM deepseek_v4.py DeepseekV4Attention: wq_a, wq_b, wkv (K = V), then o_groups grouped projections
+        # (wo_a) of heads x head_dim / o_groups inputs to o_lora_rank, and wo_b back to hidden
+        q, d, g, o = layer.q_lora_rank, layer.head_dim, layer.o_groups, layer.o_lora_rank
+        shapes = [("wq_a", q, h), ("wq_b", heads * d, q), ("wkv", d, h),
+                  ("wo_a", g * o, heads * d // g), ("wo_b", h, g * o)]  # fmt: skip
     elif isinstance(layer, SharedKV):
         d = layer.head_dim or spec.hidden_size // heads
         shapes = [("q_proj", heads * d, h), ("o_proj", h, heads * d)]

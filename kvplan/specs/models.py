@@ -106,6 +106,11 @@ class CompressedLatent(_Strict):
     window: PositiveInt
     ratio: Annotated[int, Field(ge=0)]
     index_head_dim: PositiveInt | None = None
+    # parameter counting only (vLLM deepseek_v4.py DeepseekV4Attention): wq_a/wq_b through q_lora_rank, one wkv of
+    # head_dim, the output through o_groups grouped projections to o_lora_rank each; unstated: not counted (said)
+    q_lora_rank: PositiveInt | None = None
+    o_groups: PositiveInt | None = None
+    o_lora_rank: PositiveInt | None = None
 
     def _check(self) -> CompressedLatent:  # run after field validation (schema.py)
         if self.ratio == 1:

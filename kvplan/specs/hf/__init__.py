@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.errors import SpecError
+from kvplan.formats import weight_format
 from kvplan.specs.hf import quant as q
 from kvplan.specs.hf import vision_tower
 from kvplan.specs.hf.family import Basics
@@ -63,9 +64,24 @@ def _hash_and_per_layer_inputs(
 
 
 def _scalar_intermediate(r: Reader, per_layer: list[int]) -> int | None:
+    """The dense MLP's width. Llama 4's dense layers take intermediate_size_mlp (intermediate_size is its
+    experts'; transformers modeling_llama4.py Llama4TextDecoderLayer); LFM2 derives its width from block_ff_dim
+    when block_auto_adjust_ff_dim is set (vLLM lfm2.py Lfm2MLP: 2/3, x block_ffn_dim_multiplier, rounded up to
+    block_multiple_of)."""
     if per_layer:
         return max(per_layer) or None
-    return r.int("dense_intermediate_size", "intermediate_size", "ffn_hidden_size", "n_inner", default=None)
+    size = r.int(
+        "dense_intermediate_size", "intermediate_size_mlp", "intermediate_size", "ffn_hidden_size", "n_inner",
+        default=None,
+    )  # fmt: skip
+    if size and r.cfg.get("block_auto_adjust_ff_dim") is True:
+        ff = int(2 * (r.int("block_ff_dim", default=None) or size) / 3)
+        mult = r.cfg.get("block_ffn_dim_multiplier")
+        if isinstance(mult, (int, float)) and not isinstance(mult, bool) and mult > 0:
+            ff = int(mult * ff)
+        step = r.int("block_multiple_of", default=None) or 1
+        size = step * -(-ff // step)
+    return size
 
 
 # a checkpoint's name that says its weights are quantized (nvidia/...-NVFP4, ...-FP8, ...-AWQ)
@@ -96,8 +112,8 @@ def _vision_vit(top: dict) -> list[int] | None:
 
 # transformers writes config.json as a diff against the defaults (PretrainedConfig.to_diff_dict), so a family
 # whose config class ties the embeddings by default (GemmaConfig, Gemma2Config, Gemma3TextConfig,
-# Gemma3nTextConfig: tie_word_embeddings=True) leaves the key out; vLLM's Gemma models have no lm_head
-_TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text")
+# Gemma3nTextConfig, Lfm2Config: tie_word_embeddings=True) leaves the key out; vLLM's Gemma models have no lm_head
+_TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "lfm2")
 
 
 def _tied(r: Reader, top: dict, path: Path, notes: list[str]) -> bool:
@@ -257,12 +273,34 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     }
     if r.problems:
         raise SpecError("\n".join(dict.fromkeys(r.problems)))  # a field read twice is said once
-    model = validate(ModelSpec, spec, path)
-    if scheme is None:
+    return _with_formats(validate(ModelSpec, spec, path), spec, scheme, cfg, quant_where, notes, path)
+
+
+def _with_formats(
+    model: ModelSpec,
+    spec: dict[str, Any],
+    scheme: Any,
+    cfg: dict,
+    quant_where: str,
+    notes: list[str],
+    path: Path,
+) -> ModelSpec:
+    """The model with its checkpoint's per-matrix weight formats (quantization config, DeepSeek-V4's
+    expert_dtype), said in its notes."""
+    fp4_experts = str(cfg.get("expert_dtype") or "").lower() == "fp4" and model.moe is not None
+    if scheme is None and not fp4_experts:
         return model
-    formats = q.resolve(model, scheme)
+    formats = q.resolve(model, scheme) if scheme is not None else {}
+    if fp4_experts and weight_format(formats.get("routed_experts") or "fp8").bits_per_value > 4.5:
+        # (a re-export whose quantization config names the experts' 4-bit format keeps that one)
+        # DeepSeek-V4's expert_dtype fp4: FP4 (e2m1) experts with a UE8M0 scale per 32 values, MXFP4's layout
+        formats["routed_experts"] = "mxfp4"
+        notes.append(
+            "weights of the routed experts: expert_dtype fp4, FP4 with a scale per 32 values (MXFP4's layout, 4.25 bits)"
+        )
+    method = scheme.method if scheme is not None else "expert_dtype"
     notes.append(
-        f"weights quantized ({scheme.method}, {quant_where.split(': ')[0]}): "
+        f"weights quantized ({method}, {quant_where.split(': ')[0]}): "
         + ", ".join(f"{k} {v}" for k, v in formats.items() if "." not in k)
     )
     return validate(

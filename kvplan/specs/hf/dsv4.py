@@ -35,6 +35,9 @@ def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
         "head_dim": basics.head_dim,
         "qk_rope_head_dim": r.int("qk_rope_head_dim"),
         "window": r.int("sliding_window"),
+        "q_lora_rank": r.int("q_lora_rank", default=None),
+        "o_groups": r.int("o_groups", default=None),
+        "o_lora_rank": r.int("o_lora_rank", default=None),
     }
     index_head_dim = r.int("index_head_dim", default=None)
     for i, ratio in enumerate(ratios[:n]):
