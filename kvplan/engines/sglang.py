@@ -311,6 +311,7 @@ def sglang_report(
     swa_full_tokens_ratio: float,
     mem: SglangMemory,
     max_total_tokens: int | None = None,
+    radix: bool = True,
 ) -> EngineReport:
     """SGLang's max_total_num_tokens and its KV-pool log line (README, How the engines size their KV cache)."""
     pools = [
@@ -360,8 +361,8 @@ def sglang_report(
     request_tokens = min(max_model_len, max(tokens - 1, 1))
     per_request_tokens = ceil_div(request_tokens, page_size) * page_size
     concurrency = tokens / per_request_tokens
-    if mamba is not None:  # requests also need state slots
-        concurrency = min(concurrency, mamba.max_running_requests)
+    if mamba is not None:  # requests also need state slots: 3 a request with the radix cache, else 1
+        concurrency = min(concurrency, mamba.max_running_requests if radix else mamba.slots)
     return EngineReport(
         engine="sglang",
         version=fmt_version(version),
@@ -675,6 +676,7 @@ class Sglang(Engine):
             self.swa_ratio,
             self.memory,
             self.req.max_total_tokens,
+            self.req.enable_prefix_caching,
         )
         dp = self.dp_attention_size
         if dp > 1 and isinstance(report.details, SglangDetails):

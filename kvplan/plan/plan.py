@@ -656,19 +656,20 @@ def _concurrency(
     )
 
 
-def _state_pool_cap(report: EngineReport, conc: Concurrency, notes: list[str]) -> Concurrency:
+def _state_pool_cap(report: EngineReport, conc: Concurrency, notes: list[str], radix: bool) -> Concurrency:
     """SGLang runs at most max_mamba_cache_size // 3 requests of a model with recurrent states (its state pool,
-    model_runner.py, the radix cache on): a cap on running requests the KV pool does not show."""
+    model_runner.py, the radix cache on; one slot a request with it off): a cap the KV pool does not show."""
     d = report.details
     slots = d.mamba_cache_slots if isinstance(d, engines.SglangDetails) else None
     if slots is None:
         return conc
-    cap = max(1, slots // MAMBA_SLOTS_PER_REQUEST)
+    per = MAMBA_SLOTS_PER_REQUEST if radix else 1
+    cap = max(1, slots // per)
     if cap >= conc.max_concurrency:
         return conc
     notes.append(
-        f"SGLang runs at most {cap:,} requests ({slots:,} state slots // {MAMBA_SLOTS_PER_REQUEST}: "
-        f"model_runner.py); the KV pool alone holds {conc.max_concurrency:,}"
+        f"SGLang runs at most {cap:,} requests ({slots:,} state slots // {per}: model_runner.py); the KV pool "
+        f"alone holds {conc.max_concurrency:,}"
     )
     return dataclasses.replace(conc, max_concurrency=cap, limited_by="state_pool")
 
@@ -1039,7 +1040,7 @@ def _estimate(req: PlanRequest) -> Plan:
         pool.usable_bytes(conc.binding_stage, engine.null_blocks),
     )  # fmt: skip
     report = _engine_report(engine, problem, caches, fmt, bs, kv_tp, max_len, math.floor(conc.usable_factor))
-    conc = _state_pool_cap(report, conc, notes)
+    conc = _state_pool_cap(report, conc, notes, req.enable_prefix_caching)
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
                                  tp, req_len, conc.max_concurrency * attn_dp, avg,
                                  weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value), sh)  # fmt: skip

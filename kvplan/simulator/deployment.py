@@ -47,6 +47,8 @@ class Deployment:
     # SGLang DP attention: ranks of one replica, each its own scheduler and KV pool, stepping together
     # (the MoE layers join them); one rank is simulated (simulator.simulate deals the requests)
     attention_ranks: int = 1
+    # vLLM: blocks a request holds whatever its length (a hybrid model's recurrent-state pages)
+    fixed_blocks: int = 0
 
     def new_engine(self, recorder: Recorder) -> EngineSim:
         if self.engine == "sglang":
@@ -56,7 +58,7 @@ class Deployment:
             )  # fmt: skip
         return VllmEngine(
             self.num_gpu_blocks, self.block_size, self.max_num_batched_tokens, self.max_num_seqs,
-            self.max_model_len, self.enable_prefix_caching, recorder, self.speculative,
+            self.max_model_len, self.enable_prefix_caching, recorder, self.speculative, self.fixed_blocks,
         )  # fmt: skip
 
     @property
@@ -66,7 +68,7 @@ class Deployment:
         return max(1, self.data_parallel_size) * max(1, self.attention_ranks)
 
     def blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
+        return -(-tokens // self.block_size) + self.fixed_blocks
 
     def summary(self) -> dict[str, object]:
         return {
@@ -128,6 +130,7 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
     s = plan.settings
     notes = []
     ranks = max(1, plan.cluster.attention_dp_size) if s.engine == "sglang" else 1
+    fixed = 0  # vLLM: the state pages a request holds (below)
     if s.engine == "sglang":
         pool_tokens = (
             plan.engine.kv_cache_tokens or plan.kv_pool_tokens
@@ -137,7 +140,8 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
         details = plan.engine.details
         if isinstance(details, SglangDetails) and details.mamba_cache_slots is not None:
             # model_runner.py: max_num_reqs <= max_mamba_cache_size // 3 (the state pool; estimate's state_pool cap)
-            max_seqs = min(max_seqs, max(1, details.mamba_cache_slots // MAMBA_SLOTS_PER_REQUEST))
+            per = MAMBA_SLOTS_PER_REQUEST if s.enable_prefix_caching else 1  # one slot a request, radix off
+            max_seqs = min(max_seqs, max(1, details.mamba_cache_slots // per))
         chunk = s.chunked_prefill_size if s.chunked_prefill_size and s.chunked_prefill_size > 0 else None
         notes.append(
             f"SGLang {s.engine_version}: pool {pool_tokens:,} tokens (page {s.block_size}), chunked prefill "
@@ -149,13 +153,23 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
         details = plan.engine.details
         single = -(-s.max_model_len // s.block_size)  # blocks of one group a full-length request holds
         held = details.held_blocks_per_request if isinstance(details, VllmDetails) else 0
+        # recurrent-state pages: held whatever the length, charged to each request as they are
+        fixed = (
+            sum(g.blocks_per_request for g in details.groups if g.kind == "state")
+            if isinstance(details, VllmDetails)
+            else 0
+        )
+        variable = held - fixed
         grouped = ""
-        if num_blocks and isinstance(details, VllmDetails) and held > single:
-            # vLLM's hybrid allocator shares its blocks among KV-cache groups (sliding, full, state, padding);
-            # the simulator's block manager is one group's: its pool is scaled so that a full-length request
+        if num_blocks and isinstance(details, VllmDetails) and variable > single:
+            # vLLM's hybrid allocator shares its blocks among KV-cache groups (sliding, full, padding); the
+            # simulator's block manager is one group's: its pool is scaled so that a full-length request
             # fills it as it fills vLLM's (exact at max-model-len; shorter requests are charged pro rata)
-            grouped = f" ({num_blocks:,} shared by {len(details.groups)} KV-cache groups, scaled by {single}/{held})"
-            num_blocks = max(2, num_blocks * single // held)
+            grouped = f" ({num_blocks:,} shared by {len(details.groups)} KV-cache groups, scaled by {single}/{variable})"
+            fixed = -(-fixed * single // variable)
+            num_blocks = max(2, num_blocks * single // variable)
+        if fixed:
+            grouped += f", {fixed} state page(s) a request"
         pool_tokens = max(0, num_blocks - 1) * s.block_size
         max_seqs = _vllm_max_num_seqs(plan, req)
         chunk = None
@@ -236,4 +250,5 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
         assumptions=tuple(notes),
         speculative=sim_spec,
         attention_ranks=ranks,
+        fixed_blocks=fixed,
     )

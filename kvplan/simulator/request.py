@@ -39,6 +39,7 @@ class SimRequest:
     queried_tokens: int = 0  # prompt tokens looked up in the prefix cache (first scheduling only)
     looked_up: bool = False
     blocks: list[int | None] = field(default_factory=list)  # vLLM: block keys held (None: uncached)
+    state_blocks: int = 0  # vLLM: the recurrent-state pages it holds whatever its length
     num_cached_blocks: int = 0  # vLLM: leading blocks registered in the prefix cache
     keys: list[int] = field(default_factory=list)  # vLLM: chained hashes of full blocks, built lazily
     node: object = None  # SGLang: the radix node it locks

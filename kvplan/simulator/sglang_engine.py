@@ -238,6 +238,12 @@ class SglangEngine:
         if self.tree is not None and node is not None:
             self.tree.lock(node)
             req.node = node
+            # schedule_policy.py add_one_req: checked again once the prefix is locked ("rem_total_tokens may
+            # decrease after the lock acquisition": the prefix no longer counts as evictable)
+            if total >= self._rem_total(a):
+                self._release(req)
+                req.num_computed = 0
+                return False, "no-token"
         if a.rem_chunk_tokens is None or input_tokens <= a.rem_chunk_tokens:
             self._take_prefill(req, extend, step)
             self._charge(a, input_tokens, min(req.spec.output_tokens, CLIP_MAX_NEW_TOKENS))

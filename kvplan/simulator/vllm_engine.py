@@ -25,8 +25,12 @@ class VllmEngine:
         enable_prefix_caching: bool,
         recorder: Recorder,
         speculative: SpecDecode | None = None,
+        fixed_blocks: int = 0,
     ) -> None:
         self.pool = BlockPool(num_gpu_blocks, enable_prefix_caching)
+        # a hybrid model's recurrent-state pages: a request holds them from its first allocation to its end,
+        # whatever its length (kv_cache_interface.py MambaSpec.max_memory_usage_bytes)
+        self.fixed_blocks = fixed_blocks
         self.spec = speculative
         self.block_size = block_size
         self.token_budget = max_num_batched_tokens
@@ -64,9 +68,13 @@ class VllmEngine:
             req.num_computed + hits * self.block_size + num_new_tokens + lookahead, self.max_model_len
         )
         num_new_blocks = ceil_div(need_tokens, self.block_size) - hits - len(req.blocks)
+        state = self.fixed_blocks if not req.state_blocks else 0
         evictable = self.pool.evictable_among(hit_keys) if hit_keys else 0
-        if num_new_blocks + evictable > self.pool.num_free:
+        if num_new_blocks + state + evictable > self.pool.num_free:
             return False  # "Cannot allocate new blocks"
+        if state:
+            self.pool.take(state)
+            req.state_blocks = state
         if hit_keys:
             self.pool.touch(hit_keys)
             req.blocks.extend(hit_keys)
@@ -79,11 +87,17 @@ class VllmEngine:
         self.pool.cache(req, self.block_size, min(req.num_computed + num_new_tokens, req.num_tokens))
         return True
 
+    def _release_state(self, req: SimRequest) -> None:
+        if req.state_blocks:
+            self.pool.release([None] * req.state_blocks)
+            req.state_blocks = 0
+
     def _preempt(self, victim: SimRequest) -> None:
         # scheduler.py: kv_cache_manager.free(preempted_req); num_computed_tokens = 0;
         # waiting.prepend_request(preempted_req)
         self.pool.release(victim.blocks)
         victim.blocks = []
+        self._release_state(victim)
         victim.num_cached_blocks = 0
         victim.num_computed = 0
         victim.preemptions += 1
@@ -200,6 +214,7 @@ class VllmEngine:
         self.running.remove(req)
         self.pool.release(req.blocks)
         req.blocks = []
+        self._release_state(req)
         self.rec.finished(req, t_s)
 
     # --- many identical decode steps at once -----------------------------------------------------
