@@ -330,6 +330,10 @@ class Engine(ABC):
         """Why the engine loads no LM head for this model (an embedding model), or None."""
         return None
 
+    # set by request_charge: the draft's layers form a KV-cache group of their own, which no target layer's
+    # charge carries (its share is then split off the budget, as without charges)
+    draft_apart: bool = False
+
     def request_charge(self, layer_ids: range, fmt: Format, tp: int) -> list[float] | None:
         """Each of a stage's layers' bytes as the engine charges a request, a multiple of the layer's own
         (None: as kvplan counts them)."""

@@ -207,10 +207,14 @@ class MambaPool:
     def bytes_per_request(self) -> int:
         return self.conv_bytes_per_request + self.ssm_bytes_per_request
 
-    @property
-    def max_running_requests(self) -> int:
-        # model_runner.py: max_num_reqs <= max_mamba_cache_size // 3 with the radix cache on
-        return self.slots // MAMBA_SLOTS_PER_REQUEST
+    def max_running_requests(self, radix: bool = True) -> int:
+        return state_running_cap(self.slots, radix)
+
+
+def state_running_cap(slots: int, radix: bool) -> int:
+    """model_runner.py: max_num_reqs <= max_mamba_cache_size // 3 with the radix cache on (a request may hold
+    3 state slots), // 1 with it off: the requests SGLang runs at once for a model with recurrent states."""
+    return max(1, slots // (MAMBA_SLOTS_PER_REQUEST if radix else 1))
 
 
 def _mamba_pool(layers: list[Layer], budget: int, tp: int) -> MambaPool | None:
@@ -362,7 +366,7 @@ def sglang_report(
     per_request_tokens = ceil_div(request_tokens, page_size) * page_size
     concurrency = tokens / per_request_tokens
     if mamba is not None:  # requests also need state slots: 3 a request with the radix cache, else 1
-        concurrency = min(concurrency, mamba.max_running_requests if radix else mamba.slots)
+        concurrency = min(concurrency, mamba.max_running_requests(radix))
     return EngineReport(
         engine="sglang",
         version=fmt_version(version),

@@ -938,9 +938,13 @@ class Vllm(Engine):
         if layout is None or layout.uniform or self.layers is None or self.version < V1_DEFAULT:
             return None  # V0 (before 0.8) has no groups: kvplan's own count stands
         ids = self._with_draft(layer_ids)
-        slots = max(sum(1 for i in g.layer_ids if i in ids) for g in layout.groups)
-        # a draft's layers share the target's blocks: the target's layers carry their pages too
-        counts = [sum(1 for i in g.layer_ids if i in layer_ids) or 1 for g in layout.groups]
+        held = [sum(1 for i in g.layer_ids if i in ids) for g in layout.groups]
+        slots = max(held)
+        # a draft's layers share the target's blocks: the target's layers carry their pages too; a group of the
+        # draft's alone (its page differs) has no target layer to carry it: its share is split off the budget
+        counts = [sum(1 for i in g.layer_ids if i in layer_ids) for g in layout.groups]
+        self.draft_apart = any(n and not c for n, c in zip(held, counts, strict=True))
+        counts = [c or 1 for c in counts]
         group_of = {i: k for k, g in enumerate(layout.groups) for i in g.layer_ids}
         charge = []
         for i in layer_ids:

@@ -543,7 +543,9 @@ def _weights_off(f: dict[str, Any], pred: Plan) -> str | None:
     """The non-KV memory is measured with kvplan's weights (a saved calibration then reproduces the log's KV
     memory); where they are not the log's, the figure would carry the difference: it is not kept."""
     logged = f.get("weights_bytes")
-    if not logged or abs(pred.weight_bytes_per_gpu - logged) <= 0.02 * logged:
+    # 5%: the fixture logs' weights are within 3% of kvplan's (the Qwen3.6-27B-FP8 H100 log: 2.6%); the N1 case
+    # that saved a corrupted figure was 44% off
+    if not logged or abs(pred.weight_bytes_per_gpu - logged) <= 0.05 * logged:
         return None
     if pred.settings.engine == "sglang" and f.get("free_at_start_bytes") is not None:
         return None  # SGLang's is the memory in use before loading: no weights in it

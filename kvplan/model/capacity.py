@@ -148,8 +148,10 @@ def prefix_caching(
     max_num_seqs: int | None,
     dp: int,
     base_factor: float,
+    attn_dp: int = 1,
 ) -> PrefixCaching:
-    """Shared prefix: only full blocks are shared, stored once (vLLM vllm/v1/core/kv_cache_utils.py at v0.11.0)."""
+    """Shared prefix: only full blocks are shared, stored once (vLLM vllm/v1/core/kv_cache_utils.py at v0.11.0);
+    `max_num_seqs` and the pool are one attention rank's, the concurrency the replica's (attn_dp ranks)."""
     bs = pool.block_size
     shared_blocks = shared_prefix_tokens // bs
     if shared_blocks * bs >= max_len:  # a hit never covers the request's last token
@@ -181,8 +183,8 @@ def prefix_caching(
         shared_blocks=shared_blocks,
         shared_tokens_cached=shared_blocks * bs,
         shared_bytes_per_gpu=once[bind],
-        max_concurrency_per_replica=with_prefix,
-        max_concurrency=with_prefix * dp,
+        max_concurrency_per_replica=with_prefix * attn_dp,
+        max_concurrency=with_prefix * attn_dp * dp,
         gain=with_prefix / math.floor(base_factor) if base_factor >= 1 else None,
         memory_saved_bytes_per_gpu=int(saved),
         prefill_tokens_saved_per_request=hit_rate * shared_blocks * bs,
@@ -214,7 +216,11 @@ def fragmentation(pool: Pool, stage: int, context: int, max_len: int, usable_byt
     """Preallocating max_model_len per request vs paged blocks (the vLLM paper, arXiv:2309.06180)."""
     layers, fmt, tp = pool.layers[stage], pool.fmt, pool.tp
     exact_rank = kv.sequence_bytes(layers, fmt, context, tp)
-    exact_max = kv.sequence_bytes(layers, fmt, max_len, tp)
+    # both in the engine's accounting (its padding slots and state pages, Pool.request_bytes): preallocating
+    # reserves what a max_model_len request is charged, paging what one of `context` tokens is
+    exact_max = (
+        pool.request_bytes(stage, max_len) if pool.charges else kv.sequence_bytes(layers, fmt, max_len, tp)
+    )
     paged = pool.request_bytes(stage, context)
     budget = pool.stages[stage].kv_budget_bytes_per_gpu
     return Fragmentation(

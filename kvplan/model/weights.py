@@ -28,6 +28,13 @@ def param_bytes(num_params: int, fmt: Format) -> int:
     return ceil_div(num.numerator, num.denominator * 8)
 
 
+def edge_format(spec: ModelSpec, weight_fmt: Format) -> Format:
+    """The embedding's and LM head's format: the model dtype under a quantized format (vLLM's
+    VocabParallelEmbedding and ParallelLMHead take no quantization method unless a config names them)."""
+    model_fmt = weight_format(spec.activation_dtype)
+    return model_fmt if weight_fmt.bits_per_value < model_fmt.bits_per_value else weight_fmt
+
+
 def stage_weights(
     spec: ModelSpec,
     params: ParamBreakdown,
@@ -53,10 +60,7 @@ def stage_weights(
     body_per_layer = params.body / n
     head_params = params.lm_head if not spec.tie_word_embeddings else params.embedding
     moe_set = set(moe_layers)
-    edge_fmt = weight_fmt
-    model_fmt = weight_format(spec.activation_dtype)
-    if weight_fmt.bits_per_value < model_fmt.bits_per_value:
-        edge_fmt = model_fmt
+    edge_fmt = edge_format(spec, weight_fmt)
     out = []
     for s, stage in enumerate(stage_ranges(n, pp)):
         body = body_per_layer * len(stage)
@@ -92,9 +96,7 @@ def component_formats(spec: ModelSpec, weight_fmt: Format, expert_fmt: Format) -
     """Each component's commonest format by parameters (None: the model has no such weights)."""
     out: dict[str, str | None] = dict.fromkeys(COMPONENTS)
     if not spec.weight_formats:
-        # the embedding and LM head stay in the model dtype under a quantized format (stage_weights)
-        model_fmt = weight_format(spec.activation_dtype)
-        edge = weight_fmt if weight_fmt.bits_per_value >= model_fmt.bits_per_value else model_fmt
+        edge = edge_format(spec, weight_fmt)
         for comp in COMPONENTS:
             fmt = (
                 expert_fmt

@@ -21,7 +21,7 @@ from typing import Any
 
 from kvplan.errors import KvplanError, UsageError
 from kvplan.model.parallel import DEFAULT_NETWORK, Network
-from kvplan.plan.plan import ENGINE_CAPS, Plan, PlanRequest, estimate
+from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.speed.plan_speed import NETWORK_UNUSED
 from kvplan.speed.prefill import prefill_caveat, prefill_time
 
@@ -174,8 +174,6 @@ def disaggregate(
 
     assert d.avg_context is not None  # set above
     conc = d.avg_context.max_concurrency_per_replica
-    if d.limited_by in ENGINE_CAPS:  # the engine's cap binds at max-model-len; it binds here too
-        conc = min(conc, d.max_concurrency_per_replica)
     if conc < 1:
         raise UsageError(
             f"--decode-gpus {decode_gpus}: no request of {inp + out:,} tokens fits the decode pool"

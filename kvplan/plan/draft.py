@@ -73,7 +73,7 @@ def mtp_checkpoint_bytes(model: ModelSpec, stages: list[StageWeights], tp: int) 
     if not model.mtp_layers:
         return 0
     layer, eh_proj = _mtp_layer_bytes(model, stages)
-    return model.mtp_layers * (math.ceil(layer) + eh_proj) * tp
+    return model.mtp_layers * (math.ceil(layer) * tp + eh_proj)  # the layer split over TP, eh_proj whole
 
 
 def _mtp(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from kvplan import engines
 from kvplan.engines import Budget, Engine, EngineDefaults, EngineReport, EngineUnsupported, StageCache
-from kvplan.engines.sglang import MAMBA_SLOTS_PER_REQUEST
+from kvplan.engines.sglang import state_running_cap
 from kvplan.errors import NoKvMemoryLeft, RequestDoesNotFit, UsageError, WeightsDoNotFit
 from kvplan.formats import Format, normalize_dtype_name, weight_format
 from kvplan.model import kv
@@ -47,11 +47,9 @@ from kvplan.units import GiB, fmt_bytes, fmt_gib, plural
 if TYPE_CHECKING:
     from kvplan.calibrate.calibration import CalibrationUse
 
-__all__ = ["ENGINE_CAPS", "SCHEMA", "Plan", "PlanRequest", "StagePlan", "estimate"]
+__all__ = ["SCHEMA", "Plan", "PlanRequest", "StagePlan", "estimate"]
 
 SCHEMA = "kvplan.plan/1"
-# Plan.limited_by values that are the engine's cap on running requests (not the KV pool)
-ENGINE_CAPS = ("max_num_seqs", "state_pool")
 
 
 @dataclass(frozen=True)
@@ -517,7 +515,7 @@ def _pool(
         whole = kv_bytes
         # vLLM: the draft's layers share the blocks; a charge (Engine.request_charge) carries their pages
         charges.append(charge := engine.request_charge(rng, fmt, kv_tp))
-        if draft_bytes_per_token and w.stage == pp - 1 and charge is None:
+        if draft_bytes_per_token and w.stage == pp - 1 and (charge is None or engine.draft_apart):
             target = float(kv.model_bits_per_token(layers, fmt, kv_tp)) / 8
             kv_bytes = math.floor(kv_bytes * target / (target + draft_bytes_per_token))
         block_bytes = sum(n * kv.page_bytes(layer, fmt, bs, kv_tp) for layer, n in kv.grouped(layers))
@@ -549,7 +547,7 @@ def _draft_pool(
     stage = pool.stages[-1]
     tokens = (stage.num_blocks or 0) * pool.block_size
     gib = 2**30
-    if engine.name == "vllm" and pool.charges and pool.charges[-1]:
+    if engine.name == "vllm" and pool.charges and pool.charges[-1] and not engine.draft_apart:
         # its layers sit in the target's groups: a request's pages for them are charged with its own
         kv_bytes = 0
         where = (
@@ -656,22 +654,33 @@ def _concurrency(
     )
 
 
-def _state_pool_cap(report: EngineReport, conc: Concurrency, notes: list[str], radix: bool) -> Concurrency:
-    """SGLang runs at most max_mamba_cache_size // 3 requests of a model with recurrent states (its state pool,
-    model_runner.py, the radix cache on; one slot a request with it off): a cap the KV pool does not show."""
+def _state_pool_cap(
+    report: EngineReport, conc: Concurrency, notes: list[str], radix: bool
+) -> tuple[Concurrency, int | None]:
+    """SGLang runs at most state_running_cap requests of a model with recurrent states (its state pool): a cap
+    the KV pool does not show. (the concurrency, the cap a rank, or None)"""
     d = report.details
     slots = d.mamba_cache_slots if isinstance(d, engines.SglangDetails) else None
     if slots is None:
-        return conc
-    per = MAMBA_SLOTS_PER_REQUEST if radix else 1
-    cap = max(1, slots // per)
+        return conc, None
+    cap = state_running_cap(slots, radix)
     if cap >= conc.max_concurrency:
-        return conc
+        return conc, cap
     notes.append(
-        f"SGLang runs at most {cap:,} requests ({slots:,} state slots // {per}: model_runner.py); the KV pool "
-        f"alone holds {conc.max_concurrency:,}"
+        f"SGLang runs at most {cap:,} requests ({slots:,} state slots, {'3 a request with the radix cache' if radix else 'one a request'}: "
+        f"model_runner.py); the KV pool alone holds {conc.max_concurrency:,}"
     )
-    return dataclasses.replace(conc, max_concurrency=cap, limited_by="state_pool")
+    return dataclasses.replace(conc, max_concurrency=cap, limited_by="state_pool"), cap
+
+
+def _capped_avg(avg: AvgContext | None, caps: list[int | None], attn_dp: int, dp: int) -> AvgContext | None:
+    """--avg-context's requests, no more than the engine runs at once (a flag's cap, SGLang's state pool; each an
+    attention rank's)."""
+    given = [c for c in caps if c is not None]
+    if avg is None or not given:
+        return avg
+    per_replica = min(avg.max_concurrency_per_replica, min(given) * attn_dp)
+    return dataclasses.replace(avg, max_concurrency_per_replica=per_replica, max_concurrency=per_replica * dp)
 
 
 def _does_not_fit(
@@ -755,9 +764,14 @@ def _explain_pool(ex: list[Explain], engine: Engine, budget: Budget, gpu: GpuSpe
         Explain(
             "max concurrency",
             f"{conc.max_concurrency:,} per replica x {dp} replica(s)",
-            "floor((blocks - 1 null block) / blocks one request needs at max_model_len)"
+            (
+                "floor((blocks - 1 null block) / blocks one request needs at max_model_len)"
+                if engine.null_blocks
+                else "floor(blocks / blocks one request needs at max_model_len)"
+            )
             + (", each group's padding slots and padded state pages charged" if pool.charges else ""),
-            f"ceil({max_len:,} / {bs}) blocks per full-attention layer; null block: vLLM vllm/v1/core/block_pool.py at v0.11.0",
+            f"ceil({max_len:,} / {bs}) blocks per full-attention layer"
+            + ("; null block: vLLM vllm/v1/core/block_pool.py at v0.11.0" if engine.null_blocks else ""),
         ),
     ]
 
@@ -1029,7 +1043,7 @@ def _estimate(req: PlanRequest) -> Plan:
     if req.shared_prefix_tokens:
         prefix = prefix_caching(
             pool, min(req.shared_prefix_tokens, req_len), req.prefix_hit_rate, req_len, engine.null_blocks,
-            engine.request_cap(attn_dp), dp, conc.usable_factor,
+            engine.request_cap(attn_dp), dp, conc.usable_factor, attn_dp,
         )  # fmt: skip
         notes.append(
             f"prefix caching: {req.shared_prefix_tokens:,}-token shared prefix hit by "
@@ -1040,7 +1054,8 @@ def _estimate(req: PlanRequest) -> Plan:
         pool.usable_bytes(conc.binding_stage, engine.null_blocks),
     )  # fmt: skip
     report = _engine_report(engine, problem, caches, fmt, bs, kv_tp, max_len, math.floor(conc.usable_factor))
-    conc = _state_pool_cap(report, conc, notes, req.enable_prefix_caching)
+    conc, state_cap = _state_pool_cap(report, conc, notes, req.enable_prefix_caching)
+    avg = _capped_avg(avg, [engine.request_cap(attn_dp), state_cap], attn_dp, dp)
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
                                  tp, req_len, conc.max_concurrency * attn_dp, avg,
                                  weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value), sh)  # fmt: skip

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvplan import engines
+from kvplan.engines.vllm import V1_DEFAULT
 from kvplan.errors import InfeasibleError, KvplanError, RequestDoesNotFit, UsageError
 from kvplan.formats import KV_DTYPES, kv_format
 from kvplan.limits import MAX_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENS
@@ -300,6 +301,14 @@ def _request(base: PlanRequest, variant: Variant) -> PlanRequest:
     return dataclasses.replace(base, **kw)
 
 
+def _null_blocks(plan: Plan) -> int:
+    """The blocks the plan's engine keeps out of use at its release (vLLM V0, before 0.8: none)."""
+    s = plan.settings
+    if s.engine == "vllm" and engines.parse_version(s.engine_version, "vllm") < V1_DEFAULT:
+        return 0
+    return engines.engine_class(s.engine).null_blocks
+
+
 def offload_concurrency(plan: Plan, offload_bytes: int) -> tuple[int, int]:
     """(requests that fit with `offload_bytes` of CPU memory per GPU added to the pool, bytes that must
     cross PCIe each decode step at that concurrency, per GPU)."""
@@ -307,10 +316,7 @@ def offload_concurrency(plan: Plan, offload_bytes: int) -> tuple[int, int]:
     gpu_pool = (
         plan.max_concurrency_per_replica * per_req
         if plan.num_blocks_per_gpu is None
-        else (
-            (plan.num_blocks_per_gpu - engines.engine_class(plan.settings.engine).null_blocks)
-            * plan.block_bytes_per_gpu
-        )
+        else ((plan.num_blocks_per_gpu - _null_blocks(plan)) * plan.block_bytes_per_gpu)
     )
     per_replica = math.floor((gpu_pool + offload_bytes) / per_req) if per_req else 0
     if plan.settings.max_num_seqs is not None:

@@ -26,7 +26,7 @@ from typing import Any
 from kvplan.errors import InfeasibleError, KvplanError, NoAnswer
 from kvplan.model.parallel import DEFAULT_NETWORK
 from kvplan.plan.disagg import kv_transfer_seconds
-from kvplan.plan.plan import ENGINE_CAPS, Plan, estimate
+from kvplan.plan.plan import Plan, estimate
 from kvplan.request import Speculative
 from kvplan.search import rate
 from kvplan.search.solve import (
@@ -205,8 +205,6 @@ def _decode_pool(q: Query, req_rate: float, inp: int, out: int, tpot_target: flo
                     continue
                 assert plan.avg_context is not None
                 cap = plan.avg_context.max_concurrency_per_replica
-                if plan.limited_by in ENGINE_CAPS:
-                    cap = min(cap, plan.max_concurrency_per_replica)
                 cap *= plan.cluster.data_parallel_size  # vLLM's DP engine cores of one unit
                 if cap < 1:
                     continue

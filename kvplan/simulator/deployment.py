@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kvplan.engines import engine_class
+from kvplan.engines import engine_class, parse_version
 from kvplan.engines.base import SglangDetails, VllmDetails
-from kvplan.engines.sglang import MAMBA_SLOTS_PER_REQUEST
+from kvplan.engines.sglang import state_running_cap
+from kvplan.engines.vllm import V1_DEFAULT
 from kvplan.errors import InfeasibleError
 from kvplan.simulator.sglang_engine import SglangEngine
 from kvplan.simulator.step import EngineSim, Recorder, SpecDecode
@@ -102,9 +103,8 @@ def _sglang_max_running(plan: Plan, pool_tokens: int, ranks: int = 1) -> int:
     attention each rank's scheduler takes --max-running-requests // dp_size (server_args.py 0.5.x)."""
     s = plan.settings
     req_pool = min(max(int(pool_tokens / s.max_model_len * 512), 2048), 4096)
-    given = (
-        s.max_running_requests if s.max_running_requests is None else max(1, s.max_running_requests // ranks)
-    )
+    caps = [c for c in (s.max_num_seqs, s.max_running_requests) if c is not None]  # as Sglang.request_cap
+    given = max(1, min(caps) // ranks) if caps else None
     return max(1, min(pool_tokens // 2 if given is None else given, req_pool))
 
 
@@ -140,8 +140,7 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
         details = plan.engine.details
         if isinstance(details, SglangDetails) and details.mamba_cache_slots is not None:
             # model_runner.py: max_num_reqs <= max_mamba_cache_size // 3 (the state pool; estimate's state_pool cap)
-            per = MAMBA_SLOTS_PER_REQUEST if s.enable_prefix_caching else 1  # one slot a request, radix off
-            max_seqs = min(max_seqs, max(1, details.mamba_cache_slots // per))
+            max_seqs = min(max_seqs, state_running_cap(details.mamba_cache_slots, s.enable_prefix_caching))
         chunk = s.chunked_prefill_size if s.chunked_prefill_size and s.chunked_prefill_size > 0 else None
         notes.append(
             f"SGLang {s.engine_version}: pool {pool_tokens:,} tokens (page {s.block_size}), chunked prefill "
@@ -173,10 +172,20 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
         pool_tokens = max(0, num_blocks - 1) * s.block_size
         max_seqs = _vllm_max_num_seqs(plan, req)
         chunk = None
+        if parse_version(s.engine_version, "vllm") < V1_DEFAULT:
+            notes.append(
+                f"vLLM {s.engine_version} ran the V0 engine, whose scheduler is not modelled: V1's is simulated "
+                "(one block of the pool kept as its null block)"
+            )
         notes.append(
-            f"vLLM {s.engine_version} V1 scheduler: {num_blocks:,} KV blocks of {s.block_size} tokens{grouped} "
-            f"(one is the null block), --max-num-batched-tokens {s.max_num_batched_tokens:,}, "
+            f"vLLM {s.engine_version} V1 scheduler: {num_blocks:,} KV blocks of {s.block_size} tokens (one is the "
+            f"null block){grouped}, --max-num-batched-tokens {s.max_num_batched_tokens:,}, "
             f"--max-num-seqs {max_seqs:,}, prefix caching {'on' if s.enable_prefix_caching else 'off'}"
+        )
+    if any(a.startswith("sparse attention (DSA)") for a in plan.assumptions):
+        notes.append(
+            "sparse attention (DSA): the simulated decode steps read each request's held KV bytes per token x its "
+            "context (dense), not estimate's top-k reads; their attention time is an upper bound past the top-k"
         )
     if num_blocks <= 1 or pool_tokens <= 0:
         raise InfeasibleError("the plan has no KV pool to simulate (no blocks)")
