@@ -126,3 +126,66 @@ def test_review_the_prefix_caching_row_counts_every_attention_rank():
     r = run_cli("estimate", "-m", "deepseek-v3", "-g", "8xH200", "--engine", "sglang", "--enable-dp-attention",
                 "-dp", "8", "--max-model-len", "32K", "--shared-prefix-tokens", "2K", "--json").json()  # fmt: skip
     assert r["max_concurrency"] == 56 and r["prefix_caching"]["max_concurrency_per_replica"] == 64
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        ("gemma2-27b", "2xH100", "2", "1"),
+        ("qwen3-next-80b-a3b", "4xH100", "2", "2"),
+        ("gpt-oss-20b", "2xH100", "2", "1"),
+    ],
+)
+def test_round13_a_separate_draft_group_under_pp_is_held_to_vllms_count(layout):
+    # R1: PP 2 with an EAGLE draft whose layers form a KV-cache group of their own: kvplan said 37 / 194 / 560
+    # requests where vLLM's (blocks - 1) // held gives 18 / 118 / 280
+    model, gpus, pp, tp = layout
+    r = run_cli("estimate", "-m", model, "-g", gpus, "-pp", pp, "-tp", tp, "--max-model-len", "8K",
+                "--speculative-config", '{"method":"eagle","num_speculative_tokens":2}', "--acceptance-length", "2",
+                "--speculative-draft-config", str(Path(__file__).parent / "fixtures" / "draft" / "eagle-llama3-8b.json"),
+                "--json").json()  # fmt: skip
+    d = r["engine"]["details"]
+    assert (
+        r["max_concurrency_per_replica"]
+        == (min(d["num_blocks_per_stage"]) - 1) // d["held_blocks_per_request"]
+    )
+
+
+def test_round13_vllm_v0_has_prefix_caching_off_unless_asked():
+    # R3: simulate --engine-version 0.5 ran with prefix caching on; V0 enabled it only with --enable-prefix-caching
+    args = (
+        "simulate",
+        "-m",
+        "llama3.1-8b",
+        "-g",
+        "H100",
+        "--max-model-len",
+        "8K",
+        "--num-prompts",
+        "5",
+        "--json",
+    )
+    assert run_cli(*args, "--engine-version", "0.7").json()["deployment"]["enable_prefix_caching"] is False
+    asked = run_cli(*args, "--engine-version", "0.7", "--enable-prefix-caching").json()
+    assert asked["deployment"]["enable_prefix_caching"] is True
+    assert run_cli(*args).json()["deployment"]["enable_prefix_caching"] is True  # V1's default
+
+
+def test_round13_lfm2_defaults_and_older_keys(tmp_path):
+    # R4/R5: without block_auto_adjust_ff_dim (Lfm2Config's default True) the MLP was 12,288 wide (1.573B for
+    # 1.170B); tie_embedding: false (LFM2's older key) was read as tied
+    from tests.helpers import plan
+
+    base = json.loads(
+        (Path(__file__).parent / "fixtures" / "hf" / "corpus" / "lfm2.5-vl-1.6b.json").read_text()
+    )
+    text = base.get("text_config", base)
+    text.pop("block_auto_adjust_ff_dim", None)
+    (tmp_path / "a.json").write_text(json.dumps(base))
+    assert plan(str(tmp_path / "a.json"), "H100", max_model_len=8192).params_total == 1_170_339_840
+    text["tie_embedding"] = False
+    (tmp_path / "b.json").write_text(json.dumps(base))
+    assert (
+        plan(str(tmp_path / "b.json"), "H100", max_model_len=8192).params_total
+        == 1_170_339_840 + 65536 * 2048
+    )

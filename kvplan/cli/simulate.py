@@ -51,12 +51,12 @@ def simulate(
     acceptance_length: o.AcceptanceLength = None,
     speculative_draft_config: o.SpeculativeDraftConfig = None,
     enable_prefix_caching: Annotated[
-        bool,
+        bool | None,
         typer.Option(
             "--enable-prefix-caching/--no-enable-prefix-caching",
-            help="vLLM prefix caching / SGLang radix cache (on by default in both).",
+            help="vLLM prefix caching / SGLang radix cache (on by default in both; vLLM V0, before 0.8: off).",
         ),
-    ] = True,
+    ] = None,
     trace: Annotated[
         str | None, typer.Option("--trace", help="Replay a Mooncake .jsonl or an Azure LLM trace .csv.")
     ] = None,

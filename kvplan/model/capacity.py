@@ -225,7 +225,9 @@ def fragmentation(pool: Pool, stage: int, context: int, max_len: int, usable_byt
     budget = pool.stages[stage].kv_budget_bytes_per_gpu
     return Fragmentation(
         context_tokens=context,
-        prealloc_max_concurrency_per_replica=budget // exact_max if exact_max else None,
+        prealloc_max_concurrency_per_replica=budget // exact_max
+        if exact_max
+        else None,  # no null block unpaged
         prealloc_waste_bytes_per_request_per_gpu=exact_max - exact_rank,
         prealloc_utilization=exact_rank / exact_max if exact_max else 1.0,
         paged_max_concurrency_per_replica=usable_bytes // paged if paged else None,

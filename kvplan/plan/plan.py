@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from kvplan import engines
 from kvplan.engines import Budget, Engine, EngineDefaults, EngineReport, EngineUnsupported, StageCache
 from kvplan.engines.sglang import state_running_cap
+from kvplan.engines.vllm import V1_DEFAULT
 from kvplan.errors import NoKvMemoryLeft, RequestDoesNotFit, UsageError, WeightsDoNotFit
 from kvplan.formats import Format, normalize_dtype_name, weight_format
 from kvplan.model import kv
@@ -673,6 +674,26 @@ def _state_pool_cap(
     return dataclasses.replace(conc, max_concurrency=cap, limited_by="state_pool"), cap
 
 
+def _draft_apart_cap(
+    engine: Engine, report: EngineReport, conc: Concurrency, notes: list[str]
+) -> Concurrency:
+    """A draft in a vLLM KV-cache group of its own is split off the budget by its bytes per token, not charged as
+    vLLM charges it (its group's pages a request, over every pipeline stage's groups): kvplan's count is held to
+    vLLM's own, (blocks - null block) // the blocks a full-length request holds."""
+    d = report.details
+    if not engine.draft_apart or not isinstance(d, engines.VllmDetails) or not report.num_blocks:
+        return conc
+    held = (report.num_blocks - engine.null_blocks) // max(d.held_blocks_per_request, 1)
+    if held >= conc.max_concurrency:
+        return conc
+    notes.append(
+        f"the speculative draft's layers form a vLLM KV-cache group of their own: concurrency is vLLM's count, "
+        f"{held:,} (its {report.num_blocks:,} blocks // {d.held_blocks_per_request:,} a full-length request holds), "
+        f"not kvplan's {conc.max_concurrency:,}"
+    )
+    return dataclasses.replace(conc, max_concurrency=held)
+
+
 def _capped_avg(avg: AvgContext | None, caps: list[int | None], attn_dp: int, dp: int) -> AvgContext | None:
     """--avg-context's requests, no more than the engine runs at once (a flag's cap, SGLang's state pool; each an
     attention rank's)."""
@@ -806,6 +827,17 @@ def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list
     cls = engines.engine_class(req.engine)
     version = cls.parse_version(req.engine_version)
     req, applied, notes = _model_dtype(req, cls, version)
+    if (
+        cls.name == "vllm"
+        and version < V1_DEFAULT
+        and req.enable_prefix_caching
+        and not req.prefix_caching_stated
+    ):
+        # vLLM's V0 engine (before 0.8) had prefix caching off unless --enable-prefix-caching (engine/arg_utils.py)
+        req = dataclasses.replace(req, enable_prefix_caching=False)
+        notes.append(
+            "prefix caching off: vLLM's V0 engine (before 0.8) enables it only with --enable-prefix-caching"
+        )
     if req.max_num_batched_tokens is not None:
         # vllm/config/scheduler.py at v0.11.0 (SchedulerConfig._verify_args); a default max_num_seqs is
         # first lowered to the budget (vllm/engine/arg_utils.py _set_default_args), so only a given one
@@ -1055,6 +1087,7 @@ def _estimate(req: PlanRequest) -> Plan:
     )  # fmt: skip
     report = _engine_report(engine, problem, caches, fmt, bs, kv_tp, max_len, math.floor(conc.usable_factor))
     conc, state_cap = _state_pool_cap(report, conc, notes, req.enable_prefix_caching)
+    conc = _draft_apart_cap(engine, report, conc, notes)
     avg = _capped_avg(avg, [engine.request_cap(attn_dp), state_cap], attn_dp, dp)
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
                                  tp, req_len, conc.max_concurrency * attn_dp, avg,

@@ -74,7 +74,11 @@ def _scalar_intermediate(r: Reader, per_layer: list[int]) -> int | None:
         "dense_intermediate_size", "intermediate_size_mlp", "intermediate_size", "ffn_hidden_size", "n_inner",
         default=None,
     )  # fmt: skip
-    if size and r.cfg.get("block_auto_adjust_ff_dim") is True:
+    lfm2 = r.cfg.get("model_type") == "lfm2"
+    if lfm2 and not size:
+        size = r.int("block_ff_dim", default=None)
+    # Lfm2Config's default block_auto_adjust_ff_dim is True (transformers writes it only when it differs)
+    if size and r.cfg.get("block_auto_adjust_ff_dim", lfm2) is True:
         ff = int(2 * (r.int("block_ff_dim", default=None) or size) / 3)
         mult = r.cfg.get("block_ffn_dim_multiplier")
         if isinstance(mult, (int, float)) and not isinstance(mult, bool) and mult > 0:
@@ -127,6 +131,8 @@ def _tied(r: Reader, top: dict, path: Path, notes: list[str]) -> bool:
         return tied
     if r.has("tie_word_embeddings"):
         return r.bool("tie_word_embeddings", False)
+    if r.has("tie_embedding"):  # LFM2's older name for it (Lfm2Config maps tie_embedding)
+        return r.bool("tie_embedding", True)
     family = str(r.cfg.get("model_type") or top.get("model_type") or "")
     tied = family in _TIED_BY_DEFAULT
     notes.append(
