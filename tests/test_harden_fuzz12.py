@@ -153,18 +153,8 @@ def test_round13_a_separate_draft_group_under_pp_is_held_to_vllms_count(layout):
 
 def test_round13_vllm_v0_has_prefix_caching_off_unless_asked():
     # R3: simulate --engine-version 0.5 ran with prefix caching on; V0 enabled it only with --enable-prefix-caching
-    args = (
-        "simulate",
-        "-m",
-        "llama3.1-8b",
-        "-g",
-        "H100",
-        "--max-model-len",
-        "8K",
-        "--num-prompts",
-        "5",
-        "--json",
-    )
+    args = ("simulate", "-m", "llama3.1-8b", "-g", "H100", "--max-model-len", "8K", "--num-prompts", "5",
+            "--json")  # fmt: skip
     assert run_cli(*args, "--engine-version", "0.7").json()["deployment"]["enable_prefix_caching"] is False
     asked = run_cli(*args, "--engine-version", "0.7", "--enable-prefix-caching").json()
     assert asked["deployment"]["enable_prefix_caching"] is True
