@@ -866,7 +866,8 @@ def solve(f: SolveFlags) -> tuple[Query, list[Answer]]:
     q = solve_query(f)
     answers, bounds = run_solve(q)
     if not answers:
-        raise NoAnswer(verdict(q, bounds))
+        message, figures = verdict(q, bounds)
+        raise NoAnswer(message, **figures)
     return q, answers
 
 

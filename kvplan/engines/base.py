@@ -211,6 +211,11 @@ class Engine(ABC):
         """Refuse, in one line, a --dtype the engine refuses on this GPU (by default: none)."""
         return None
 
+    @classmethod
+    def check_architecture(cls, spec: ModelSpec, version: Version) -> None:
+        """Refuse, in one line, a model architecture this release of the engine does not load (by default: none)."""
+        return None
+
     def env(self, name: str) -> str | None:
         """The value the user gave an environment variable with --env, or None."""
         return dict(self.req.env).get(name)

@@ -217,9 +217,13 @@ def state_running_cap(slots: int, radix: bool) -> int:
     return max(1, slots // (MAMBA_SLOTS_PER_REQUEST if radix else 1))
 
 
-def _mamba_pool(layers: list[Layer], budget: int, tp: int) -> MambaPool | None:
+def _mamba_pool(
+    layers: list[Layer], budget: int, tp: int, radix_off_cap: int | None = None
+) -> MambaPool | None:
     """model_runner_kv_cache_mixin.py handle_max_mamba_cache: the rest memory R is split so that
-    state memory / full-attention KV memory = --mamba-full-memory-ratio (0.9): R x r / (1 + r)."""
+    state memory / full-attention KV memory = --mamba-full-memory-ratio (0.9): R x r / (1 + r). With the
+    radix cache off and --max-running-requests given, the pool holds one slot per running request
+    (max_mamba_cache_size = max_running_requests // the DP-attention ranks), no more than that split holds."""
     states = [la for la in layers if isinstance(la, RecurrentState)]
     if not states:
         return None
@@ -230,6 +234,8 @@ def _mamba_pool(layers: list[Layer], budget: int, tp: int) -> MambaPool | None:
     conv, ssm = sum(p[0] for p in parts), sum(p[1] for p in parts)
     ratio = MAMBA_FULL_MEMORY_RATIO
     slots = int(budget * ratio / (1 + ratio) // (conv + ssm)) if conv + ssm else 0
+    if radix_off_cap is not None:
+        slots = min(slots, radix_off_cap)
     return MambaPool(slots, conv, ssm)
 
 
@@ -249,9 +255,10 @@ def _pool_tokens(
     swa: bool,
     ratio: float,
     max_total_tokens: int | None = None,
+    radix_off_cap: int | None = None,
 ):
     """(full-attention pool tokens, SWA pool tokens or None, state pool or None) of one stage."""
-    mamba = _mamba_pool(layers, budget, tp)
+    mamba = _mamba_pool(layers, budget, tp, radix_off_cap)
     if mamba is not None:
         budget -= mamba.slots * mamba.bytes_per_request  # the KV pool gets the rest
     _, _, n, _ = _cells(layers, fmt, tp)
@@ -316,10 +323,16 @@ def sglang_report(
     mem: SglangMemory,
     max_total_tokens: int | None = None,
     radix: bool = True,
+    running_cap: int | None = None,
 ) -> EngineReport:
-    """SGLang's max_total_num_tokens and its KV-pool log line (README, How the engines size their KV cache)."""
+    """SGLang's max_total_num_tokens and its KV-pool log line (README, How the engines size their KV cache).
+    `running_cap`: --max-running-requests as one attention rank takes it (it sizes the state pool with the
+    radix cache off)."""
+    radix_off_cap = running_cap if not radix else None
     pools = [
-        _pool_tokens(layers, budget, fmt, tp, page_size, swa, swa_full_tokens_ratio, max_total_tokens)
+        _pool_tokens(
+            layers, budget, fmt, tp, page_size, swa, swa_full_tokens_ratio, max_total_tokens, radix_off_cap
+        )
         for layers, budget in zip(stage_layer_lists, stage_budgets, strict=True)
     ]
     best_stage = min(range(len(pools)), key=lambda s: pools[s][0])  # the first stage with the fewest
@@ -681,6 +694,7 @@ class Sglang(Engine):
             self.memory,
             self.req.max_total_tokens,
             self.req.enable_prefix_caching,
+            self.request_cap(self.dp_attention_size),
         )
         dp = self.dp_attention_size
         if dp > 1 and isinstance(report.details, SglangDetails):

@@ -23,6 +23,7 @@ from kvplan.engines.base import (
     Version,
     VllmDetails,
     fmt_version,
+    parse_version_text,
 )
 from kvplan.engines.budget import CUDA_GRAPH_BYTES, estimate_reserve, given_reserve, requested_bytes
 from kvplan.errors import UsageError
@@ -269,21 +270,36 @@ def _state_page(
     return state_page
 
 
-def state_block_size(
-    layers: list[Layer] | tuple[Layer, ...], fmt: Format, block_size: int, tp: int
-) -> tuple[int, int, int]:
-    """(attention block size, state page, attention page) for a model with recurrent-state layers.
+HYBRID_ALIGN_FROM_BLOCK = (0, 19)  # platforms/interface.py _align_hybrid_block_size (PR #37467)
 
-    models/config.py HybridAttentionMambaModelConfig (vLLM 0.10-0.18; platforms/interface.py
-    _align_hybrid_block_size since PR #37467): block = A x cdiv(mamba_page, A x attention bytes per
-    token), A = the kernel's block alignment, never below the configured block size."""
+
+def old_hybrid_alignment(layers: list[Layer] | tuple[Layer, ...], gpu: GpuSpec) -> int:
+    """The kernel block alignment vLLM 0.10-0.18 assumed (models/config.py HybridAttentionMambaModelConfig
+    at v0.11.0): MLA 64 (128 under CUTLASS MLA, Blackwell's default MLA backend), else 16, 32 on Blackwell
+    for head size 256 (FlashInfer, flashinfer issue #1993)."""
+    if any(isinstance(la, LatentAttention) for la in layers):
+        return 128 if gpu.arch == "blackwell" else 64
+    heads = {la.head_dim for la in layers if isinstance(la, FullAttention)}
+    return 32 if gpu.arch == "blackwell" and 256 in heads else 16
+
+
+def state_block_size(
+    layers: list[Layer] | tuple[Layer, ...], fmt: Format, block_size: int, tp: int, align: int | None = None
+) -> tuple[int, int, int]:
+    """(attention block size, state page, attention page) for a model with recurrent-state layers:
+    block = A x cdiv(mamba_page, A x attention bytes per token), kept at the configured block size when that
+    is larger. A is the kernel's block alignment: from vLLM 0.19 (platforms/interface.py
+    _align_hybrid_block_size, PR #37467) max(the backend's smallest kernel block, the configured block size),
+    `align` None; before it (models/config.py HybridAttentionMambaModelConfig, 0.10-0.18) a fixed
+    alignment whatever the configured block size, `align` (old_hybrid_alignment)."""
     states = [la for la in layers if isinstance(la, RecurrentState)]
     per_token = [kv.page_bytes(la, fmt, 1, tp) for la in layers if kv.layer_bits_per_token(la, fmt, tp)]
     if not states or not per_token:
         return block_size, 0, 0
     state_page = max(kv.layer_state_bytes(la, tp) for la in states)
     attn_1tok = max(per_token)
-    raised = block_size * ceil_div(state_page, block_size * attn_1tok)
+    a = align or block_size
+    raised = a * ceil_div(state_page, a * attn_1tok)
     return max(raised, block_size), state_page, attn_1tok
 
 
@@ -428,6 +444,65 @@ def vllm_report(
     )
 
 
+# architectures vLLM stopped loading, each with the last release that loaded it ("Model architecture X was
+# supported in vLLM until vN"): vllm/model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS at
+# commit bf8e762 (main, 2026); the encoder-decoder ones left with V0 (PR #24907)
+REMOVED_ARCHITECTURES: dict[str, str] = {
+    **dict.fromkeys(("Phi3SmallForCausalLM",), "0.9.2"),
+    **dict.fromkeys(
+        (
+            "MotifForCausalLM",
+            "Phi4FlashForCausalLM",
+            "DonutForConditionalGeneration",
+            "MllamaForConditionalGeneration",
+            "BartModel",
+            "BartForConditionalGeneration",
+            "Florence2ForConditionalGeneration",
+            "MBartForConditionalGeneration",
+        ),
+        "0.10.2",
+    ),  # fmt: skip
+    "Phi4MultimodalForCausalLM": "0.12.0",
+    "JAISLMHeadModel": "0.22.0",
+    **dict.fromkeys(
+        (
+            "ErnieModel",
+            "ErnieForSequenceClassification",
+            "ErnieForTokenClassification",
+            "InternLM2VEForCausalLM",
+            "QWenLMHeadModel",
+            "QwenVLForConditionalGeneration",
+            "InternLMForCausalLM",
+            "XverseForCausalLM",
+            "Dots1ForCausalLM",
+            "BambaForCausalLM",
+            "MiniMaxForCausalLM",
+            "MiniMaxText01ForCausalLM",
+            "MiniMaxM1ForCausalLM",
+            "MiniMaxVL01ForConditionalGeneration",
+            "BaiChuanForCausalLM",
+            "BaichuanForCausalLM",
+            "Tarsier2ForConditionalGeneration",
+        ),
+        "0.23.0",
+    ),  # fmt: skip
+    **dict.fromkeys(
+        (
+            "AquilaModel",
+            "AquilaForCausalLM",
+            "Grok1ModelForCausalLM",
+            "Grok1ForCausalLM",
+            "TarsierForConditionalGeneration",
+            "MantisForConditionalGeneration",
+            "MusicFlamingoForConditionalGeneration",
+            "AyaVisionForConditionalGeneration",
+        ),
+        "0.24.0",
+    ),  # fmt: skip
+    **dict.fromkeys(("TeleChatForCausalLM", "PersimmonForCausalLM", "FuyuForCausalLM"), "0.25.0"),
+    **dict.fromkeys(("Plamo2ForCausalLM", "OuroForCausalLM"), "0.26.0"),
+}
+
 # vLLM 0.8 made the V1 engine the default (VLLM_USE_V1=1, vllm/envs.py at v0.8.0); before it the V0 engine
 # sized the cache in vllm/worker/worker.py and logged from vllm/executor/executor_base.py
 V1_DEFAULT: Version = (0, 8)
@@ -564,6 +639,16 @@ class Vllm(Engine):
         return "bf16", None
 
     @classmethod
+    def check_architecture(cls, spec: ModelSpec, version: Version) -> None:
+        last = REMOVED_ARCHITECTURES.get(spec.architecture or "")
+        if last is not None and version > parse_version_text(last):
+            raise UsageError(
+                f"{spec.name}: vLLM {fmt_version(version)} does not load {spec.architecture}, 'supported in vLLM until "
+                f"v{last}' (vllm/model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS); give "
+                f"--engine-version {fmt_version(parse_version_text(last))} or older"
+            )
+
+    @classmethod
     def check_model_dtype(cls, dtype: str, gpu: GpuSpec) -> None:
         # platforms/cuda.py check_if_supports_dtype: "Bfloat16 is only supported on GPUs with compute
         # capability of at least 8.0"
@@ -681,7 +766,12 @@ class Vllm(Engine):
     def hybrid_block_size(
         self, spec: ModelSpec, fmt: Format, tp: int, block_size: int
     ) -> tuple[int, str | None]:
-        raised, state_page, attn_1tok = state_block_size(spec.layers, fmt, block_size, tp)
+        align = (
+            old_hybrid_alignment(spec.layers, self.req.gpu)
+            if self.version < HYBRID_ALIGN_FROM_BLOCK
+            else None
+        )
+        raised, state_page, attn_1tok = state_block_size(spec.layers, fmt, block_size, tp, align)
         if not state_page:
             return block_size, None
         lines = []
@@ -752,8 +842,11 @@ class Vllm(Engine):
     def load_buffer_bytes(self, spec: ModelSpec) -> tuple[int, str | None]:
         tower = spec.vision_tower
         rotary = next((t.head_dim for t in spec.layer_types.values() if isinstance(t, FullAttention)), None)
-        if tower is None or rotary is None or self.version < (0, 10):
-            return 0, None
+        if tower is None or tower.style == "mllama" or rotary is None or self.version < (0, 10):
+            return (
+                0,
+                None,
+            )  # M-RoPE and deepstack buffers are the Qwen-VL models'; Mllama's text uses plain RoPE
         act_bytes = 4 if spec.activation_dtype == "fp32" else 2
         extra = vm.vision_load_bytes(
             tower, spec.max_context, rotary, spec.hidden_size, self.req.batched_tokens, act_bytes

@@ -222,7 +222,7 @@ def fragmentation(pool: Pool, stage: int, context: int, max_len: int, usable_byt
         pool.request_bytes(stage, max_len) if pool.charges else kv.sequence_bytes(layers, fmt, max_len, tp)
     )
     paged = pool.request_bytes(stage, context)
-    budget = pool.stages[stage].kv_budget_bytes_per_gpu
+    budget = pool.usable_bytes(stage, 0)  # the pool's own bytes (a draft's share split off), no null block
     return Fragmentation(
         context_tokens=context,
         prealloc_max_concurrency_per_replica=budget // exact_max

@@ -691,7 +691,11 @@ def _draft_apart_cap(
         f"{held:,} (its {report.num_blocks:,} blocks // {d.held_blocks_per_request:,} a full-length request holds), "
         f"not kvplan's {conc.max_concurrency:,}"
     )
-    return dataclasses.replace(conc, max_concurrency=held)
+    per_request = max(d.held_blocks_per_request, 1)
+    return dataclasses.replace(
+        conc, max_concurrency=held, factor=report.num_blocks / per_request,
+        usable_factor=(report.num_blocks - engine.null_blocks) / per_request,
+    )  # fmt: skip
 
 
 def _capped_avg(avg: AvgContext | None, caps: list[int | None], attn_dp: int, dp: int) -> AvgContext | None:
@@ -702,6 +706,24 @@ def _capped_avg(avg: AvgContext | None, caps: list[int | None], attn_dp: int, dp
         return avg
     per_replica = min(avg.max_concurrency_per_replica, min(given) * attn_dp)
     return dataclasses.replace(avg, max_concurrency_per_replica=per_replica, max_concurrency=per_replica * dp)
+
+
+def _capped_fragmentation(
+    frag: Fragmentation, prealloc_cap: int | None, avg: AvgContext | None, headline: int
+) -> Fragmentation:
+    """The preallocation row reserves a max_model_len request each: it holds no more than `prealloc_cap` (the
+    headline when something beyond the pool's bytes bounds it). The paged row no more than the same context's
+    row (--avg-context's, or the headline's)."""
+    paged = avg.max_concurrency_per_replica if avg is not None else headline
+
+    def cap(n: int | None, limit: int | None) -> int | None:
+        return None if n is None else n if limit is None else min(n, limit)
+
+    return dataclasses.replace(
+        frag,
+        prealloc_max_concurrency_per_replica=cap(frag.prealloc_max_concurrency_per_replica, prealloc_cap),
+        paged_max_concurrency_per_replica=cap(frag.paged_max_concurrency_per_replica, paged),
+    )
 
 
 def _does_not_fit(
@@ -826,6 +848,7 @@ def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list
     model dtype): (request, {flag: value applied}, assumption lines)."""
     cls = engines.engine_class(req.engine)
     version = cls.parse_version(req.engine_version)
+    cls.check_architecture(req.model, version)
     req, applied, notes = _model_dtype(req, cls, version)
     if (
         cls.name == "vllm"
@@ -1087,8 +1110,13 @@ def _estimate(req: PlanRequest) -> Plan:
     )  # fmt: skip
     report = _engine_report(engine, problem, caches, fmt, bs, kv_tp, max_len, math.floor(conc.usable_factor))
     conc, state_cap = _state_pool_cap(report, conc, notes, req.enable_prefix_caching)
+    pooled = conc.max_concurrency
     conc = _draft_apart_cap(engine, report, conc, notes)
     avg = _capped_avg(avg, [engine.request_cap(attn_dp), state_cap], attn_dp, dp)
+    # the preallocation row is held to the headline where more than the pool's bytes bound it (a cap, the
+    # state pool, vLLM's count of a draft's own group); the pool alone: no null block unpaged, so it may hold one more
+    bound = conc.limited_by != "kv_cache" or conc.max_concurrency < pooled
+    frag = _capped_fragmentation(frag, conc.max_concurrency if bound else None, avg, conc.max_concurrency)
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
                                  tp, req_len, conc.max_concurrency * attn_dp, avg,
                                  weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value), sh)  # fmt: skip

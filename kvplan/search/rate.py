@@ -359,9 +359,15 @@ def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: f
             best = (rank(options[hi]), c, dp, n, nodes)
         if best is None:
             verdict = s.solo_verdict(cands) if cands else None
+            figures: dict[str, Any] = {}
             if verdict is None and last_fail is not None:
                 _, c, dp, n, r = last_fail
                 p = targets.percentile
+                figures = {
+                    "gpus": n, "gpu": c.gpu.name, "layout": c.label, "replicas": dp, "request_rate_per_s": rate,
+                    f"ttft_p{p}_ms": targets.of(r.ttft_ms), f"tpot_p{p}_ms": targets.of(r.tpot_ms),
+                    "requests_refused": sum(r.failed.values()),
+                }  # fmt: skip
                 verdict = (
                     f"at {rate:g} requests/s the most replicas within --max-gpus {q.max_gpus} ({n}x {c.gpu.name}, "
                     f"{c.label}, DP {dp}: {rate / dp:,.4g} requests/s each deployment) reach TTFT p{p} "
@@ -369,7 +375,7 @@ def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: f
                     + (f", {sum(r.failed.values())} requests refused" if r.failed else "")
                     + f" (targets {targets.ttft_ms:g} / {targets.tpot_ms:g} ms); allow more GPUs or relax the targets"
                 )
-            raise NoAnswer(verdict or "no layout meets the targets: " + "; ".join(s.reasons[:3]))
+            raise NoAnswer(verdict or "no layout meets the targets: " + "; ".join(s.reasons[:3]), **figures)
         _, c, dp, n, nodes = best
         return _answer_for(s, c, dp, n, nodes, rate, "min-gpus-at-rate", start, "the targets")
     finally:

@@ -154,12 +154,20 @@ _PLANS: dict[tuple, Plan | InfeasibleError] = {}  # one solve's replicas, planne
 
 
 def _replica(
-    q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int, par: Parallel = PLAIN
-) -> Plan:
-    key = (id(q), gpu.name, tp, pp, dtype, max_len, par)
+    q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int, par: Parallel = PLAIN,
+    cap: int | None = None,
+) -> Plan:  # fmt: skip
+    """One replica's plan; `cap`: the running-request cap its launch line sets (vLLM --max-num-seqs, SGLang
+    --max-running-requests), which also sizes vLLM's sampler profiling run (None: the engine's default)."""
+    key = (id(q), gpu.name, tp, pp, dtype, max_len, par, cap)
     if key not in _PLANS:
         try:
-            _PLANS[key] = estimate(_request(q, gpu, tp, pp, dtype, max_len, par))
+            req = _request(q, gpu, tp, pp, dtype, max_len, par)
+            if cap is not None and q.engine == "sglang":
+                req = dataclasses.replace(req, max_running_requests=cap)
+            elif cap is not None:
+                req = dataclasses.replace(req, max_num_seqs=cap)
+            _PLANS[key] = estimate(req)
         except InfeasibleError as exc:
             _PLANS[key] = exc
     got = _PLANS[key]
@@ -736,9 +744,12 @@ def _longest_context(
     dp = q.fixed_num_gpus // unit_gpus(q, tp, pp, par)
     per_replica_users = ceil_div(q.users, dp)
 
+    # the launch line caps each plain replica at its users (launch_line): plan the server it launches
+    cap = per_replica_users if par == PLAIN else None
+
     def fits(length: int) -> Plan | None:
         try:
-            p = _replica(q, gpu, tp, pp, dtype, length, par)
+            p = _replica(q, gpu, tp, pp, dtype, length, par, cap)
         except KvplanError:
             return None
         unit = unit_gpus(q, tp, pp, par)
@@ -768,8 +779,9 @@ def _longest_context(
     return _answer(q, gpu, best, tp, pp, dp, dtype, tpot, n, ceil_div(n, gpu.gpus_per_node), par)
 
 
-def verdict(q: Query, bounds: _Bounds) -> str:
-    """One line naming the binding constraint and by how much."""
+def verdict(q: Query, bounds: _Bounds) -> tuple[str, dict[str, Any]]:
+    """One line naming the binding constraint and by how much, and its figures by name (the error's
+    `figures` under --json)."""
     names = "/".join(g.name for g in q.gpus)
     if bounds.weights_min is None:
         # no replica holds the weights within --max-gpus: how many would?
@@ -781,36 +793,40 @@ def verdict(q: Query, bounds: _Bounds) -> str:
             return (
                 f"{q.model.name}'s weights do not fit on {MAX_PP * max(g.gpus_per_node for g in q.gpus)} {names} "
                 "(TP x PP); use a larger GPU or a smaller --weight-dtype"
-            )
+            ), {}
         n, where = need
+        figures: dict[str, Any] = {"weights_min_gpus": n, "weights_min_layout": where}
         if q.fixed_num_gpus is not None:  # --max-context on the GPUs given: those are the limit
             return (
                 f"weights alone need {n} {names} ({where}); --gpus gives {q.fixed_num_gpus}: "
                 f"give at least {n}, e.g. --gpus {n}x{q.gpus[0].name}"
-            )
-        return f"weights alone need {n} {names} ({where}); --max-gpus is {q.max_gpus}"
+            ), figures
+        return f"weights alone need {n} {names} ({where}); --max-gpus is {q.max_gpus}", figures
     if q.fixed_num_gpus is not None:
         extra = "; ".join(bounds.reasons[:2])
         return f"{q.users:,} users do not fit on {q.fixed_num_gpus} {names} at any context" + (
             f" ({extra})" if extra else ""
-        )
+        ), {}
     if bounds.best_users is not None and bounds.best_users[0] < q.users:
         c, where = bounds.best_users
         return (
             f"at most {c:,} users fit at {q.max_model_len:,} tokens within --max-gpus {q.max_gpus} "
             f"({where}); {q.users:,} need more GPUs, a shorter --max-model-len"
             + (" or fp8 KV" if "fp8" not in q.kv_dtypes else "")
-        )
+        ), {"max_users": c, "max_model_len_tokens": q.max_model_len, "layout": where}
     if q.tpot_ms is not None and bounds.best_tpot is not None:
         t, where = bounds.best_tpot
         weights = (
             f"; the weights alone take {bounds.weight_ms:.1f} ms a step there" if bounds.weight_ms else ""
         )
+        figures = {"fastest_tpot_ms": t, "users": q.users, "layout": where}
+        if bounds.weight_ms:
+            figures["weights_step_ms"] = bounds.weight_ms
         return (
             f"--tpot-ms {q.tpot_ms:g}: the fastest layout within --max-gpus {q.max_gpus} reaches {t:.1f} ms "
             f"at {q.users:,} users ({where}){weights}; allow more GPUs or relax the target"
-        )
-    return "no layout meets every target: " + "; ".join(bounds.reasons[:3])
+        ), figures
+    return "no layout meets every target: " + "; ".join(bounds.reasons[:3]), {}
 
 
 def _weights_gpus(q: Query) -> tuple[int, str] | None:

@@ -208,6 +208,8 @@ def vision_matrices(v: VisionTower) -> list[Matrix]:
     qwen2_5_vl.py, qwen3_vl.py). The blocks' qkv/proj and MLP and the mergers' two linears are
     Column/RowParallelLinear (TP-sharded; a RowParallel bias is whole on every rank); the Conv3d patch
     embed, Qwen3-VL's position table and the norms are replicated. Biases are matrices of one row."""
+    if v.style == "mllama":
+        return _mllama_vision(v)
     h, inter, merged = v.hidden_size, v.intermediate_size, v.hidden_size * v.spatial_merge_size**2
     rms = v.style == "qwen2_5_vl"  # RMSNorm: a weight only; LayerNorm: weight and bias
     norm = 1 if rms else 2
@@ -241,6 +243,67 @@ def vision_matrices(v: VisionTower) -> list[Matrix]:
         Matrix(None, "vision", "merger.fc2.bias", 1, v.out_hidden_size, count=mergers, replicated=True),
     ]
     return out
+
+
+def _mllama_vision(v: VisionTower) -> list[Matrix]:
+    """Llama 3.2 Vision's tower and projector (transformers modeling_mllama.py MllamaVisionModel,
+    MllamaForConditionalGeneration.multi_modal_projector; vLLM mllama.py builds the same weights, its
+    attention and MLP Column/RowParallel). Layers: q/k/v/o without bias, fc1/fc2 with bias, two
+    LayerNorms; the global layers add two scalar gates. Embeddings: a bias-free Conv2d, a class token,
+    a patch-position table and its gate, a tile-position table per aspect-ratio id (ids 0..n), and the
+    pre- and post-tile embeddings with their gates."""
+    h, inter, layers = v.hidden_size, v.intermediate_size, v.depth + v.global_layers
+    patches = (v.image_size // v.patch_size) ** 2 + 1  # with the class token
+    ids = v.aspect_ratios + 1  # max_aspect_ratio_id + 1 rows
+    conv = v.in_channels * v.patch_size**2
+    return [
+        Matrix(
+            None,
+            "vision",
+            "patch_embedding",
+            h,
+            conv,
+            ("vision_model.patch_embedding",),
+            replicated=True,
+            quantizable=False,
+        ),  # fmt: skip
+        Matrix(
+            None, "vision", "position_embeddings", patches + 1, h, replicated=True, quantizable=False
+        ),  # + class
+        Matrix(
+            None,
+            "vision",
+            "tile_position_embedding",
+            ids,
+            v.max_num_tiles * patches * h,
+            replicated=True,
+            quantizable=False,
+        ),  # fmt: skip
+        Matrix(
+            None,
+            "vision",
+            "tile_embeddings",
+            2 * ids,
+            v.max_num_tiles * h,
+            replicated=True,
+            quantizable=False,
+        ),
+        Matrix(None, "vision", "gates", 1, 3 + 2 * v.global_layers, replicated=True, quantizable=False),
+        Matrix(None, "vision", "layernorms", 1, 4 * h + layers * 4 * h, replicated=True, quantizable=False),
+        Matrix(None, "vision", "layers.self_attn.qkv", 3 * h, h, ("self_attn.qkv_proj",), layers),
+        Matrix(None, "vision", "layers.self_attn.o_proj", h, h, ("self_attn.o_proj",), layers),
+        Matrix(None, "vision", "layers.mlp.fc1", inter, h, ("mlp.fc1",), layers),
+        Matrix(None, "vision", "layers.mlp.fc2", h, inter, ("mlp.fc2",), layers),
+        Matrix(None, "vision", "layers.mlp.bias", 1, inter + h, count=layers),
+        Matrix(
+            None,
+            "vision",
+            "multi_modal_projector",
+            v.out_hidden_size,
+            v.projector_in + 1,
+            ("multi_modal_projector",),
+        ),  # fmt: skip
+    ]
 
 
 def _moe_matrices(spec: ModelSpec, i: int, moe: MoE) -> list[Matrix]:

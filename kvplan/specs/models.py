@@ -268,9 +268,12 @@ def _check_weight_formats(spec: ModelSpec) -> None:
 class VisionTower(_Strict):
     """A Qwen2-VL / Qwen2.5-VL / Qwen3-VL style vision tower (config.json's vision_config), as vLLM
     builds it (qwen2_vl.py, qwen2_5_vl.py, qwen3_vl.py): a Conv3d patch embed, `depth` ViT blocks, a
-    patch merger (merge^2 patches -> one out_hidden_size token), Qwen3-VL's deepstack mergers."""
+    patch merger (merge^2 patches -> one out_hidden_size token), Qwen3-VL's deepstack mergers.
+    Or Llama 3.2 Vision's (style mllama, transformers modeling_mllama.py MllamaVisionModel): a Conv2d
+    patch embed, tile and position embeddings, `depth` local and `global_layers` gated layers, and the
+    multi_modal_projector from the concatenated intermediate outputs (`projector_in` wide) to the text."""
 
-    style: Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
+    style: Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "mllama"]
     depth: PositiveInt
     hidden_size: PositiveInt
     intermediate_size: PositiveInt
@@ -281,6 +284,12 @@ class VisionTower(_Strict):
     spatial_merge_size: PositiveInt = 2
     deepstack_mergers: int = 0  # Qwen3-VL: one merger per deepstack_visual_indexes entry
     position_embeddings: int = 0  # Qwen3-VL: a learned num_position_embeddings x hidden table
+    # mllama: the gated global layers, the image side, the tiles, the aspect-ratio ids and the projector's input
+    global_layers: int = 0
+    image_size: int = 0
+    max_num_tiles: int = 0
+    aspect_ratios: int = 0
+    projector_in: int = 0
     # the largest multimodal item in encoder tokens (vLLM's max_tokens_per_mm_item), from the processor
     # configs beside config.json; None when they are absent
     max_item_tokens: PositiveInt | None = None

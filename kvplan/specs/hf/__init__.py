@@ -70,6 +70,10 @@ def _scalar_intermediate(r: Reader, per_layer: list[int]) -> int | None:
     block_multiple_of)."""
     if per_layer:
         return max(per_layer) or None
+    if r.cfg.get("model_type") == "llama4_text" and not r.has("intermediate_size_mlp"):
+        # Llama4TextConfig's default (configuration_llama4.py: intermediate_size_mlp=16384); intermediate_size
+        # is the experts' width, not the dense layers'
+        return 16384
     size = r.int(
         "dense_intermediate_size", "intermediate_size_mlp", "intermediate_size", "ffn_hidden_size", "n_inner",
         default=None,

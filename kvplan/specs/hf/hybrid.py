@@ -249,6 +249,12 @@ def read(r: Reader, basics: Basics, notes: list[str]) -> Layers | None:
     known_problems = len(r.problems)
     kinds = _nemotron_h(r, basics, notes)
     types = r.cfg.get("layer_types")
+    idxs = r.cfg.get("full_attn_idxs")
+    if types is None and model_type == "lfm2" and isinstance(idxs, list) and basics.num_layers:
+        # LFM2's original key: Lfm2Config builds layer_types from it ("full_attention" if i in full_attn_idxs
+        # else "conv", transformers configuration_lfm2.py)
+        r.read.add("full_attn_idxs")
+        types = ["full_attention" if i in idxs else "conv" for i in range(basics.num_layers)]
     if kinds is not None:
         _nemotron_layers(r, basics, kinds, out)
     elif isinstance(types, list) and any(t in _STATE_TYPES for t in types):

@@ -41,11 +41,43 @@ def _pos_int(d: dict, *keys: str) -> int | None:
     return None
 
 
+def _mllama(top: dict, vc: dict) -> dict[str, Any] | None:
+    """Llama 3.2 Vision's tower (transformers configuration_mllama.py MllamaVisionConfig; its defaults
+    where a key is absent: 32 + 8 layers of 1280, MLP 5120, patch 14, 4 tiles, 3 channels)."""
+    text = top.get("text_config")
+    out = _pos_int(text, "hidden_size") if isinstance(text, dict) else None
+    hidden = _pos_int(vc, "hidden_size") or 1280
+    ratios = vc.get("supported_aspect_ratios")
+    middle = vc.get("intermediate_layers_indices", [3, 7, 15, 23, 30])
+    image = _pos_int(vc, "image_size") or 448
+    if not (out and isinstance(ratios, list) and ratios and isinstance(middle, list)):
+        return None  # kvplan does not rebuild transformers' default aspect-ratio list
+    return {
+        "style": "mllama",
+        "depth": _pos_int(vc, "num_hidden_layers") or 32,
+        "global_layers": _pos_int(vc, "num_global_layers") or 8,
+        "hidden_size": hidden,
+        "intermediate_size": _pos_int(vc, "intermediate_size") or 5120,
+        "out_hidden_size": out,
+        "patch_size": _pos_int(vc, "patch_size") or 14,
+        "temporal_patch_size": 1,
+        "in_channels": _pos_int(vc, "num_channels") or 3,
+        "spatial_merge_size": 1,
+        "image_size": image,
+        "max_num_tiles": _pos_int(vc, "max_num_tiles") or 4,
+        "aspect_ratios": len(ratios),
+        # MllamaVisionConfig: vision_output_dim = hidden x (1 + the intermediate layers it concatenates)
+        "projector_in": _pos_int(vc, "vision_output_dim") or hidden * (len(middle) + 1),
+    }
+
+
 def tower(top: dict, path: Path) -> dict[str, Any] | None:
     """The VisionTower fields of a vision_config kvplan can count, else None."""
     vc = top.get("vision_config")
     if not isinstance(vc, dict):
         return None
+    if top.get("model_type") == "mllama":
+        return _mllama(top, vc)
     style = _STYLES.get(str(top.get("model_type") or vc.get("model_type") or ""))
     if style is None:
         return None
