@@ -225,3 +225,84 @@ def test_sglang_radix_off_sizes_the_state_pool_by_the_running_cap():
     assert (
         on["engine"]["details"]["mamba_cache_slots"] == 679 and on["engine"]["kv_cache_tokens"] == 2_371_976
     )
+
+
+def test_vllm_before_mla_refuses_an_mla_model():
+    # S1: vLLM before 0.7.1 cached DeepSeek-V2/V3 as full K/V (config.py get_head_size pads 192 to 256; blocks of
+    # 16): a real 0.6.4 log (vllm-project/vllm PR #10927, DeepSeek-V2-Lite-Chat on H100) shows 5,373 blocks and
+    # 10.49x; kvplan planned the latent in blocks of 64 and printed 165.56x
+    r = run_cli(
+        "estimate", "-m", "deepseek-v2-lite", "-g", "H100", "--engine-version", "0.6", "--max-model-len", "8K"
+    )
+    assert r.exit_code == 2 and "MLA came in vLLM 0.7.1" in r.stderr and "--engine-version 0.7" in r.stderr
+    assert run_cli("estimate", "-m", "deepseek-v2-lite", "-g", "H100", "--engine-version", "0.7",
+                   "--max-model-len", "8K").exit_code == 0  # fmt: skip
+
+
+def _edited_log(tmp_path, blocks: int, factor: str) -> str:
+    text = (REPO / "tests/fixtures/logs/vllm_v07_llama2_7b_l40s.log").read_text()
+    import re
+
+    text = re.sub(r"# CUDA blocks: \d+", f"# CUDA blocks: {blocks}", text)
+    text = re.sub(r"per request: [\d.]+x", f"per request: {factor}x", text)
+    out = tmp_path / "edited.log"
+    out.write_text(text)
+    return str(out)
+
+
+def test_v0_check_log_checks_the_blocks_against_the_logged_kv_memory(tmp_path):
+    # S2: the arithmetic "given the log's KV memory" was handed the log's block count and so always matched. vLLM 0.7
+    # (worker.py determine_num_available_blocks): 26.29 GiB // (16 x 32 layers x 2 x 32 heads x 128 x 2 B) = 3,365
+    # blocks, 3,365 x 16 / 4,096 = 13.14x
+    real = run_cli(
+        "check-log", str(REPO / "tests/fixtures/logs/vllm_v07_llama2_7b_l40s.log"), "--gpus", "L40S"
+    )
+    assert real.exit_code == 0
+    flat = " ".join(real.stdout.split())
+    assert "GPU blocks │ 3,365 blocks │ 3,365 blocks │ +0.0% │ matches" in flat
+    edited = run_cli("check-log", _edited_log(tmp_path, 4000, "15.62"), "--gpus", "L40S")
+    flat = " ".join(edited.stdout.split())
+    assert (
+        "GPU blocks │ 4,000 blocks │ 3,365 blocks" in flat and "maximum concurrency │ 15.62x │ 13.14x" in flat
+    )
+    assert (
+        "given to kvplan" not in flat
+        and "GPU blocks │ 4,000 blocks │ 3,365 blocks │ -15.9% │ page size differs" in flat
+    )
+    # S3: blocks that would not fit the card are no longer fed to estimate as --num-gpu-blocks-override
+    doubled = run_cli("check-log", _edited_log(tmp_path, 6730, "26.29"), "--gpus", "L40S")
+    assert "--num-gpu-blocks-override" not in doubled.stderr + doubled.stdout
+    assert "GPU blocks │ 6,730 blocks │ 3,365 blocks" in " ".join(doubled.stdout.split())
+
+
+def test_vllm_064_memory_profiling_line_is_read():
+    # S9: vLLM 0.6.4 printed its profile as key=value pairs; this line is verbatim from vllm-project/vllm PR #10927
+    from kvplan.logs.logparse import parse
+
+    # the engine line of a real vLLM V0 log (0.7.2), so that the text reads as vLLM's
+    head = (REPO / "tests/fixtures/logs/vllm_v07_llama2_7b_l40s.log").read_text().splitlines()[0]
+    line = (
+        head
+        + "\n"
+        + (
+            "INFO 12-06 07:43:16 worker.py:235] Memory profiling results: duration=1.09 seconds, total_gpu_memory=79.10GiB, "
+            "initial_memory_usage=34.44GiB, peak_torch_memory=30.56GiB, memory_usage_post_profile=34.81GiB, "
+            "non_torch_memory=5.21GiB, kv_cache_size=35.42GiB, gpu_memory_utilization=0.90."
+        )
+    )
+    f = parse(line + "\n").facts
+    assert f["available_kv_bytes"] == round(35.42 * 2**30)
+    assert f["non_torch_bytes"] == round(5.21 * 2**30) and f["total_gpu_memory_bytes"] == round(79.10 * 2**30)
+    assert f["gpu_memory_utilization"] == 0.90
+
+
+def test_solve_refuses_an_average_context_beyond_the_limit_and_names_num_prompts():
+    # S10: solve clamped --avg-context 100000 to --max-model-len 8192 silently; estimate refuses it
+    r = run_cli(
+        "solve", "-m", "llama3-8b", "--max-model-len", "8K", "--avg-context", "100000", "--users", "300"
+    )
+    assert r.exit_code == 2 and "--avg-context must be between 1 and --max-model-len (8,192)" in r.stderr
+    # S11: a rate too slow to simulate named only a trace solve was not given
+    r = run_cli("solve", "-m", "llama3-8b", "--max-model-len", "8K", "--request-rate", "0.001", "--ttft-ms", "500",
+                "--tpot-ms", "30")  # fmt: skip
+    assert r.exit_code == 2 and "--num-prompts" in r.stderr

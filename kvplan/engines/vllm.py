@@ -270,6 +270,7 @@ def _state_page(
     return state_page
 
 
+MLA_FROM = (0, 7)  # MLA's latent cache in vLLM: v0.7.1 (kvplan's versions are major.minor)
 HYBRID_ALIGN_FROM_BLOCK = (0, 19)  # platforms/interface.py _align_hybrid_block_size (PR #37467)
 
 
@@ -640,6 +641,14 @@ class Vllm(Engine):
 
     @classmethod
     def check_architecture(cls, spec: ModelSpec, version: Version) -> None:
+        if version < MLA_FROM and any(isinstance(la, LatentAttention) for la in spec.layers):
+            # before MLA reached vLLM (0.7.1) DeepSeek-V2/V3 were cached as full K/V: num_key_value_heads x a
+            # head padded to 256 (config.py get_head_size, "we need to pad head_size 192 to 256"), blocks of 16
+            raise UsageError(
+                f"{spec.name}: vLLM {fmt_version(version)} cached MLA models as full K/V of every head (head size "
+                "padded to 256, vllm/config.py get_head_size), not the latent kvplan plans; MLA came in vLLM "
+                "0.7.1: give --engine-version 0.7 or later"
+            )
         last = REMOVED_ARCHITECTURES.get(spec.architecture or "")
         if last is not None and version > parse_version_text(last):
             raise UsageError(
@@ -696,12 +705,17 @@ class Vllm(Engine):
 
     @classmethod
     def arithmetic_budget(cls, facts: dict[str, Any], pred: Any) -> tuple[dict[str, Any], int] | None:
-        if facts.get("num_gpu_blocks") is not None:
-            return {"num_gpu_blocks_override": facts["num_gpu_blocks"]}, 0
+        # the log's KV memory when it gives one (V0's '# GPU blocks' line is then checked against it:
+        # worker.py determine_num_available_blocks, blocks = KV memory // block bytes); its blocks otherwise
         if facts.get("available_kv_bytes") is None:
+            if facts.get("num_gpu_blocks") is not None:
+                return {"num_gpu_blocks_override": facts["num_gpu_blocks"]}, 0
             return None
         # blocks that the 0.005 GiB rounding of a logged "X.XX GiB" figure can hide
-        block_bytes = min(pred.engine.details.block_bytes_per_stage)
+        d = pred.engine.details
+        block_bytes = (
+            min(d.block_bytes_per_stage) if d is not None else pred.block_bytes_per_gpu
+        )  # V0: no details
         slack = math.ceil(0.005 * GiB / block_bytes) if block_bytes else 0
         return {"kv_cache_memory_bytes": facts["available_kv_bytes"]}, slack
 

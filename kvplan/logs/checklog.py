@@ -309,9 +309,13 @@ def _arithmetic_rows(f: dict[str, Any], arith: Plan, slack: int, req: PlanReques
         tol = slack / max(per_req, 1) + 0.005
         cause = "matches" if off <= tol else _concurrency_cause(req)
         rows.append(Row("maximum concurrency", "x", f["max_concurrency"], round(a.max_concurrency, 2), cause))
-    _inconsistent_log(rows)
     if f.get("num_gpu_blocks") is not None:
-        rows.append(Row("GPU blocks", "blocks", f["num_gpu_blocks"], a.num_blocks, "given to kvplan"))
+        if f.get("available_kv_bytes") is None:
+            cause = "given to kvplan"
+        else:
+            cause = _agree(abs((a.num_blocks or 0) - f["num_gpu_blocks"]), slack, "blocks")
+        rows.append(Row("GPU blocks", "blocks", f["num_gpu_blocks"], a.num_blocks, cause))
+    _inconsistent_log(rows)
     logged_k = f.get("k_size_bytes", f.get("kv_size_bytes"))
     if isinstance(a.details, engines.SglangDetails) and logged_k is not None:
         k = a.details.k_buffer_bytes

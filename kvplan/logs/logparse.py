@@ -76,6 +76,12 @@ _VLLM_NUMBERS: list[tuple[re.Pattern, str, Any, str]] = [
         "min",
     ),
     (re.compile(r"available_kv_cache_memory\s+" + _NUM + r" ?GiB"), "available_kv_bytes", _gib, "min"),
+    # vLLM 0.6.4 (worker.py, PR #9352): "Memory profiling results: total_gpu_memory=79.10GiB ...
+    # non_torch_memory=1.79GiB kv_cache_size=53.29GiB gpu_memory_utilization=0.90"
+    (re.compile(r"kv_cache_size=" + _NUM + r" ?GiB"), "available_kv_bytes", _gib, "min"),
+    (re.compile(r"non_torch_memory=" + _NUM + r" ?GiB"), "non_torch_bytes", _gib, "last"),
+    (re.compile(r"total_gpu_memory=" + _NUM + r" ?GiB"), "total_gpu_memory_bytes", _gib, "first"),
+    (re.compile(r"gpu_memory_utilization=" + _NUM + r"(?!\d)"), "gpu_memory_utilization", _f, "first"),
     (re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), "kv_cache_tokens", _count, "min"),
     (re.compile(r"# (?:GPU|CUDA) blocks: " + _NUM), "num_gpu_blocks", _count, "min"),
     (re.compile(r"Model loading took " + _NUM + r" ?GiB"), "weights_bytes", _gib, "last"),

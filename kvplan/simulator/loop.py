@@ -182,8 +182,8 @@ def _check_steps(deployment: Deployment, workload: Workload) -> None:
     if span > MAX_SIMULATED_S:
         raise UsageError(
             f"the workload sends its requests over {_days(span)} days, more than the "
-            f"{MAX_SIMULATED_S / 86400:.0f} days of simulated time kvplan runs; send them faster (--request-rate) "
-            "or replay a shorter part of the trace"
+            f"{MAX_SIMULATED_S / 86400:.0f} days of simulated time kvplan runs; send them faster (--request-rate), "
+            "send fewer (--num-prompts) or replay a shorter part of a trace"
         )
     if not budget:
         return

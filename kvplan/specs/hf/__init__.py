@@ -229,7 +229,8 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     if ckpt_bytes and config_dtype == "fp32" and scheme is None:  # float32 files, served in 16 bits
         ckpt_bytes //= 2
         notes.append(
-            "weight bytes: the index's total_size is of float32 files, halved for the 16-bit weights served"
+            "weight bytes: the index's total_size is of float32 files, scaled to the dtype served (halved for "
+            "16-bit weights, kept whole under --dtype float32)"
         )
     spec: dict[str, Any] = {
         "name": name,
