@@ -163,7 +163,7 @@ def test_llama_vision_cross_attention_holds_image_tokens_per_request():
     # x 6,404 = 524,615,680 B per image, whatever the context. Self-attention: 80 x 8 x 128 x 2 x 2 B a token.
     path = str(CORPUS / "llama-3.2-90b-vision-instruct.json")
     # vLLM loaded MllamaForConditionalGeneration until 0.10.2 (its registry's _PREVIOUSLY_SUPPORTED_MODELS)
-    one = run_cli(
+    args = [
         "estimate",
         "-m",
         path,
@@ -174,23 +174,11 @@ def test_llama_vision_cross_attention_holds_image_tokens_per_request():
         "--engine-version",
         "0.10",
         "--json",
-    ).json()
+    ]
+    one = run_cli(*args).json()
     assert one["kv_bytes_per_token"] == 80 * 8 * 128 * 2 * 2
     assert one["kv_bytes_per_request"] == 8192 * 327_680 + 524_615_680
-    two = run_cli(
-        "estimate",
-        "-m",
-        path,
-        "-g",
-        "4xH100",
-        "--max-model-len",
-        "8192",
-        "--images-per-request",
-        "2",
-        "--engine-version",
-        "0.10",
-        "--json",
-    ).json()
+    two = run_cli(*args, "--images-per-request", "2").json()
     assert two["kv_bytes_per_request"] - one["kv_bytes_per_request"] == 524_615_680
     assert not one["engine"]["supported"] and "cross-attention" in one["engine"]["reason"]
     assert any("--images-per-request" in a for a in one["assumptions"])
