@@ -306,3 +306,34 @@ def test_solve_refuses_an_average_context_beyond_the_limit_and_names_num_prompts
     r = run_cli("solve", "-m", "llama3-8b", "--max-model-len", "8K", "--request-rate", "0.001", "--ttft-ms", "500",
                 "--tpot-ms", "30")  # fmt: skip
     assert r.exit_code == 2 and "--num-prompts" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "nested", "key"),
+    [("deepseek-v3.1-nvfp4.json", None, k) for k in ("kv_lora_rank", "first_k_dense_replace", "n_routed_experts",
+                                                     "q_lora_rank", "n_shared_experts", "intermediate_size",
+                                                     "moe_intermediate_size")]
+    + [("llama-4-scout-17b-16e-instruct.json", "text_config", k)
+       for k in ("attention_chunk_size", "num_key_value_heads", "num_local_experts")],
+)  # fmt: skip
+def test_an_absent_key_takes_its_config_class_default(tmp_path, name, nested, key):
+    # S4/S7: without kv_lora_rank DeepSeek-V3 lost MLA (40.9x the KV), without n_routed_experts it became a 37B dense
+    # model, Llama 4 without attention_chunk_size lost its chunked layers (max 14 requests, not 47). Each dropped
+    # key's value in these files equals its class default (DeepseekV3Config, Llama4TextConfig), so the model is the same.
+    def edit(cfg):
+        (cfg[nested] if nested else cfg).pop(key)
+
+    base = load_model(str(CORPUS / name))
+    edited = load_model(_edited(tmp_path, name, edit))
+    assert edited.layers == base.layers and param_breakdown(edited) == param_breakdown(base)
+    assert any(f"{key} " in n and "defaults" in n for n in edited.notes)
+
+
+def test_gemma3_absent_head_keys_take_gemma3_defaults_not_the_llama_rule(tmp_path):
+    # S8: Gemma3TextConfig defaults head_dim 256 and num_key_value_heads 4; kvplan fell back to hidden / heads (168)
+    # and every attention head (32)
+    name = "gemma-3-27b-it.json"
+    no_dim = load_model(_edited(tmp_path, name, lambda c: c["text_config"].pop("head_dim")))
+    assert {t.head_dim for t in no_dim.layer_types.values()} == {256}
+    no_kv = load_model(_edited(tmp_path, name, lambda c: c["text_config"].pop("num_key_value_heads")))
+    assert {t.num_kv_heads for t in no_kv.layer_types.values()} == {4}

@@ -147,6 +147,38 @@ def _tied(r: Reader, top: dict, path: Path, notes: list[str]) -> bool:
     return tied
 
 
+# A family's config-class defaults where they differ from what kvplan's readers fall back to (the Llama rules:
+# head_dim = hidden / heads, KV heads = heads, no MLA, no experts). transformers 4.57 configuration_*.py
+# __init__ defaults; vLLM builds the model from that config object, so an absent key is the class default.
+_CLASS_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "deepseek_v3": (
+        "DeepseekV3Config (configuration_deepseek_v3.py)",
+        {"kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+         "v_head_dim": 128, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+         "first_k_dense_replace": 3, "moe_intermediate_size": 2048, "intermediate_size": 18432},
+    ),  # fmt: skip
+    "llama4_text": (
+        "Llama4TextConfig (configuration_llama4.py)",
+        {"num_key_value_heads": 8, "num_local_experts": 16, "attention_chunk_size": 8192, "head_dim": 128},
+    ),
+    "gemma3_text": ("Gemma3TextConfig (configuration_gemma3.py)", {"head_dim": 256, "num_key_value_heads": 4}),
+}
+
+
+def _class_defaults(cfg: dict, prefix: str, notes: list[str]) -> dict:
+    """cfg with its family's class defaults for the keys it leaves out, each said in the notes."""
+    family = _CLASS_DEFAULTS.get(str(cfg.get("model_type") or ""))
+    if family is None:
+        return cfg
+    source, defaults = family
+    absent = {k: v for k, v in defaults.items() if k not in cfg}
+    if not absent:
+        return cfg
+    given = ", ".join(f"{prefix}{k} {v}" for k, v in absent.items())
+    notes.append(f"absent from the config, taken at {source}'s defaults: {given}")
+    return {**cfg, **absent}
+
+
 def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise SpecError(f"{path}: expected a JSON object (a Hugging Face config.json)")
@@ -157,8 +189,9 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
             cfg = {**{k: v for k, v in top.items() if k != key}, **cfg[key]}
             prefix = f"{key}."
             break
-    r = Reader(cfg, path, prefix)
     notes: list[str] = [f"read from {path}; parameter count estimated from the architecture"]
+    cfg = _class_defaults(cfg, prefix, notes)
+    r = Reader(cfg, path, prefix)
 
     num_layers = r.int("num_hidden_layers", "n_layer", "num_layers", default=_listed_layers(cfg))
     hidden = r.int("hidden_size", "n_embd", "d_model")
