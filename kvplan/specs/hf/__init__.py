@@ -153,15 +153,34 @@ def _tied(r: Reader, top: dict, path: Path, notes: list[str]) -> bool:
 _CLASS_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
     "deepseek_v3": (
         "DeepseekV3Config (configuration_deepseek_v3.py)",
-        {"kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
-         "v_head_dim": 128, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
-         "first_k_dense_replace": 3, "moe_intermediate_size": 2048, "intermediate_size": 18432},
-    ),  # fmt: skip
+        {
+            "kv_lora_rank": 512,
+            "q_lora_rank": 1536,
+            "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 128,
+            "v_head_dim": 128,
+            "n_routed_experts": 256,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": 8,
+            "first_k_dense_replace": 3,
+            "moe_intermediate_size": 2048,
+            "intermediate_size": 18432,
+        },
+    ),
     "llama4_text": (
         "Llama4TextConfig (configuration_llama4.py)",
-        {"num_key_value_heads": 8, "num_local_experts": 16, "attention_chunk_size": 8192, "head_dim": 128},
+        {
+            "num_key_value_heads": 8,
+            "num_local_experts": 16,
+            "num_experts_per_tok": 1,
+            "attention_chunk_size": 8192,
+            "head_dim": 128,
+        },
     ),
-    "gemma3_text": ("Gemma3TextConfig (configuration_gemma3.py)", {"head_dim": 256, "num_key_value_heads": 4}),
+    "gemma3_text": (
+        "Gemma3TextConfig (configuration_gemma3.py)",
+        {"head_dim": 256, "num_key_value_heads": 4},
+    ),
 }
 
 
