@@ -55,6 +55,12 @@ SGLANG_ALGORITHM = {
 }  # the method's SGLang name  # draft-free or one-layer drafts kvplan can time
 
 
+def check_avg_context(avg: int | None, max_len: int) -> None:
+    """--avg-context is a request's mean context: at least 1 token, at most --max-model-len."""
+    if avg is not None and not 1 <= avg <= max_len:
+        raise UsageError(f"--avg-context must be between 1 and --max-model-len ({max_len:,}), got {avg:,}")
+
+
 @dataclass(frozen=True)
 class Speculative:
     """A speculative-decoding setup: `draft_steps` draft forward passes a step, `verify_tokens` tokens a
@@ -323,11 +329,7 @@ class PlanRequest:
                 raise UsageError(f"{flag}: {spec.name} has {missing}; drop the flag")
 
     def _check_workload(self, max_len: int) -> None:
-        avg = self.avg_context_tokens
-        if avg is not None and not 1 <= avg <= max_len:
-            raise UsageError(
-                f"--avg-context must be between 1 and --max-model-len ({max_len:,}), got {avg:,}"
-            )
+        check_avg_context(self.avg_context_tokens, max_len)
         for what, n in (("--input-len", self.input_len), ("--output-len", self.output_len)):
             if n is not None and not 0 <= n <= MAX_TOKENS:
                 raise UsageError(f"{what} must be between 0 and {MAX_TOKENS:,}, got {n:,}")

@@ -183,21 +183,20 @@ def test_preallocation_never_holds_more_than_paging_at_max_model_len(args):
 
 
 @pytest.mark.parametrize(("version", "block", "raised"), [("0.11", 32, 544), ("0.11", 64, 544), ("0.18", 128, 544),
-                                                          ("0.11", 1024, None), ("0.19", 64, 576), ("0.19", 16, 544)])  # fmt: skip
+                                                          ("0.11", 256, 544), ("0.19", 64, 576), ("0.19", 16, 544), ("0.19", 256, 768)])  # fmt: skip
 def test_hybrid_attention_block_follows_the_release_alignment(version, block, raised):
     # Q4: qwen3-next at TP 2: state page 3 x 4,096 x 2 + 16 x 128 x 128 x 2 = 548,864 B, attention 1,024 B a token.
     # vLLM 0.10-0.18 (models/config.py HybridAttentionMambaModelConfig): 16 x cdiv(548,864, 16 x 1,024) = 544
     # whatever --block-size below it; from 0.19 (_align_hybrid_block_size) the alignment is the block size:
     # 64 x cdiv(548,864, 64 x 1,024) = 576. kvplan applied the later rule to every release.
-    out = run_cli("estimate", "-m", "qwen3-next-80b-a3b", "-g", "2xH200", "-tp", "2", "--max-model-len", "32K",
-                  "--engine-version", version, "--block-size", str(block)).stdout  # fmt: skip
-    flat = " ".join(out.split())
-    if raised is None:
-        assert "Setting attention block size" not in flat
-    else:
-        assert f"Setting attention block size to {raised} tokens" in flat
-        pad = 100 * (raised * 1024 - 548_864) / 548_864
-        assert f"Padding mamba page size by {pad:.2f}%" in flat
+    d = run_cli("estimate", "-m", "qwen3-next-80b-a3b", "-g", "2xH200", "-tp", "2", "--max-model-len", "32K",
+                "--engine-version", version, "--block-size", str(block), "--json").json()  # fmt: skip
+    lines = d["engine"]["log_lines"]
+    assert d["settings"]["block_size"] == raised
+    # the lines vLLM logs, reproduced
+    assert f"Setting attention block size to {raised} tokens" in lines[0]
+    pad = 100 * (raised * 1024 - 548_864) / 548_864
+    assert f"Padding mamba page size by {pad:.2f}%" in lines[1]
 
 
 def test_sglang_radix_off_sizes_the_state_pool_by_the_running_cap():
@@ -254,25 +253,25 @@ def test_v0_check_log_checks_the_blocks_against_the_logged_kv_memory(tmp_path):
     # S2: the arithmetic "given the log's KV memory" was handed the log's block count and so always matched. vLLM 0.7
     # (worker.py determine_num_available_blocks): 26.29 GiB // (16 x 32 layers x 2 x 32 heads x 128 x 2 B) = 3,365
     # blocks, 3,365 x 16 / 4,096 = 13.14x
-    real = run_cli(
-        "check-log", str(REPO / "tests/fixtures/logs/vllm_v07_llama2_7b_l40s.log"), "--gpus", "L40S"
+    def arithmetic(log: str) -> dict[str, tuple]:
+        r = run_cli("check-log", log, "--gpus", "L40S", "--json")
+        assert r.exit_code == 0, r.stderr
+        return {row["quantity"]: (row["log"], row["kvplan"], row["cause"]) for row in r.json()["arithmetic"]}
+
+    real = arithmetic(str(REPO / "tests/fixtures/logs/vllm_v07_llama2_7b_l40s.log"))
+    assert real["GPU blocks"] == (3365, 3365, "matches") and real["maximum concurrency"][:2] == (13.14, 13.14)
+    edited = arithmetic(
+        _edited_log(tmp_path, 4000, "15.62")
+    )  # it had printed 4,000 / 4,000 "given to kvplan"
+    assert edited["GPU blocks"][:2] == (4000, 3365) and edited["GPU blocks"][2].startswith(
+        "page size differs"
     )
-    assert real.exit_code == 0
-    flat = " ".join(real.stdout.split())
-    assert "GPU blocks │ 3,365 blocks │ 3,365 blocks │ +0.0% │ matches" in flat
-    edited = run_cli("check-log", _edited_log(tmp_path, 4000, "15.62"), "--gpus", "L40S")
-    flat = " ".join(edited.stdout.split())
-    assert (
-        "GPU blocks │ 4,000 blocks │ 3,365 blocks" in flat and "maximum concurrency │ 15.62x │ 13.14x" in flat
-    )
-    assert (
-        "given to kvplan" not in flat
-        and "GPU blocks │ 4,000 blocks │ 3,365 blocks │ -15.9% │ page size differs" in flat
-    )
+    assert edited["maximum concurrency"][:2] == (15.62, 13.14)
     # S3: blocks that would not fit the card are no longer fed to estimate as --num-gpu-blocks-override
-    doubled = run_cli("check-log", _edited_log(tmp_path, 6730, "26.29"), "--gpus", "L40S")
+    doubled = run_cli("check-log", _edited_log(tmp_path, 6730, "26.29"), "--gpus", "L40S", "--json")
     assert "--num-gpu-blocks-override" not in doubled.stderr + doubled.stdout
-    assert "GPU blocks │ 6,730 blocks │ 3,365 blocks" in " ".join(doubled.stdout.split())
+    rows = {row["quantity"]: row for row in doubled.json()["arithmetic"]}
+    assert (rows["GPU blocks"]["log"], rows["GPU blocks"]["kvplan"]) == (6730, 3365)
 
 
 def test_vllm_064_memory_profiling_line_is_read():

@@ -919,13 +919,12 @@ def solve_query(f: SolveFlags) -> Query:
         raise UsageError(f"--kv-cache-dtype: {', '.join(twice)} named twice; give each KV dtype once")
     _check_engine_kv_dtypes(dtypes)
     prices = _prices(f.price, gpu_specs, flag)
-    if f.avg_context and f.max_model_len:
-        avg, limit = (
-            parse_count(f.avg_context, "--avg-context"),
-            parse_count(f.max_model_len, "--max-model-len"),
+    if f.avg_context and f.max_model_len:  # estimate's rule
+        from kvplan.request import check_avg_context
+
+        check_avg_context(
+            parse_count(f.avg_context, "--avg-context"), parse_count(f.max_model_len, "--max-model-len")
         )
-        if avg > limit:  # as estimate refuses it (request.py)
-            raise UsageError(f"--avg-context must be between 1 and --max-model-len ({limit:,}), got {avg:,}")
     return Query(
         model=spec,
         gpus=gpu_specs,

@@ -65,15 +65,11 @@ def _hash_and_per_layer_inputs(
 
 def _scalar_intermediate(r: Reader, per_layer: list[int]) -> int | None:
     """The dense MLP's width. Llama 4's dense layers take intermediate_size_mlp (intermediate_size is its
-    experts'; transformers modeling_llama4.py Llama4TextDecoderLayer); LFM2 derives its width from block_ff_dim
+    experts'; transformers modeling_llama4.py Llama4TextDecoderLayer; absent, _CLASS_DEFAULTS gives it); LFM2 derives its width from block_ff_dim
     when block_auto_adjust_ff_dim is set (vLLM lfm2.py Lfm2MLP: 2/3, x block_ffn_dim_multiplier, rounded up to
     block_multiple_of)."""
     if per_layer:
         return max(per_layer) or None
-    if r.cfg.get("model_type") == "llama4_text" and not r.has("intermediate_size_mlp"):
-        # Llama4TextConfig's default (configuration_llama4.py: intermediate_size_mlp=16384); intermediate_size
-        # is the experts' width, not the dense layers'
-        return 16384
     size = r.int(
         "dense_intermediate_size", "intermediate_size_mlp", "intermediate_size", "ffn_hidden_size", "n_inner",
         default=None,
@@ -175,6 +171,7 @@ _CLASS_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
             "num_experts_per_tok": 1,
             "attention_chunk_size": 8192,
             "head_dim": 128,
+            "intermediate_size_mlp": 16384,  # the dense layers' width (intermediate_size is the experts')
         },
     ),
     "gemma3_text": (
