@@ -313,7 +313,11 @@ def test_solve_refuses_an_average_context_beyond_the_limit_and_names_num_prompts
                                                      "q_lora_rank", "n_shared_experts", "intermediate_size",
                                                      "moe_intermediate_size")]
     + [("llama-4-scout-17b-16e-instruct.json", "text_config", k)
-       for k in ("attention_chunk_size", "num_key_value_heads", "num_local_experts")],
+       for k in ("attention_chunk_size", "num_key_value_heads", "num_local_experts")]
+    # S5/S6: DeepSeek-V4 without q_lora_rank, o_groups or o_lora_rank lost every attention weight (4.60B), without
+    # head_dim or num_key_value_heads it was refused for values the file does not hold (DeepseekV4Config's defaults)
+    + [("deepseek-v4-flash.json", None, k) for k in ("q_lora_rank", "o_groups", "o_lora_rank", "head_dim",
+                                                     "num_key_value_heads", "qk_rope_head_dim", "index_head_dim")],
 )  # fmt: skip
 def test_an_absent_key_takes_its_config_class_default(tmp_path, name, nested, key):
     # S4/S7: without kv_lora_rank DeepSeek-V3 lost MLA (40.9x the KV), without n_routed_experts it became a 37B dense
@@ -336,3 +340,23 @@ def test_gemma3_absent_head_keys_take_gemma3_defaults_not_the_llama_rule(tmp_pat
     assert {t.head_dim for t in no_dim.layer_types.values()} == {256}
     no_kv = load_model(_edited(tmp_path, name, lambda c: c["text_config"].pop("num_key_value_heads")))
     assert {t.num_kv_heads for t in no_kv.layer_types.values()} == {4}
+
+
+@pytest.mark.parametrize(
+    ("outer", "inner", "said"),
+    [(None, False, "text_config.tie_word_embeddings false"), (False, True, "at the top level"),
+     (False, None, "at the top level")],
+)  # fmt: skip
+def test_gemma3_is_tied_whatever_the_file_says(tmp_path, outer, inner, said):
+    # S8: vLLM's Gemma models assert tie_word_embeddings (gemma3.py Gemma3ForCausalLM) and Gemma 3's wrapper builds
+    # the language model from text_config; kvplan had counted a 1.41B LM head (+2.62 GiB) the engine never builds
+    def edit(cfg):
+        for where, value in ((cfg, outer), (cfg["text_config"], inner)):
+            if value is not None:
+                where["tie_word_embeddings"] = value
+
+    name = "gemma-3-27b-it.json"
+    edited = load_model(_edited(tmp_path, name, edit))
+    assert param_breakdown(edited).lm_head == 0
+    assert param_breakdown(edited) == param_breakdown(load_model(str(CORPUS / name)))
+    assert any(said in n and "tie_word_embeddings" in n for n in edited.notes)

@@ -120,10 +120,38 @@ def _vision_vit(top: dict) -> list[int] | None:
 _TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "lfm2")
 
 
+# vLLM's Gemma, Gemma 2 and Gemma 3 models build no LM head: their ForCausalLM asserts tie_word_embeddings
+# ("currently all existing Gemma models have tie_word_embeddings enabled"; vllm/model_executor/models/gemma.py,
+# gemma2.py, gemma3.py), and Gemma 3's multimodal wrapper builds its language model from text_config
+_ALWAYS_TIED = ("gemma", "gemma2", "gemma3", "gemma3_text")
+
+
 def _tied(r: Reader, top: dict, path: Path, notes: list[str]) -> bool:
     """tie_word_embeddings, the outer config's over the text config's (r), a JSON true/false (a string
     such as "false" would read as true), the problem named at the field it came from; absent, the
-    family's default, said in the notes."""
+    family's default, said in the notes. Gemma's families are tied whatever the file says (said)."""
+    family = str(r.cfg.get("model_type") or top.get("model_type") or "")
+    if family in _ALWAYS_TIED:
+        nested = top.get(r.prefix[:-1]) if r.prefix else top
+        own = nested.get("tie_word_embeddings") if isinstance(nested, dict) else None
+        outer_false = False
+        if r.prefix and top.get("tie_word_embeddings") is not None:
+            outer = Reader(top, path)
+            outer_false = not outer.bool("tie_word_embeddings", True)
+            r.problems += outer.problems
+        if own is not None and not r.bool("tie_word_embeddings", True):
+            notes.append(
+                f"{r.prefix}tie_word_embeddings false: vLLM's Gemma models assert it is true and will not load "
+                "this config (gemma3.py Gemma3ForCausalLM); planned tied, with no LM head of its own"
+            )
+        elif outer_false:
+            notes.append(
+                "tie_word_embeddings false at the top level: vLLM builds the language model from text_config, "
+                "and its Gemma models are always tied; no LM head of its own"
+            )
+        elif not r.has("tie_word_embeddings"):
+            notes.append(f"tie_word_embeddings absent: tied, {family}'s default (no LM head of its own)")
+        return True
     if r.prefix and top.get("tie_word_embeddings") is not None:
         outer = Reader(top, path)
         tied = outer.bool("tie_word_embeddings", False)
@@ -133,7 +161,6 @@ def _tied(r: Reader, top: dict, path: Path, notes: list[str]) -> bool:
         return r.bool("tie_word_embeddings", False)
     if r.has("tie_embedding"):  # LFM2's older name for it (Lfm2Config maps tie_embedding)
         return r.bool("tie_embedding", True)
-    family = str(r.cfg.get("model_type") or top.get("model_type") or "")
     tied = family in _TIED_BY_DEFAULT
     notes.append(
         f"tie_word_embeddings absent: tied, {family}'s default (no LM head of its own)"
@@ -161,6 +188,23 @@ _CLASS_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
             "first_k_dense_replace": 3,
             "moe_intermediate_size": 2048,
             "intermediate_size": 18432,
+        },
+    ),
+    "deepseek_v4": (
+        "DeepseekV4Config (transformers 5.x configuration_deepseek_v4.py)",
+        {
+            "head_dim": 512,
+            "num_key_value_heads": 1,
+            "qk_rope_head_dim": 64,  # the class's default_partial_rotary_factor 64 / 512 of head_dim
+            "q_lora_rank": 1024,
+            "o_groups": 8,
+            "o_lora_rank": 1024,
+            "sliding_window": 128,
+            "index_head_dim": 128,
+            "n_routed_experts": 256,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": 6,
+            "moe_intermediate_size": 2048,
         },
     ),
     "llama4_text": (
