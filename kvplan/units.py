@@ -97,6 +97,12 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def ordinal(n: int) -> str:
+    """2nd, 3rd, 4th, 11th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def plural(n: int, word: str) -> str:
     """'1 token', '16 tokens', '1 request'."""
     return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"

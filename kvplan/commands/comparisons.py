@@ -101,6 +101,9 @@ class PlotResult:
     series: list[tuple[str, list[int | None]]]  # label, max concurrency at each context
     bars: list[tuple[str, int, int, int, int]]  # label, weights, KV, reserve, memory (bytes per GPU)
     budget: str
+    notes: tuple[
+        str, ...
+    ] = ()  # why a model/variant has no memory bar (it does not fit at its longest context)
 
 
 MAX_OFFLOAD_GIB = 2**20
@@ -287,12 +290,15 @@ def plot(models: str | None, variants: str, flags: ClusterFlags, kv_cache_dtype:
     ctxs = compare.contexts(upper)
     series: list[tuple[str, list[int | None]]] = []
     bars: list[tuple[str, int, int, int, int]] = []
+    notes: list[str] = []
     for spec in specs:
         for v in vlist:
             label = spec.name if v == "shipped" else f"{spec.name} {v}"
             series.append((label, compare.curve(base, spec, v, ctxs)))
             r = compare.row(dataclasses.replace(base, max_model_len=min(upper, spec.max_context)), spec, v)
-            if r.plan is not None:
+            if r.plan is None:
+                notes.append(f"{label}: {r.error}" if r.error else f"{label}: does not fit")
+            else:
                 p = r.plan
                 bars.append(
                     (
@@ -310,7 +316,9 @@ def plot(models: str | None, variants: str, flags: ClusterFlags, kv_cache_dtype:
             f"nothing to plot: no model and variant fits {_gpus_asked(base)}x {base.gpu.name} at any context"
             + (f" ({first.model}: {first.error})" if first.error else "")
         )
-    return PlotResult(base, ctxs, series, bars, _budget(base, compare.row(base, specs[0], vlist[0])))
+    return PlotResult(
+        base, ctxs, series, bars, _budget(base, compare.row(base, specs[0], vlist[0])), tuple(notes)
+    )
 
 
 def _gpus_asked(base: PlanRequest) -> int:

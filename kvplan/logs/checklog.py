@@ -213,6 +213,25 @@ def _log_speculative(f: dict[str, Any]) -> Speculative | None:
     """The log's speculative decoding as kvplan plans it: MTP (the checkpoint's own layers) and n-gram
     drafting; a separate draft checkpoint (EAGLE) needs its config, which a log does not carry."""
     method, n = f.get("speculative_method"), f.get("speculative_tokens")
+    algo = f.get("sglang_speculative_algorithm")
+    if algo is not None:  # SGLang's ServerArgs: speculative_algorithm and speculative_num_steps
+        from kvplan.request import SGLANG_SPEC
+
+        method, n = (
+            SGLANG_SPEC.get(str(algo).upper(), str(algo).lower()),
+            f.get("sglang_speculative_num_steps"),
+        )
+        if n is None:
+            raise UsageError(
+                f"the log runs SGLang speculative decoding ({algo}) but gives no speculative_num_steps; paste the "
+                "engine's own log, its server_args line whole"
+            )
+        if method not in ("mtp", "ngram"):
+            raise UsageError(
+                f"the log runs SGLang speculative decoding with a draft checkpoint ({algo}, {n} steps), whose "
+                "weights and KV pool come out of the same memory; check-log does not take its config: run "
+                "estimate with --speculative-algorithm, --speculative-num-steps and --speculative-draft-config"
+            )
     if method is None or n is None:
         return None
     if method in ("mtp", "ngram"):

@@ -46,12 +46,16 @@ class ParsedLog:
     engine: str | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     evidence: dict[str, str] = field(default_factory=dict)  # fact -> the line it came from
+    # SGLang: per rank, the "Load weight end" lines read (and "draft" once its draft model loaded)
+    loads: dict[str, set[str]] = field(default_factory=dict, repr=False, compare=False)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.facts.get(key, default)
 
     def put(self, key: str, value: Any, line: str, keep: str = "first") -> None:
         """Record a fact; `keep` decides between repeats: first, last or min (across TP workers)."""
+        if self.engine == "sglang":
+            key = _sglang_draft_key(self, key, line)
         if key in _LAYOUT_FACTS and key in self.facts and self.facts[key] != value:
             # vLLM prints the arguments as given and then the engine's resolved config: one startup's two
             # lines naming two layouts is a log edited or spliced, and either reading would be a guess
@@ -144,10 +148,12 @@ _KV_PAIR = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^,)\s]+)")
 # 'key': value pairs of vLLM's "non-default args: {...}" line
 DICT_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|[^,}]+)")
 
+# "#tokens: N, " since SGLang ~0.4.4; before it the line gave the K and V sizes alone (the count came on the
+# max_total_num_tokens= line)
 _SGLANG_KV = re.compile(
-    r"KV Cache is allocated\.(?: dtype: [\w.]+,)? #tokens: "
+    r"KV Cache is allocated\.(?: dtype: [\w.]+,)?(?: #tokens: "
     + _NUM
-    + r", (?:K size: "
+    + r",)? (?:K size: "
     + _NUM
     + r" GB, V size: "
     + _NUM
@@ -208,6 +214,8 @@ _CONFIG_KEYS = {
     "disable_hybrid_swa_memory": "disable_hybrid_swa_memory",
     "cpu_offload_gb": "cpu_offload_gb",
     "max_total_tokens": "max_total_tokens",
+    "speculative_algorithm": "sglang_speculative_algorithm",  # SGLang's ServerArgs (vLLM: speculative_config)
+    "speculative_num_steps": "sglang_speculative_num_steps",
 }
 # settings no engine starts with at 0 (a layout of 0 GPUs, a block of 0 tokens, 0 running requests)
 _POSITIVE_FACTS = {
@@ -220,7 +228,9 @@ _POSITIVE_FACTS = {
     "max_num_seqs",
 }
 _LAYOUT_FACTS = {"tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"}
-_INT_FACTS = _POSITIVE_FACTS | {"num_gpu_blocks_override", "kv_cache_memory_bytes", "max_total_tokens"}
+_INT_FACTS = _POSITIVE_FACTS | {
+    "num_gpu_blocks_override", "kv_cache_memory_bytes", "max_total_tokens", "sglang_speculative_num_steps",
+}  # fmt: skip
 _FLOAT_FACTS = {"gpu_memory_utilization", "mem_fraction_static", "swa_full_tokens_ratio", "cpu_offload_gb"}
 _BOOL_FACTS = {"enforce_eager", "enable_prefix_caching", "disable_hybrid_swa_memory"}
 _TRUE, _FALSE = ("True", "true", "1"), ("False", "false", "0")
@@ -244,7 +254,7 @@ _VLLM_LEADS: list[tuple[re.Pattern, tuple[re.Pattern, ...], str]] = [
 ]
 _SGLANG_LEADS: list[tuple[re.Pattern, tuple[re.Pattern, ...], str]] = [
     (
-        re.compile(r"KV Cache is allocated\.(?: dtype: [\w.]+,)? #tokens:"),
+        re.compile(r"KV Cache is allocated\.(?: dtype: [\w.]+,)? (?:#tokens|K size|KV size):"),
         (_SGLANG_KV,),
         "a token count and sizes in GB",
     ),
@@ -359,7 +369,8 @@ def _sglang_line(log: ParsedLog, line: str) -> None:
         _config(log, line.split("ServerArgs(", 1)[1], _KV_PAIR)
     m = _SGLANG_KV.search(line)
     if m:
-        log.put("kv_cache_tokens", _count(m.group(1)), line, keep="min")
+        if m.group(1):
+            log.put("kv_cache_tokens", _count(m.group(1)), line, keep="min")
         if m.group(2):
             log.put("k_size_bytes", _gib(m.group(2)), line, keep="min")
             log.put("v_size_bytes", _gib(m.group(3)), line, keep="min")
@@ -660,6 +671,33 @@ def join_wrapped_args(text: str) -> str:
         out.append(lines[i])
         i += 1
     return "\n".join(out)
+
+
+# SGLang's speculative decoding loads a draft model after the target, on every rank, and allocates its own KV pool
+# (managers/scheduler.py: the target's TpModelWorker, then the draft worker, EAGLEWorker/StandaloneWorker, whose
+# ModelRunner prints the same "Load weight end" and "KV Cache is allocated" lines); its classes are named so
+_SGLANG_DRAFT_TYPE = re.compile(r"Load weight end\. type=\w*(?:Eagle|NextN|MTP)\w*")
+_SGLANG_RANK = re.compile(r"\bTP(\d+)\b")
+_SGLANG_POOL_FACTS = ("kv_cache_tokens", "k_size_bytes", "v_size_bytes", "kv_size_bytes")
+
+
+def _sglang_draft_key(log: ParsedLog, key: str, where: str) -> str:
+    """The fact a put from an SGLang line is: the draft model's weights and pool once a rank has loaded its
+    target (a second distinct "Load weight end" on that rank while a speculative algorithm runs, or a draft
+    model's class), as draft_* facts; the target's otherwise."""
+    m = _SGLANG_RANK.search(where)
+    rank = m.group(1) if m else "0"
+    done = log.loads.setdefault(rank, set())
+    speculative = log.facts.get("sglang_speculative_algorithm") is not None
+    if key == "weights_bytes":
+        draft = bool(_SGLANG_DRAFT_TYPE.search(where)) or (speculative and bool(done) and where not in done)
+        done.add(where)
+        if draft:
+            done.add("draft")
+            return "draft_weights_bytes"
+    elif key in _SGLANG_POOL_FACTS and "KV Cache is allocated" in where and "draft" in done:
+        return f"draft_{key}"
+    return key
 
 
 def _parse(text: str, engine: str | None) -> ParsedLog:

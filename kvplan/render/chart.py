@@ -77,6 +77,8 @@ def print_curve(result: PlotResult, console: Console) -> None:
         for label, spark, row in zip(labels, sparks, cells, strict=True):
             t.add_row(label, *([spark] if n == 0 else []), *[row[i] for i in cols])
         console.print(t)
+    for note in result.notes:
+        console.print(f"- {note}", highlight=False, markup=False)
 
 
 def write_chart(path: Path, result: PlotResult) -> None:

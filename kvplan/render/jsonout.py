@@ -100,4 +100,5 @@ def plot_json(result: PlotResult, chart: Path | None) -> dict[str, Any]:
             for label, weights, kv, reserve, memory in result.bars
         ],
         "chart": str(chart) if chart else None,
+        "notes": list(result.notes),
     }

@@ -16,7 +16,7 @@ from kvplan.simulator.loop import simulate_run
 from kvplan.simulator.result import SimResult, build_result, scale_shares
 from kvplan.simulator.traces import read_trace
 from kvplan.simulator.workload import Workload, synthetic
-from kvplan.units import ceil_div
+from kvplan.units import ceil_div, ordinal
 
 __all__ = ["Deployment", "SimResult", "Workload", "from_plan", "read_trace", "simulate", "synthetic"]
 
@@ -40,7 +40,7 @@ def simulate(
     mine = Workload(
         workload.requests[::shares],
         None if cap is None else ceil_div(cap, shares),
-        f"{workload.description}; scheduler 0 of {shares}: every {shares}th request",
+        f"{workload.description}; scheduler 0 of {shares}: every {ordinal(shares)} request",
     )
     run, _ = simulate_run(deployment, mine, progress)
     return scale_shares(build_result(run, deployment, mine, ttft_ms, tpot_ms), shares)

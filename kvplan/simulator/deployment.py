@@ -11,11 +11,17 @@ from kvplan.engines.base import SglangDetails, VllmDetails
 from kvplan.engines.sglang import state_running_cap
 from kvplan.engines.vllm import V1_DEFAULT
 from kvplan.errors import InfeasibleError
-from kvplan.simulator.sglang_engine import SglangEngine
+from kvplan.simulator.sglang_engine import (
+    DP_ATTENTION_CONSERVATIVENESS,
+    MIN_NEW_TOKEN_RATIO_FACTOR,
+    SglangEngine,
+    new_token_ratios,
+)
 from kvplan.simulator.step import EngineSim, Recorder, SpecDecode
 from kvplan.simulator.steptime import PlanSteps, StepModel
 from kvplan.simulator.vllm_engine import VllmEngine
 from kvplan.speed.prefill import prefill_caveat
+from kvplan.units import ordinal
 
 if TYPE_CHECKING:
     from kvplan.plan.plan import Plan
@@ -50,12 +56,15 @@ class Deployment:
     attention_ranks: int = 1
     # vLLM: blocks a request holds whatever its length (a hybrid model's recurrent-state pages)
     fixed_blocks: int = 0
+    # SGLang's --schedule-conservativeness as the scheduler sees it: DP attention scales it by 0.3
+    schedule_conservativeness: float = 1.0
 
     def new_engine(self, recorder: Recorder) -> EngineSim:
         if self.engine == "sglang":
             return SglangEngine(
                 self.pool_tokens, self.block_size, self.chunked_prefill_size, self.max_prefill_tokens,
                 self.max_num_seqs, self.enable_prefix_caching, recorder, self.speculative,
+                self.schedule_conservativeness,
             )  # fmt: skip
         return VllmEngine(
             self.num_gpu_blocks, self.block_size, self.max_num_batched_tokens, self.max_num_seqs,
@@ -214,10 +223,20 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
         ranks=ranks,
     )
     c = plan.cluster
+    conservativeness = 1.0
     if ranks > 1:
+        # python/sglang/srt/server_args.py _handle_data_parallelism (0.4-0.5.x): under DP attention
+        # schedule_conservativeness *= 0.3, and the scheduler's new-token ratio is 0.7 x that
+        conservativeness = DP_ATTENTION_CONSERVATIVENESS
+        init = new_token_ratios(conservativeness)[0]
+        notes.append(
+            f"DP attention scales SGLang's --schedule-conservativeness by {conservativeness} (server_args.py "
+            f"_handle_data_parallelism): a rank admits requests reserving {init:.2f} x their remaining output, "
+            f"falling to {init * MIN_NEW_TOKEN_RATIO_FACTOR:.4f} (scheduler.py new_token_ratio), not 0.70"
+        )
         notes.append(
             f"DP attention: one of the replica's {ranks} attention-DP ranks is simulated (its own scheduler, "
-            f"its pool of {pool_tokens:,} tokens, max running {max_seqs:,}); it is dealt every {ranks}th request "
+            f"its pool of {pool_tokens:,} tokens, max running {max_seqs:,}); it is dealt every {ordinal(ranks)} request "
             "(round-robin, SGLang's default --load-balance-method) and the other ranks are taken to carry the "
             f"same load, their decodes and chunks in the same steps (the step model at {ranks} x this rank's "
             f"batch); throughput and goodput are the {ranks} ranks' together"
@@ -229,7 +248,7 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
             else "data-parallel replicas"
         )
         notes.append(
-            f"one of {c.data_parallel_size} {what} is simulated, dealt every {c.data_parallel_size}th request "
+            f"one of {c.data_parallel_size} {what} is simulated, dealt every {ordinal(c.data_parallel_size)} request "
             "(round-robin); throughput, goodput and completed requests are all of them together"
         )
     notes.append(
@@ -260,4 +279,5 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
         speculative=sim_spec,
         attention_ranks=ranks,
         fixed_blocks=fixed,
+        schedule_conservativeness=conservativeness,
     )

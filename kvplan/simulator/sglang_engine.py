@@ -20,6 +20,17 @@ INIT_NEW_TOKEN_RATIO = 0.7  # global_config.py default_init_new_token_ratio (x s
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # global_config.py default_min_new_token_ratio_factor
 NEW_TOKEN_RATIO_DECAY_STEPS = 600  # global_config.py default_new_token_ratio_decay_steps
 RETRACT_DECODE_STEPS = 20  # global_config.py retract_decode_steps
+DP_ATTENTION_CONSERVATIVENESS = (
+    0.3  # server_args.py _handle_data_parallelism: schedule_conservativeness *= 0.3
+)
+
+
+def new_token_ratios(conservativeness: float = 1.0) -> tuple[float, float, float]:
+    """(initial, minimum, decay per step) of the scheduler's new-token ratio (scheduler.py __init__:
+    init = min(0.7 x schedule_conservativeness, 1), min = min(init x 0.14, 1), decay over 600 steps)."""
+    init = min(INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
+    low = min(init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+    return init, low, (init - low) / NEW_TOKEN_RATIO_DECAY_STEPS
 
 
 def request_runs(req: SimRequest, num_tokens: int) -> tuple[Run, ...]:
@@ -59,6 +70,7 @@ class SglangEngine:
         enable_radix_cache: bool,
         recorder: Recorder,
         speculative: SpecDecode | None = None,
+        schedule_conservativeness: float = 1.0,
     ) -> None:
         self.pool_tokens = pool_tokens
         self.spec = speculative
@@ -74,11 +86,14 @@ class SglangEngine:
         self.running: list[SimRequest] = []
         self.chunked: SimRequest | None = None
         self.batch_is_full = False
-        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
-        self.min_new_token_ratio = INIT_NEW_TOKEN_RATIO * MIN_NEW_TOKEN_RATIO_FACTOR
-        self.ratio_decay = (INIT_NEW_TOKEN_RATIO - self.min_new_token_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.init_new_token_ratio, self.min_new_token_ratio, self.ratio_decay = new_token_ratios(
+            schedule_conservativeness
+        )
+        self.new_token_ratio = self.init_new_token_ratio
 
     def add(self, req: SimRequest) -> None:
+        if not self.has_work():  # scheduler.py self_check_during_idle: an idle loop resets the ratio
+            self.new_token_ratio = self.init_new_token_ratio
         self.waiting.append(req)
 
     def has_work(self) -> bool:
