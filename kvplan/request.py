@@ -187,6 +187,7 @@ class PlanRequest:
     ep_size: int | None = None  # SGLang --ep-size
     moe_a2a_backend: str | None = None  # SGLang --moe-a2a-backend
     num_redundant_experts: int = 0  # vLLM --num-redundant-experts, SGLang --ep-num-redundant-experts
+    enable_eplb: bool = False  # vLLM and SGLang --enable-eplb: experts rebalanced while serving
     moe_imbalance: float = 1.0  # the busiest EP rank's routed-expert work / the mean (an assumption)
     speculative: Speculative | None = None  # speculative decoding (--speculative-config, SGLang's flags)
 

@@ -47,8 +47,8 @@ def test_vllm_ep_at_tp_size_moves_no_bytes():
 def test_vllm_redundant_experts_add_whole_experts_per_gpu():
     # 256 + 32 redundant over EP 8: 36 a GPU (4 more); + 64: 40 (8 more): twice the extra bytes
     base = plan(enable_expert_parallel=True)
-    r32 = plan(enable_expert_parallel=True, num_redundant_experts=32)
-    r64 = plan(enable_expert_parallel=True, num_redundant_experts=64)
+    r32 = plan(enable_expert_parallel=True, enable_eplb=True, num_redundant_experts=32)
+    r64 = plan(enable_expert_parallel=True, enable_eplb=True, num_redundant_experts=64)
     assert r32.cluster.routed_experts_per_gpu == 36 and r64.cluster.routed_experts_per_gpu == 40
     d32 = r32.weight_bytes_per_gpu - base.weight_bytes_per_gpu
     d64 = r64.weight_bytes_per_gpu - base.weight_bytes_per_gpu
@@ -59,7 +59,7 @@ def test_vllm_redundant_experts_add_whole_experts_per_gpu():
 def test_vllm_uneven_ep_takes_the_fullest_gpu():
     # 256 + 8 = 264 experts over EP 16 (TP 8 x DP 2): 16 or 17 a rank; the fullest holds 17
     p = plan(gpus="16xH200", tensor_parallel_size=8, data_parallel_size=2, enable_expert_parallel=True,
-             num_redundant_experts=8)  # fmt: skip
+             enable_eplb=True, num_redundant_experts=8)  # fmt: skip
     assert p.cluster.expert_parallel_size == 16 and p.cluster.routed_experts_per_gpu == 17
 
 
@@ -104,7 +104,13 @@ def test_dense_model_ep_changes_nothing_and_redundant_is_refused():
     ep = plan("llama-3.1-8b", gpus="H100", enable_expert_parallel=True)
     assert ep.weight_bytes_per_gpu == plain.weight_bytes_per_gpu and ep.cluster.expert_parallel_size == 1
     with pytest.raises(UsageError, match="no routed experts"):
-        plan("llama-3.1-8b", gpus="H100", enable_expert_parallel=True, num_redundant_experts=1)
+        plan(
+            "llama-3.1-8b",
+            gpus="H100",
+            enable_expert_parallel=True,
+            enable_eplb=True,
+            num_redundant_experts=1,
+        )
 
 
 # --- SGLang ----------------------------------------------------------------------------------------

@@ -138,3 +138,39 @@ def test_check_log_refuses_an_sglang_draft_checkpoint_in_one_line():
     r = run_cli("check-log", str(EAGLE3), "-m", "llama3.1-8b", "-g", "H100")
     assert r.exit_code == 2
     assert "draft checkpoint (EAGLE3, 5 steps)" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "refused"),
+    [
+        # vllm/config/parallel.py ParallelConfig: redundant experts need EPLB, EPLB needs EP over TP x DP > 1
+        ({"enable_expert_parallel": True, "num_redundant_experts": 32}, "needs --enable-eplb"),
+        ({"enable_eplb": True}, "--enable-eplb needs --enable-expert-parallel"),
+        ({"gpus": "H200", "tensor_parallel_size": 1, "enable_expert_parallel": True, "enable_eplb": True,
+          "max_model_len": "1K", "weight_dtype": "fp4"}, "--enable-eplb needs TP or --data-parallel-size above 1"),
+        # SGLang server_args.py _handle_eplb_and_dispatch: assert ep_size > 1
+        ({"engine": "sglang", "enable_eplb": True}, "--enable-eplb needs expert parallelism"),
+    ],
+)  # fmt: skip
+def test_eplb_rules_as_the_engines_check_them(flags, refused):
+    import kvplan
+    from kvplan.errors import UsageError
+
+    base = {"gpus": "8xH200", "max_model_len": "8K"}
+    with pytest.raises(UsageError, match=refused):
+        kvplan.estimate("deepseek-v3", **{**base, **flags})
+
+
+def test_eplb_with_redundant_experts_plans_them_and_says_so():
+    import kvplan
+
+    p = kvplan.estimate("deepseek-v3", gpus="8xH200", max_model_len="8K", enable_expert_parallel=True,
+                        enable_eplb=True, num_redundant_experts=32)  # fmt: skip
+    assert p.cluster.routed_experts_per_gpu == 36  # (256 + 32) / 8
+    assert any(a.startswith("--enable-eplb: the engine rebalances") for a in p.assumptions)
+    s = kvplan.estimate("deepseek-v3", gpus="8xH200", max_model_len="8K", engine="sglang", ep_size=8,
+                        enable_eplb=True, num_redundant_experts=32)  # fmt: skip
+    assert s.cluster.routed_experts_per_gpu == 36
+    r = run_cli("estimate", "-m", "deepseek-v3", "-g", "8xH200", "--max-model-len", "8K", "--enable-expert-parallel",
+                "--enable-eplb", "--num-redundant-experts", "32", "--json")  # fmt: skip
+    assert r.exit_code == 0 and any("--enable-eplb" in a for a in r.json()["assumptions"])

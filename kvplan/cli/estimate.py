@@ -266,6 +266,7 @@ def estimate(
     ep_size: EpSize = None,
     moe_a2a_backend: MoeA2aBackend = None,
     num_redundant_experts: o.NumRedundantExperts = 0,
+    enable_eplb: o.EnableEplb = False,
     moe_imbalance: o.MoeImbalance = 1.0,
     speculative_config: o.SpeculativeConfig = None,
     speculative_algorithm: o.SpeculativeAlgorithm = None,

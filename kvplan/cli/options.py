@@ -215,6 +215,14 @@ NumRedundantExperts = Annotated[
         help="Redundant experts (EPLB) added to the routed ones, whole experts per GPU; needs expert parallelism.",
     ),
 ]
+EnableEplb = Annotated[
+    bool,
+    typer.Option(
+        "--enable-eplb",
+        help="Expert-parallel load balancing (vLLM, SGLang): experts are moved while serving; vLLM takes "
+        "--num-redundant-experts only with it. Needs expert parallelism.",
+    ),
+]
 MoeImbalance = Annotated[
     float,
     typer.Option(

@@ -43,6 +43,7 @@ def simulate(
     ep_size: e.EpSize = None,
     moe_a2a_backend: e.MoeA2aBackend = None,
     num_redundant_experts: o.NumRedundantExperts = 0,
+    enable_eplb: o.EnableEplb = False,
     moe_imbalance: o.MoeImbalance = 1.0,
     speculative_config: o.SpeculativeConfig = None,
     speculative_algorithm: o.SpeculativeAlgorithm = None,

@@ -126,6 +126,7 @@ class EstimateFlags:
     ep_size: int | None = None
     moe_a2a_backend: str | None = None
     num_redundant_experts: int = 0
+    enable_eplb: bool = False
     moe_imbalance: float = 1.0
     speculative_config: str | None = None  # vLLM, JSON as typed
     speculative_algorithm: str | None = None  # SGLang
@@ -392,6 +393,7 @@ def plan_request(f: EstimateFlags, gpus_flag: str = "--gpus") -> PlanRequest:
         ep_size=f.ep_size,
         moe_a2a_backend=f.moe_a2a_backend.lower() if f.moe_a2a_backend else None,
         num_redundant_experts=f.num_redundant_experts,
+        enable_eplb=f.enable_eplb,
         moe_imbalance=f.moe_imbalance,
         speculative=parse_speculative(f),
     )

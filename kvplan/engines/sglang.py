@@ -28,7 +28,7 @@ from kvplan.engines.sglang_memory import Release
 from kvplan.errors import UsageError
 from kvplan.formats import Format
 from kvplan.model import kv
-from kvplan.model.parallel import Sharding, has_nvls, plain_sharding
+from kvplan.model.parallel import Sharding, has_nvls, plain_sharding, with_eplb_rule
 from kvplan.specs.models import (
     CompressedAttention,
     CompressedLatent,
@@ -500,8 +500,14 @@ class Sglang(Engine):
 
     def sharding(self, spec: ModelSpec, tp: int) -> Sharding:
         req = self.req
-        return sglang_sharding(spec, tp, self.dp_attention_size, req.ep_size, req.moe_a2a_backend,
-                               req.num_redundant_experts)  # fmt: skip
+        out = sglang_sharding(spec, tp, self.dp_attention_size, req.ep_size, req.moe_a2a_backend,
+                              req.num_redundant_experts)  # fmt: skip
+        if req.enable_eplb and out.ep <= 1:
+            # server_args.py _handle_eplb_and_dispatch: assert self.ep_size > 1
+            raise UsageError(
+                "--enable-eplb needs expert parallelism (SGLang asserts ep_size > 1): give --ep-size"
+            )
+        return with_eplb_rule(out, req.enable_eplb, req.moe_imbalance)
 
     @property
     def swa_ratio(self) -> float:

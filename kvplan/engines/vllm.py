@@ -29,7 +29,7 @@ from kvplan.engines.budget import CUDA_GRAPH_BYTES, estimate_reserve, given_rese
 from kvplan.errors import UsageError
 from kvplan.formats import Format
 from kvplan.model import kv
-from kvplan.model.parallel import Sharding, plain_sharding
+from kvplan.model.parallel import Sharding, plain_sharding, with_eplb_rule
 from kvplan.specs.models import (
     ChunkedAttention,
     CompressedAttention,
@@ -850,8 +850,28 @@ class Vllm(Engine):
         )
 
     def sharding(self, spec: ModelSpec, tp: int) -> Sharding:
-        return vllm_sharding(spec, tp, self.req.data_parallel_size or 1, self.req.enable_expert_parallel,
-                             self.req.num_redundant_experts)  # fmt: skip
+        req = self.req
+        dp = req.data_parallel_size or 1
+        out = vllm_sharding(spec, tp, dp, req.enable_expert_parallel, req.num_redundant_experts)
+        # vllm/config/parallel.py ParallelConfig (EPLB since v0.9): EPLB needs expert parallelism over TP x DP > 1,
+        # and redundant experts need EPLB
+        if req.enable_eplb and not req.enable_expert_parallel:
+            raise UsageError(
+                "--enable-eplb needs --enable-expert-parallel (vLLM: 'enable_expert_parallel must be True to use "
+                "EPLB', vllm/config/parallel.py)"
+            )
+        if req.enable_eplb and tp * dp <= 1:
+            raise UsageError(
+                f"--enable-eplb needs TP or --data-parallel-size above 1 (vLLM: 'EPLB requires tensor, "
+                f"prefill-context, or data parallelism', vllm/config/parallel.py); got TP {tp}, DP {dp}"
+            )
+        if req.num_redundant_experts and not req.enable_eplb:
+            raise UsageError(
+                f"--num-redundant-experts {req.num_redundant_experts} needs --enable-eplb (vLLM: "
+                f"'num_redundant_experts is set to {req.num_redundant_experts} but EPLB is not enabled', "
+                "vllm/config/parallel.py)"
+            )
+        return with_eplb_rule(out, req.enable_eplb, req.moe_imbalance)
 
     def load_buffer_bytes(self, spec: ModelSpec) -> tuple[int, str | None]:
         tower = spec.vision_tower

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from kvplan.errors import LayoutInvalid, UsageError
@@ -193,3 +194,16 @@ class Sharding:
 def plain_sharding(spec: ModelSpec, tp: int) -> Sharding:
     experts = spec.moe.num_experts if spec.moe is not None else 0
     return Sharding(tp, tp, 1, 1, tp, experts, experts)
+
+
+def with_eplb_rule(sharding: Sharding, eplb: bool, imbalance: float) -> Sharding:
+    """--enable-eplb said: the engine moves experts between ranks while it serves (its memory is the redundant
+    experts' only); the step time takes the busiest rank at --moe-imbalance."""
+    if not eplb:
+        return sharding
+    line = (
+        "--enable-eplb: the engine rebalances the experts over the EP ranks while it serves; memory follows only "
+        f"the redundant experts, and the step time takes the busiest rank at --moe-imbalance {imbalance:g}"
+        + (" (assumed: perfectly balanced)" if imbalance == 1.0 else "")
+    )
+    return dataclasses.replace(sharding, rules=(*sharding.rules, line))
