@@ -459,6 +459,14 @@ def simulate(
             )  # fmt: skip
             workload = sim.read_trace(trace, max_concurrency, num_prompts)
         else:
+            if length_histogram is not None:
+                given = [f for f, on in (("--input-len", input_len is not None), ("--output-len", output_len is not None),
+                                         ("--range-ratio", range_ratio != 0.0)) if on]  # fmt: skip
+                if given:
+                    raise UsageError(
+                        f"--length-histogram gives each request's lengths: {', '.join(given)} does not apply with "
+                        "it; drop it"
+                    )
             inp, out = inputs.lengths(input_len, output_len)
             workload = sim.synthetic(
                 num_prompts=1000 if num_prompts is None else num_prompts,

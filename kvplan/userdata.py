@@ -116,12 +116,15 @@ def chart_path(text: str, flag: str) -> Path:
 def check_output(path: Path, flag: str) -> None:
     """An output file named on the command line (a chart) is a new file or a regular one to replace: a
     symlink, FIFO, device or directory there is refused in one line, never replaced by a file."""
-    if os.path.islink(path):
-        raise UsageError(f"{flag} {path}: a symbolic link; name the file itself")
-    if path.exists() and not path.is_file():
-        raise UsageError(f"{flag} {path}: not a regular file; choose a file name")
-    if not path.parent.is_dir():  # a mistyped directory is not created as a new tree
-        raise UsageError(f"{flag} {path}: no directory {path.parent}; create it first or name another")
+    try:
+        if os.path.islink(path):
+            raise UsageError(f"{flag} {path}: a symbolic link; name the file itself")
+        if path.exists() and not path.is_file():
+            raise UsageError(f"{flag} {path}: not a regular file; choose a file name")
+        if not path.parent.is_dir():  # a mistyped directory is not created as a new tree
+            raise UsageError(f"{flag} {path}: no directory {path.parent}; create it first or name another")
+    except OSError as exc:  # a name the system will not look up (over 255 bytes a part)
+        raise UsageError(f"{flag} {str(path)[:80]}: {exc.strerror or exc}; choose a shorter name") from None
 
 
 def write_atomic(path: Path, data: str | bytes, mode: int | None = None) -> None:

@@ -36,7 +36,8 @@ def test_a_trace_slice_is_replayed_from_its_first_request(tmp_path):
     r = run_cli("solve", "-m", "llama3.1-8b", "--max-model-len", "128K", "--request-rate", "1", "--ttft-ms",
                 "5000", "--tpot-ms", "100", "--trace", str(path), "--partial-nodes", "--json").json()  # fmt: skip
     w = r["workload"]
-    assert w["last_send_s"] == pytest.approx(150 / 1.0)  # 150 requests at 1 request/s, as stated
+    # one of DP replicas gets every DP-th request of 150 at 1 request/s, as stated: DP x 150 s
+    assert w["last_send_s"] == pytest.approx(150 / 1.0 * r["answer"]["data_parallel_size"])
     assert r["output_token_throughput"] <= 1.0 * w["output_tokens_mean"]
 
 

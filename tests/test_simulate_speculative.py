@@ -270,7 +270,7 @@ def test_vllm_expert_parallel_cores_are_candidates_at_their_share_of_the_rate():
     # plain TP 8 ranks before the expert-parallel units of the same cost
     assert not cands[0].par.on and cands[0].unit == 8
     c = next(c for c in ep if c.tp == 4)
-    r = s.run(c, 4.0)
+    r = s.run(c, 4.0, 2)
     # two units at 8 requests/s: each unit at 4, one of its 2 cores simulated on every other request
     assert [p.rate for p in s.points(c, 2)] == [pytest.approx(8.0)]
     assert r.completed == 200 and r.workload["num_requests"] == 100

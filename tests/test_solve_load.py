@@ -38,15 +38,21 @@ def test_a_rate_one_replica_cannot_serve_takes_two(at_rate):
     a = at_rate["answer"]
     assert (a["num_gpus"], a["tensor_parallel_size"], a["data_parallel_size"]) == (2, 1, 2)
     assert at_rate["per_replica_rate"] == 10
-    one, two = direct(20.0), direct(10.0)
+    one = direct(20.0)
     assert not meets(one) and one.tpot_ms.p90 > 30  # one replica at 20 requests/s misses its TPOT
+    # the answer's figures are those of a direct run of one replica dealt every 2nd request of the stream at
+    # 20 requests/s (the search rescales one workload's gaps and deals them, as simulate -dp 2 does)
+    from kvplan.search.rate import ScaledWorkload
+    from kvplan.simulator import synthetic
+
+    base = synthetic(num_prompts=300, input_len=1024, output_len=128, range_ratio=0.0, request_rate=20.0,
+                     burstiness=1.0, max_concurrency=None, seed=0)  # fmt: skip
+    two = kvplan.simulate("llama3-8b", gpus="H100", max_model_len="8K", workload=ScaledWorkload(base).dealt(20.0, 2),
+                          calibration=True, ttft_ms=500, tpot_ms=30)  # fmt: skip
     assert meets(two)
-    # the answer's figures are those of the direct run (the search rescales one workload's gaps)
     assert math.isclose(at_rate["tpot_ms"]["p90"], two.tpot_ms.p90, rel_tol=1e-6)
     assert math.isclose(at_rate["ttft_ms"]["p90"], two.ttft_ms.p90, rel_tol=1e-6)
-    assert math.isclose(at_rate["goodput"], 2 * (direct_goodput := kvplan.simulate(
-        "llama3-8b", gpus="H100", max_model_len="8K", num_prompts=300, request_rate=10.0, ttft_ms=500, tpot_ms=30
-    ).goodput), rel_tol=1e-6), direct_goodput  # fmt: skip
+    assert math.isclose(at_rate["goodput"], 2 * two.goodput, rel_tol=1e-6)
     assert at_rate["schema"] == "kvplan.solve-rate/1" and at_rate["mode"] == "min-gpus-at-rate"
     assert "--data-parallel-size 2" in a["vllm_flags"]
     assert at_rate["simulations"] <= 8  # bisection, not a sweep

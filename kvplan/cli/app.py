@@ -157,7 +157,17 @@ def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return func(*args, **kwargs)
+            try:
+                return func(*args, **kwargs)
+            except OSError as exc:
+                # a path the system will not look up (a name over 255 bytes, a loop): one line naming it
+                if exc.filename is None:
+                    raise
+                from kvplan.errors import UsageError
+
+                raise UsageError(
+                    f"{str(exc.filename)[:80]}: {exc.strerror or exc}; check the file name"
+                ) from None
         except KvplanError as exc:
             if _wants_json(kwargs):
                 from kvplan.render.jsonout import to_json

@@ -302,10 +302,11 @@ def estimate(
     ):
         from kvplan.errors import UsageError
 
-        # nothing given is silently dropped: the pools replace --gpus, and --explain is one plan's
-        if gpus != o.DEFAULT_GPUS:
+        # nothing given is silently dropped: the pools replace --gpus, and --explain is one plan's; a pool flag
+        # without --disaggregated is named first (_disaggregated), not --gpus
+        if disaggregated and gpus != o.DEFAULT_GPUS:
             raise UsageError("--gpus: with --disaggregated the pools are --prefill-gpus and --decode-gpus")
-        if explain:
+        if disaggregated and explain:
             raise UsageError(
                 "--explain: not with --disaggregated; run estimate on each pool's GPUs to explain it"
             )

@@ -534,7 +534,13 @@ def read_log(log_file: str | None) -> tuple[str, str]:
             raise UsageError(f"stdin: the log is over kvplan's limit of {MAX_LOG_BYTES:,} characters")
         return text, "stdin"
     path = Path(log_file)
-    if not path.exists() and not path.is_symlink():  # a link loop is read, and refused for what it is
+    try:
+        missing = (
+            not path.exists() and not path.is_symlink()
+        )  # a link loop is read, and refused for what it is
+    except OSError as exc:  # a name the system will not look up (over 255 bytes a part)
+        raise UsageError(f"{log_file[:80]}: cannot read ({exc.strerror or exc})") from None
+    if missing:
         raise UsageError(f"{log_file}: cannot read (No such file or directory)")
     try:
         data = read_regular(path, MAX_LOG_BYTES)

@@ -48,8 +48,10 @@ class DecodePool:
     concurrency_per_replica: int  # requests that fit at context_tokens (capped as the engine caps)
     concurrency: int  # all replicas
     step_context_tokens: int  # the mean context of a decode, input + output / 2
-    step_ms: float  # one decode step at concurrency_per_replica requests
+    step_ms: float  # time per output token at concurrency_per_replica requests: one decode step, or under
+    # speculative decoding the draft + verify step over the tokens kept a step (plan_speed.spec_step)
     requests_per_s: float  # concurrency / (output tokens x step)
+    speculative: str | None = None  # how a speculative step_ms was made, else None
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ class Disaggregated:
     assumptions: list[str]
     prefill_plan: Plan
     decode_plan: Plan
+    link_gpus: int = 1  # GPUs whose links carry one request's KV (request_gpus)
+    attention_ranks: int = 1  # a prefill replica's attention-DP ranks, each sending its own requests
 
     def __repr__(self) -> str:
         p, d = self.prefill, self.decode
@@ -179,8 +183,21 @@ def disaggregate(
             f"--decode-gpus {decode_gpus}: no request of {inp + out:,} tokens fits the decode pool"
         )
     d_replicas = d.cluster.data_parallel_size
-    step = d.decode.step(conc, d.decode.kv_bytes_per_request_per_gpu, d.decode.context_tokens)
-    decode_rate = conc * d_replicas / (out * step.tpot_ms / 1e3)
+    step_ms = d.decode.step(conc, d.decode.kv_bytes_per_request_per_gpu, d.decode.context_tokens).tpot_ms
+    spec_how = None
+    if (
+        decode_req.speculative is not None
+    ):  # the decode pool runs the speculative step, as solve --disaggregated
+        from kvplan.speed.plan_speed import spec_step
+
+        sp = spec_step(d.decode.inputs, decode_req.speculative, conc, d.decode.kv_bytes_per_request_per_gpu,
+                       d.decode.context_tokens, d.decode.parts)  # fmt: skip
+        spec_how = (
+            f"{sp.method}: verify {sp.verify_ms:,.2f} ms + draft {sp.draft_ms:,.2f} ms a step, / {sp.acceptance_length:.2f} "
+            f"tokens kept ({sp.acceptance_source})"
+        )
+        step_ms = sp.tpot_ms
+    decode_rate = conc * d_replicas / (out * step_ms / 1e3)
     ratio = prefill_rate / decode_rate
     how = "assumed, the default; set --network" if prefill_req.network is None else "--network"
     notes = [
@@ -219,6 +236,8 @@ def disaggregate(
         link_source=how,
         transfer_ms=transfer_s * 1e3,
         transfer_requests_per_s=p.cluster.data_parallel_size * ranks / transfer_s,
+        link_gpus=request_gpus(p),
+        attention_ranks=ranks,
         prefill=PrefillPool(
             prefill_gpus,
             p.cluster.num_gpus,
@@ -238,8 +257,9 @@ def disaggregate(
             conc,
             conc * d_replicas,
             d.decode.context_tokens,
-            step.tpot_ms,
+            step_ms,
             decode_rate,
+            spec_how,
         ),
         prefill_to_decode_ratio=ratio,
         binding_pool="prefill" if prefill_rate < decode_rate else "decode",

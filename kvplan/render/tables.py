@@ -759,14 +759,20 @@ def render_disaggregated(r: Disaggregated, console: Console) -> None:
         (
             "link, prefill -> decode",
             f"{r.link_bytes_per_s / 1e9:,.1f} GB/s",
-            f"--network {r.network} per GPU x {p.tensor_parallel_size * p.pipeline_parallel_size} GPU(s) of a "
-            f"prefill replica ({r.link_source})",
+            f"--network {r.network} per GPU x {r.link_gpus} GPU(s) of a prefill "
+            + (
+                f"replica's attention-DP rank ({r.link_source})"
+                if r.attention_ranks > 1
+                else f"replica ({r.link_source})"
+            ),
         ),
         ("KV transfer per request", f"{r.transfer_ms:,.2f} ms", "KV moved / link"),
         (
             "links alone sustain",
             f"{r.transfer_requests_per_s:,.1f} req/s",
-            f"{p.replicas} replica(s) / transfer",
+            f"{p.replicas} replica(s)"
+            + (f" x {r.attention_ranks} attention-DP ranks" if r.attention_ranks > 1 else "")
+            + " / transfer",
         ),
         ("prefill of one prompt", f"{p.prefill_ms:,.2f} ms", f"{r.input_tokens:,} tokens, bare forward pass"),
         ("prefill pool sustains", f"{p.requests_per_s:,.2f} req/s", f"{p.replicas} replica(s) / prefill"),
@@ -776,9 +782,10 @@ def render_disaggregated(r: Disaggregated, console: Console) -> None:
             f"{d.concurrency_per_replica:,} a replica at {d.context_tokens:,} tokens each",
         ),
         (
-            "decode step",
+            "decode step" if d.speculative is None else "decode, per token",
             f"{d.step_ms:,.2f} ms",
-            f"batch {d.concurrency_per_replica:,} at {d.step_context_tokens:,} tokens",
+            f"batch {d.concurrency_per_replica:,} at {d.step_context_tokens:,} tokens"
+            + ("" if d.speculative is None else f"; speculative ({d.speculative})"),
         ),
         (
             "decode pool sustains",

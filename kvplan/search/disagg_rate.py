@@ -39,6 +39,7 @@ from kvplan.search.solve import (
     _max_dp,
     _request,
     launch_line,
+    partial_nodes,
     rented,
     shapes,
     speculative_flags,
@@ -221,7 +222,9 @@ def _decode_pool(q: Query, req_rate: float, inp: int, out: int, tpot_target: flo
                     dp2, n, nodes = rented(q, gpu, unit, dp)
                     if dp2 != dp:
                         got = _little(plan, req_rate / dp2, out, cap, ctx, kv, batch_of, q.speculative) or got
-                    key = (_cost(q, gpu, n), n, pp, par.on, tp)
+                    # as the colocated search ranks (rate.py): GPUs (or cost), plain TP before an expert-parallel
+                    # unit, then full-precision KV before fp8
+                    key = (_cost(q, gpu, n), n, par.on, q.kv_dtypes.index(dtype), pp, tp)
                     if best is None or key < best[0]:
                         flags = _decode_flags(q, tp, pp, par, dp2, plan, dtype, cap)
                         pool = DecodePool(
@@ -247,13 +250,20 @@ def solve_disaggregated(
     first = _first_tokens(workload)
     pre_targets = rate.LoadTargets(targets.ttft_ms, PREFILL_TPOT_MS, targets.percentile)
     left = q.max_gpus - decode.num_gpus  # --max-gpus bounds both pools together
-    if left < 1:
+    # the node rule is the user's query's, the same for both pools: a prefill pool's share below a node does
+    # not turn partial nodes on for that pool alone
+    whole = not any(partial_nodes(q, g) for g in q.gpus)
+    if left < 1 or (whole and left < min(g.gpus_per_node for g in q.gpus)):
+        rounded = " (whole nodes; --partial-nodes rents part of one)" if whole else ""
         raise NoAnswer(
-            f"--max-gpus {q.max_gpus}: the decode pool alone takes {decode.num_gpus} {decode.gpu} "
+            f"--max-gpus {q.max_gpus}: the decode pool alone takes {decode.num_gpus} {decode.gpu}{rounded} "
             f"({req_rate:g} requests/s of {out:,} output tokens within --tpot-ms {targets.tpot_ms:g}), "
-            "leaving none for the prefill pool; allow more GPUs"
+            f"leaving {'none' if left < 1 else f'{left}, under a node,'} for the prefill pool; allow more GPUs"
+            + (" or give --partial-nodes" if whole else "")
         )
-    q = dataclasses.replace(q, max_gpus=left)
+    # the pools hold the KV in one dtype: the connectors move pages as they are (vLLM's NixlConnector refuses a
+    # peer whose cache dtype differs, kv_connector/v1/nixl_connector.py compute_nixl_compatibility_hash)
+    q = dataclasses.replace(q, max_gpus=left, kv_dtypes=(decode.kv_cache_dtype,), whole_nodes=whole)
     prefill = rate.min_gpus_at_rate(q, first, pre_targets, req_rate)
     transfer = _transfer_ms(prefill.layout.plan, inp, q)
     ttft = pre_targets.of(prefill.result.ttft_ms) + transfer

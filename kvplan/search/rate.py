@@ -42,6 +42,7 @@ from kvplan.search.solve import (
 from kvplan.search.solve import _max_dp as max_replicas
 from kvplan.simulator import Deployment, SimResult, Workload, from_plan, simulate
 from kvplan.simulator.metrics import Stats
+from kvplan.units import ordinal
 
 SCHEMA = "kvplan.solve-rate/1"
 PERCENTILES = {50: "median", 90: "p90", 99: "p99"}
@@ -93,6 +94,31 @@ class ScaledWorkload:
         what = self.base.description.split(", sent ")[0]  # the synthetic workload's send rule is replaced
         return Workload(reqs, None, f"{what}, sent at {rate:.4g} requests/s (the workload's gaps rescaled)")
 
+    def dealt(self, rate: float, replicas: int) -> Workload:
+        """What one of `replicas` deployments receives of a stream at `rate` requests/s, dealt round-robin
+        (every N-th request, as `simulate -dp N` and SGLang's round-robin router deal them; vLLM's DP
+        front end balances at least as evenly): the base's gaps, rescaled to `rate` and cycled, summed N at
+        a time (a burst of simultaneous requests lands on N replicas, not on each); each request keeps its
+        base lengths. Its n requests span what n x N of the stream span."""
+        if replicas <= 1:
+            return self.at(rate)
+        if math.isinf(self.base_rate):
+            raise UsageError("the workload sends everything at t = 0: it has no rate to scale")
+        k = self.base_rate / rate
+        base = self.base.requests
+        n = len(base)
+        gaps = [base[0].arrival_s] + [base[i].arrival_s - base[i - 1].arrival_s for i in range(1, n)]
+        reqs, t = [], 0.0
+        for j, r in enumerate(base):  # this replica takes stream requests N - 1, 2N - 1, ...: N gaps apart
+            t += k * sum(gaps[(j * replicas + m) % n] for m in range(replicas))
+            reqs.append(dataclasses.replace(r, arrival_s=t))
+        what = self.base.description.split(", sent ")[0]
+        return Workload(
+            tuple(reqs), None,
+            f"{what}: every {ordinal(replicas)} request of a stream at {rate:.4g} requests/s (the workload's gaps "
+            "rescaled)",
+        )  # fmt: skip
+
     def solo(self) -> Workload:
         """The first requests, one at a time: what a target costs at no load."""
         reqs = tuple(dataclasses.replace(r, arrival_s=0.0) for r in self.base.requests[:SOLO_PROMPTS])
@@ -119,7 +145,7 @@ class Candidate:
     dtype: str
     deployment: Deployment
     plan: Any  # Plan
-    results: dict[float, SimResult] = field(default_factory=dict)  # per-replica rate -> result
+    results: dict[tuple[float, int], SimResult] = field(default_factory=dict)  # (per-replica rate, replicas)
     par: Parallel = PLAIN  # an expert-parallel unit (DP attention ranks / vLLM DP engine cores)
     unit: int = 0  # GPUs of one deployment (unit_gpus); simulate deals its requests over its schedulers
     layout: str = ""  # solve's label of the layout (TP x PP, or the expert-parallel unit)
@@ -231,12 +257,15 @@ class Search:
                                 c.par.on, quality.get(c.dtype, 9), c.pp, c.tp))  # fmt: skip
         return out
 
-    def run(self, c: Candidate, per_replica: float) -> SimResult:
-        if per_replica not in c.results:
+    def run(self, c: Candidate, per_replica: float, replicas: int = 1) -> SimResult:
+        """One deployment of `replicas`, at `per_replica` requests/s: dealt every N-th request of the whole
+        stream (ScaledWorkload.dealt), as `simulate -dp N` deals them."""
+        key = (per_replica, replicas if per_replica else 1)
+        if key not in c.results:
             self.simulations += 1
-            w = self.work.solo() if per_replica == 0 else self.work.at(per_replica)
-            c.results[per_replica] = simulate(c.deployment, w, self.targets.ttft_ms, self.targets.tpot_ms)
-        return c.results[per_replica]
+            w = self.work.solo() if per_replica == 0 else self.work.dealt(per_replica * replicas, replicas)
+            c.results[key] = simulate(c.deployment, w, self.targets.ttft_ms, self.targets.tpot_ms)
+        return c.results[key]
 
     def meets(self, r: SimResult) -> bool:
         t = self.targets
@@ -248,8 +277,8 @@ class Search:
         t = self.targets
         return [
             Point(rate * dp, rate, t.of(r.ttft_ms), t.of(r.tpot_ms), self.meets(r), sum(r.failed.values()))
-            for rate, r in sorted(c.results.items())
-            if rate > 0
+            for (rate, n), r in sorted(c.results.items())
+            if rate > 0 and n == dp
         ]
 
     def solo_verdict(self, cands: list[Candidate]) -> str | None:
@@ -283,8 +312,8 @@ class Search:
 def _answer_for(s: Search, c: Candidate, dp: int, n: int, nodes: int, rate: float, mode: str, start: float,
                 limited_by: str) -> RateAnswer:  # fmt: skip
     per = rate / dp
-    r = s.run(c, per)
-    _check_steady(s, per, r)
+    r = s.run(c, per, dp)
+    _check_steady(s, per, r, dp)
     held = dp * c.deployment.max_num_seqs * c.deployment.shares
     layout = _answer(
         dataclasses.replace(s.q, users=held),
@@ -294,12 +323,12 @@ def _answer_for(s: Search, c: Candidate, dp: int, n: int, nodes: int, rate: floa
                       time.perf_counter() - start, limited_by)  # fmt: skip
 
 
-def _check_steady(s: Search, per_replica: float, r: SimResult) -> None:
+def _check_steady(s: Search, per_replica: float, r: SimResult, replicas: int = 1) -> None:
     """An answer stands only on a run that reached the load it names: the requests must arrive over at
     least one request's mean end-to-end latency (Little's law: fewer than that are a burst drained by an
     idle deployment, not a rate it keeps up with)."""
     n = len(s.work.base.requests)
-    span = s.work.at(per_replica).requests[-1].arrival_s
+    span = s.work.dealt(per_replica * replicas, replicas).requests[-1].arrival_s
     e2e = r.e2el_ms.mean / 1000.0
     if r.completed == 0 or not math.isfinite(e2e) or span >= e2e:
         return
@@ -339,7 +368,7 @@ def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: f
             if not options:
                 continue
             top = options[-1]
-            r = s.run(c, rate / top[0])
+            r = s.run(c, rate / top[0], top[0])
             if not s.meets(r):
                 score = (
                     -top[1],
@@ -351,7 +380,7 @@ def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: f
             lo, hi = -1, len(options) - 1  # options[hi] meets; options[lo] (lo >= 0) does not
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if s.meets(s.run(c, rate / options[mid][0])):
+                if s.meets(s.run(c, rate / options[mid][0], options[mid][0])):
                     hi = mid
                 else:
                     lo = mid
@@ -431,20 +460,20 @@ def _max_rate_of(s: Search, c: Candidate, dp: int, beat: float | None) -> tuple[
         return None
     if beat is not None:  # to replace the best so far (a better KV dtype, fewer stages), beat it clearly
         lo = beat * (1 + RATE_TOLERANCE)
-        if lo >= cap or not s.meets(s.run(c, lo / dp)):
+        if lo >= cap or not s.meets(s.run(c, lo / dp, dp)):
             return None
     else:
         lo = cap / 2 ** max(4, math.ceil(math.log2(max(n, 2))))
-        while not s.meets(s.run(c, lo / dp)):  # the solo check passed: a low enough rate meets them
+        while not s.meets(s.run(c, lo / dp, dp)):  # the solo check passed: a low enough rate meets them
             lo /= 4
             if lo < cap * 1e-9:
                 return None
     hi = cap
-    if s.meets(s.run(c, hi / dp)):
+    if s.meets(s.run(c, hi / dp, dp)):
         return hi, f"the replicas' throughput ({saturated:.3g} requests/s each): a higher rate only queues"
     while hi / lo > 1 + RATE_TOLERANCE:
         mid = math.sqrt(lo * hi)
-        if s.meets(s.run(c, mid / dp)):
+        if s.meets(s.run(c, mid / dp, dp)):
             lo = mid
         else:
             hi = mid

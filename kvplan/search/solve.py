@@ -141,6 +141,7 @@ class Query:
     input_len: int | None = None
     output_len: int | None = None
     partial_nodes: bool = False  # answers may use part of a node; else whole nodes
+    whole_nodes: bool = False  # whole nodes even where --max-gpus is below one (a disaggregated pool's share)
     network: Network | None = None  # the inter-node fabric per GPU; None: the default (400G)
     moe_imbalance: float = 1.0  # the busiest EP rank's expert work / the mean, for expert-parallel layouts
     speculative: Speculative | None = None  # speculative decoding: TPOT is the verify step / acceptance
@@ -185,7 +186,7 @@ def engine_tps(q: Query, gpu: GpuSpec) -> list[int]:
 
 def partial_nodes(q: Query, gpu: GpuSpec) -> bool:
     """Whether an answer may use part of a node: asked for, or --max-gpus is below a node."""
-    return q.partial_nodes or q.max_gpus < gpu.gpus_per_node
+    return q.partial_nodes or (q.max_gpus < gpu.gpus_per_node and not q.whole_nodes)
 
 
 def rented(q: Query, gpu: GpuSpec, replica: int, dp: int) -> tuple[int, int, int]:

@@ -168,12 +168,14 @@ def read_trace(
 ) -> Workload:
     """A Mooncake .jsonl or an Azure .csv trace as a workload (the first num_prompts requests)."""
     p = Path(path)
-    if p.is_dir():
-        raise UsageError(f"{p}: a directory, not a regular file; give the trace file itself")
     try:
+        if p.is_dir():
+            raise UsageError(f"{p}: a directory, not a regular file; give the trace file itself")
         data = read_regular(p, MAX_TRACE_BYTES)
-    except (SpecError, OSError) as exc:  # missing, a FIFO, too large: the same one line
+    except SpecError as exc:  # missing, a FIFO, too large: the same one line
         raise UsageError(str(exc)) from None
+    except OSError as exc:  # a name the system will not look up (over 255 bytes a part)
+        raise UsageError(f"{str(p)[:80]}: cannot read ({exc.strerror or exc})") from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:

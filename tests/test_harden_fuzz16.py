@@ -1,0 +1,125 @@
+"""Session 14 hardening: fuzz pass 16's findings (disaggregated pools, file names, flag conflicts), each test
+failing on the code before."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import run_cli
+
+DISAGG = ("-m", "llama3-70b", "--max-model-len", "8K", "--disaggregated", "--input-len", "2K", "--output-len", "256",
+          "--prefill-gpus", "4xH100", "--decode-gpus", "8xH100", "-tp", "2", "--json")  # fmt: skip
+
+
+def test_estimate_disaggregated_times_the_decode_pool_at_its_speculative_step():
+    # U2: the decode pool's step and rate ignored --speculative-config: 36.73 ms and 4.68 req/s, decode binding,
+    # where kvplan's own speculative step (verify 36.92 ms / 3 kept) is 12.31 ms a token and 13.97 req/s
+    plain = run_cli("estimate", *DISAGG).json()["disaggregated"]
+    spec = run_cli("estimate", *DISAGG, "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}',
+                   "--acceptance-length", "3").json()["disaggregated"]  # fmt: skip
+    assert plain["decode"]["speculative"] is None and spec["decode"]["speculative"].startswith("ngram")
+    assert spec["decode"]["step_ms"] == pytest.approx(plain["decode"]["step_ms"] / 3, rel=0.02)
+    assert spec["decode"]["requests_per_s"] == pytest.approx(13.97, abs=0.05)
+    assert plain["binding_pool"] == "decode" and spec["binding_pool"] == "prefill"
+
+
+def test_solve_disaggregated_keeps_one_kv_dtype_across_the_pools():
+    # U1: a KV-auto prefill pool was paired with an fp8 decode pool (vLLM's NixlConnector refuses peers whose cache
+    # dtype differs), where the same 16 GPUs hold an auto decode pool (TP 4 x DP 2) within the target
+    r = run_cli("solve", "-m", "llama3-70b", "--max-model-len", "8K", "--request-rate", "8", "--ttft-ms", "1000",
+                "--tpot-ms", "50", "--input-len", "2048", "--output-len", "256", "--disaggregated", "--json")  # fmt: skip
+    d = r.json()
+    text = str(d)
+    assert "'kv_cache_dtype': 'fp8'" not in text and "--kv-cache-dtype fp8" not in text
+    assert "--kv-cache-dtype auto" in text
+
+
+@pytest.mark.parametrize(("max_gpus", "answer"), [("2", 2), ("8", None), ("9", None), ("16", 16)])
+def test_solve_disaggregated_applies_the_node_rule_to_both_pools(max_gpus, answer):
+    # U7: --max-gpus 9 answered a 1-GPU prefill pool beside an 8-GPU decode node, although partial nodes were not
+    # asked for (the pool's own share below a node turned them on for it alone)
+    r = run_cli("solve", "-m", "llama3-8b", "--max-model-len", "8K", "--request-rate", "4", "--ttft-ms", "1000",
+                "--tpot-ms", "50", "--input-len", "2048", "--output-len", "256", "--disaggregated", "--num-prompts",
+                "300", "--max-gpus", max_gpus)  # fmt: skip
+    if answer is None:
+        assert r.exit_code == 3 and "whole nodes; --partial-nodes" in r.stderr
+    else:
+        assert r.exit_code == 0 and r.stdout.count(f"{answer} GPUs") >= 1
+
+
+def test_a_pool_flag_without_disaggregated_is_named_not_gpus():
+    # U4: '--decode-tp 4 -g 8xH100' said '--gpus: with --disaggregated ...' although --disaggregated was not given
+    r = run_cli("estimate", "-m", "llama3-70b", "--max-model-len", "8K", "--decode-tp", "4", "-g", "8xH100")
+    assert r.exit_code == 2 and "--decode-tp needs --disaggregated" in r.stderr
+
+
+def test_a_file_name_over_255_bytes_is_one_line(tmp_path):
+    # U6: ENAMETOOLONG from Path.exists() was a traceback for --plot, compare plot --output, --trace and check-log
+    long = str(tmp_path / ("x" * 300))
+    for args in (
+        (
+            "simulate",
+            "-m",
+            "llama3-8b",
+            "--max-model-len",
+            "8K",
+            "--num-prompts",
+            "5",
+            "--plot",
+            long + ".png",
+        ),
+        ("simulate", "-m", "llama3-8b", "--max-model-len", "8K", "--trace", long + ".jsonl"),
+        ("check-log", long + ".log", "-g", "H100"),
+        ("compare", "plot", "--output", long + ".png"),
+    ):
+        r = run_cli(*args)
+        assert r.exit_code == 2 and "too long" in r.stderr and "Traceback" not in r.stderr + r.stdout, args
+
+
+def test_length_histogram_refuses_the_length_flags_it_replaces(tmp_path):
+    # U8: --input-len, --output-len and --range-ratio were dropped without a word beside --length-histogram
+    hist = tmp_path / "h.csv"
+    hist.write_text("input_len,output_len,weight\n100,10,1\n")
+    r = run_cli("simulate", "-m", "llama3-8b", "--max-model-len", "8K", "--length-histogram", str(hist),
+                "--input-len", "500", "--range-ratio", "0.5", "--num-prompts", "5")  # fmt: skip
+    assert r.exit_code == 2 and "--input-len, --range-ratio does not apply" in r.stderr
+
+
+def test_disaggregated_link_rows_under_dp_attention_say_what_they_hold():
+    # U3: the link row said 'x 8 GPU(s)' for one GPU's 50 GB/s, the sustain row '1 replica(s) / transfer' for 8 ranks'
+    r = run_cli("estimate", "-m", "deepseek-v3", "--max-model-len", "32K", "--disaggregated", "--input-len", "4K",
+                "--output-len", "512", "--prefill-gpus", "8xH200", "--decode-gpus", "8xH200", "--engine", "sglang",
+                "--enable-dp-attention", "--dp-size", "8", "-tp", "8")  # fmt: skip
+    text = " ".join(r.stdout.split())
+    assert "x 1 GPU(s) of a prefill replica's attention-DP rank" in text
+    assert "1 replica(s) x 8 attention-DP ranks / transfer" in text
+
+
+def test_solve_by_rate_deals_requests_to_a_replica_as_simulate_does():
+    # U5: solve fed one of 2 replicas its own Poisson stream at R / 2 (TTFT p90 103.2 ms) where simulate -dp 2 deals
+    # it every 2nd request of one stream at R (67.7 ms), more regular arrivals; now solve deals them the same way
+    solve = run_cli("solve", "-m", "llama3-8b", "--max-model-len", "8K", "--request-rate", "20", "--ttft-ms", "500",
+                    "--tpot-ms", "30", "--partial-nodes", "--json").json()  # fmt: skip
+    assert solve["answer"]["data_parallel_size"] == 2
+    sim = run_cli("simulate", "-m", "llama3-8b", "--max-model-len", "8K", "-g", "2xH100", "-tp", "1", "-dp", "2",
+                  "--request-rate", "20", "--json").json()  # fmt: skip
+    assert solve["ttft_ms"]["p90"] == pytest.approx(sim["ttft_ms"]["p90"], rel=0.05)
+    assert solve["tpot_ms"]["p90"] == pytest.approx(sim["tpot_ms"]["p90"], rel=0.05)
+    assert "every 2nd request of a stream at 20 requests/s" in solve["workload"]["description"]
+
+
+def test_dealt_workload_arrivals_are_every_nth_of_the_stream():
+    from kvplan.search.rate import ScaledWorkload
+    from kvplan.simulator.request import RequestSpec
+    from kvplan.simulator.workload import Workload
+
+    base = Workload(
+        tuple(RequestSpec(float(t), 10, 5) for t in (1, 2, 4, 7)), None, "four"
+    )  # gaps 1, 1, 2, 3
+    w = ScaledWorkload(base)  # base rate 4 / 7 s
+    one = w.dealt(base.requests.__len__() / 7, 1)
+    assert [r.arrival_s for r in one.requests] == [1, 2, 4, 7]
+    two = w.dealt(
+        4 / 7, 2
+    )  # the same stream, every 2nd: stream arrivals 1, 2, 4, 7, 8, 9, 11, 14 -> 1, 4, 8, 11
+    assert [r.arrival_s for r in two.requests] == pytest.approx([2, 7, 9, 14])
