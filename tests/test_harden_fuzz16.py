@@ -56,19 +56,10 @@ def test_a_pool_flag_without_disaggregated_is_named_not_gpus():
 def test_a_file_name_over_255_bytes_is_one_line(tmp_path):
     # U6: ENAMETOOLONG from Path.exists() was a traceback for --plot, compare plot --output, --trace and check-log
     long = str(tmp_path / ("x" * 300))
+    sim = ("simulate", "-m", "llama3-8b", "--max-model-len", "8K")
     for args in (
-        (
-            "simulate",
-            "-m",
-            "llama3-8b",
-            "--max-model-len",
-            "8K",
-            "--num-prompts",
-            "5",
-            "--plot",
-            long + ".png",
-        ),
-        ("simulate", "-m", "llama3-8b", "--max-model-len", "8K", "--trace", long + ".jsonl"),
+        (*sim, "--num-prompts", "5", "--plot", long + ".png"),
+        (*sim, "--trace", long + ".jsonl"),
         ("check-log", long + ".log", "-g", "H100"),
         ("compare", "plot", "--output", long + ".png"),
     ):
