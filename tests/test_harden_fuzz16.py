@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import REPO, run_cli
+
+REAL = REPO / "tests" / "fixtures" / "logs" / "real"
 
 DISAGG = ("-m", "llama3-70b", "--max-model-len", "8K", "--disaggregated", "--input-len", "2K", "--output-len", "256",
           "--prefill-gpus", "4xH100", "--decode-gpus", "8xH100", "-tp", "2", "--json")  # fmt: skip
@@ -114,3 +116,76 @@ def test_dealt_workload_arrivals_are_every_nth_of_the_stream():
         4 / 7, 2
     )  # the same stream, every 2nd: stream arrivals 1, 2, 4, 7, 8, 9, 11, 14 -> 1, 4, 8, 11
     assert [r.arrival_s for r in two.requests] == pytest.approx([2, 7, 9, 14])
+
+
+# --- fuzz pass 17 ------------------------------------------------------------------------------------------
+
+
+def test_sglang_speculative_log_keeps_the_draft_free_memory_apart():
+    # V4: the draft's later "Load weight begin. avail mem" was read as the free memory at startup (125.79 GiB "in use"
+    # on a NEXTN log, and a wrong-GPU note); the target's line is the startup's
+    from kvplan.logs.logparse import parse
+
+    text = (REAL / "sglang_unknownver_llama-3.1-8b-instruct_unknowngpu_tp1_eagle3.log").read_text()
+    f = parse(text.replace("speculative_algorithm='EAGLE3'", "speculative_algorithm='NEXTN'")).facts
+    assert f["free_at_start_bytes"] == round(78.58 * 2**30)
+    assert f["draft_free_at_start_bytes"] == round(60.11 * 2**30)
+
+
+@pytest.mark.parametrize(
+    ("flags", "refused"),
+    [
+        # fused_moe/layer.py: under EPLB the experts divide evenly over the EP ranks; 256 + 3 over 8 do not
+        (("deepseek-v3", "--num-redundant-experts", "3"), "do not divide over EP 8"),
+        # quantization/mxfp4.py: 'EPLB is not supported for mxfp4'
+        (("gpt-oss-120b",), "MXFP4 experts do not run under EPLB"),
+    ],
+)
+def test_vllm_eplb_refuses_what_vllm_refuses(flags, refused):
+    r = run_cli("estimate", "-m", flags[0], "-g", "8xH200", "--max-model-len", "8K", "--enable-expert-parallel",
+                "--enable-eplb", *flags[1:])  # fmt: skip
+    assert r.exit_code == 2 and refused in r.stderr
+
+
+def test_vllm_moe_replicas_are_launched_as_separate_servers():
+    # V2: plain TP replicas of an MoE model were printed as one `--data-parallel-size N` line, which makes vLLM slice
+    # every expert over TP x DP (fused_moe/config.py FusedMoEParallelConfig.make): not the layout planned
+    r = run_cli(
+        "solve", "-m", "gpt-oss-120b", "--max-model-len", "8K", "--users", "900", "-g", "H100", "--json"
+    )
+    lines = [a["vllm_flags"] for a in r.json()["answers"] if a["data_parallel_size"] > 1 and a["vllm_flags"]]
+    assert lines and all("--data-parallel-size" not in v.split("#")[0] and "# run " in v for v in lines)
+    dense = run_cli(
+        "solve", "-m", "llama3-8b", "--max-model-len", "8K", "--users", "2000", "-g", "H100", "--json"
+    )
+    assert any(
+        "--data-parallel-size" in a["vllm_flags"]
+        for a in dense.json()["answers"]
+        if a["data_parallel_size"] > 1
+    )
+
+
+def test_solve_disaggregated_no_answer_names_the_users_targets_and_budget():
+    # V1: the message printed the prefill search's internal targets ('3000 / 1e+08 ms'), 'TPOT p90 0.0 ms' and a
+    # '--max-gpus 8' the user never set, and blamed the TTFT where the decode pool's TPOT took the GPUs
+    r = run_cli("solve", "-m", "deepseek-v3", "--max-model-len", "32K", "--request-rate", "8", "--ttft-ms", "3000",
+                "--tpot-ms", "30", "--input-len", "16K", "--output-len", "1024", "--disaggregated", "--engine", "vllm",
+                "-g", "H200", "--num-prompts", "200")  # fmt: skip
+    assert r.exit_code == 3
+    assert "the decode pool within --tpot-ms 30 takes 56 H200, leaving 8 of --max-gpus 64" in r.stderr
+    assert "1e+08" not in r.stderr and "TPOT p90 0.0" not in r.stderr
+
+
+def test_dealt_trace_wraps_round_at_its_own_spacing_not_into_the_first_burst():
+    # V5: a trace starting at 0 wrapped with a gap of 0, merging its last burst into its first
+    from kvplan.search.rate import ScaledWorkload
+    from kvplan.simulator.request import RequestSpec
+    from kvplan.simulator.workload import Workload
+
+    bursts = Workload(
+        tuple(RequestSpec(float(t), 10, 5) for t in (0, 0, 2, 2)), None, "two bursts"
+    )  # 2 s apart
+    got = [r.arrival_s for r in ScaledWorkload(bursts).dealt(2.0, 2).requests]
+    # the stream cycles the trace with its 2 s spacing at the wrap, the cycle (4 requests in 4 s) rescaled to 2
+    # requests/s: 1, 1, 2, 2, 3, 3, 4, 4; this replica takes every 2nd, one per burst, not two bursts merged
+    assert got == pytest.approx([1, 2, 3, 4])

@@ -811,6 +811,10 @@ class Vllm(Engine):
     def loaded_expert_factor(
         self, spec: ModelSpec, gpu: GpuSpec, tp: int, expert_format: str
     ) -> tuple[float, str | None]:
+        if expert_format == "mxfp4" and self.req.enable_eplb and spec.moe is not None:
+            # quantization/mxfp4.py Mxfp4MoEMethod.apply: raise NotImplementedError("EPLB is not supported for mxfp4")
+            raise UsageError("--enable-eplb: vLLM's MXFP4 experts do not run under EPLB ('EPLB is not supported "
+                             "for mxfp4', quantization/mxfp4.py); leave --enable-eplb out")  # fmt: skip
         if gpu.vendor == "amd" and expert_format in ("bf16", "fp16", "fp32") and spec.moe is not None:
             return self.rocm_moe_padding(spec, tp, expert_format)
         if expert_format != "mxfp4" or spec.moe is None or self.version < (0, 10):
@@ -864,6 +868,14 @@ class Vllm(Engine):
             raise UsageError(
                 f"--enable-eplb needs TP or --data-parallel-size above 1 (vLLM: 'EPLB requires tensor, "
                 f"prefill-context, or data parallelism', vllm/config/parallel.py); got TP {tp}, DP {dp}"
+            )
+        physical = (spec.moe.num_experts if spec.moe is not None else 0) + req.num_redundant_experts
+        if req.enable_eplb and physical and physical % (tp * dp):
+            # fused_moe/layer.py: under EPLB assert global_num_experts % ep_size == 0
+            raise UsageError(
+                f"--enable-eplb: vLLM's EPLB spreads the experts evenly ('EPLB currently only supports even "
+                f"distribution of experts across ranks', fused_moe/layer.py): {physical} experts (with "
+                f"--num-redundant-experts {req.num_redundant_experts}) do not divide over EP {tp * dp}"
             )
         if req.num_redundant_experts and not req.enable_eplb:
             raise UsageError(

@@ -237,9 +237,12 @@ def _log_speculative(f: dict[str, Any]) -> Speculative | None:
     if method in ("mtp", "ngram"):
         # an acceptance length only times a step, which check-log does not: 1 stands in where kvplan has no
         # sourced default (n-gram)
-        return Speculative.make(
-            method, n, None, None if method == "mtp" else 1.0, "the log's speculative_config method"
+        flag = (
+            f"the log's speculative_algorithm {algo}:"
+            if algo is not None
+            else "the log's speculative_config method"
         )
+        return Speculative.make(method, n, None, None if method == "mtp" else 1.0, flag)
     raise UsageError(
         f"the log runs speculative decoding with a draft checkpoint ({method}, {n} tokens), whose layers "
         "share vLLM's KV blocks; check-log does not take its config: run estimate with "

@@ -697,6 +697,10 @@ def _sglang_draft_key(log: ParsedLog, key: str, where: str) -> str:
             return "draft_weights_bytes"
     elif key in _SGLANG_POOL_FACTS and "KV Cache is allocated" in where and "draft" in done:
         return f"draft_{key}"
+    elif (
+        key == "free_at_start_bytes" and speculative and done
+    ):  # the draft's "Load weight begin", after the target
+        return "draft_free_at_start_bytes"
     return key
 
 

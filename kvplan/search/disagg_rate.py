@@ -179,7 +179,7 @@ def _decode_flags(q: Query, tp: int, pp: int, par: Parallel, deployments: int, p
     kv = SGLANG_KV_DTYPE.get(dtype, dtype) if q.engine == "sglang" else dtype
     return launch_line(q.engine, q.model.hf_id or q.model.name, tp, pp, deployments, par,
                        plan.settings.max_model_len, [f"--kv-cache-dtype {kv}", *speculative_flags(q.engine, q.speculative)],
-                       cap)  # fmt: skip
+                       cap, q.model.moe is not None)  # fmt: skip
 
 
 def _decode_pool(q: Query, req_rate: float, inp: int, out: int, tpot_target: float) -> DecodePool:
@@ -263,8 +263,21 @@ def solve_disaggregated(
         )
     # the pools hold the KV in one dtype: the connectors move pages as they are (vLLM's NixlConnector refuses a
     # peer whose cache dtype differs, kv_connector/v1/nixl_connector.py compute_nixl_compatibility_hash)
+    user_max = q.max_gpus
     q = dataclasses.replace(q, max_gpus=left, kv_dtypes=(decode.kv_cache_dtype,), whole_nodes=whole)
-    prefill = rate.min_gpus_at_rate(q, first, pre_targets, req_rate)
+    try:
+        prefill = rate.min_gpus_at_rate(q, first, pre_targets, req_rate)
+    except NoAnswer as exc:  # said in the user's terms: their targets and budget, what the decode pool took
+        p = targets.percentile
+        got = exc.figures.get(f"ttft_p{p}_ms")
+        if got is None:  # a verdict of its own (one prompt alone misses --ttft-ms): it names the user's flag
+            raise
+        raise NoAnswer(
+            f"at {req_rate:g} requests/s the decode pool within --tpot-ms {targets.tpot_ms:g} takes "
+            f"{decode.num_gpus} {decode.gpu}, leaving {left} of --max-gpus {user_max} for the prefill pool, where "
+            + f"the most replicas reach TTFT p{p} {got:,.0f} ms against --ttft-ms {targets.ttft_ms:g}; allow more "
+            "GPUs or relax the targets"
+        ) from None
     transfer = _transfer_ms(prefill.layout.plan, inp, q)
     ttft = pre_targets.of(prefill.result.ttft_ms) + transfer
     if ttft > targets.ttft_ms:  # the transfer does not fit beside that pool's TTFT: leave it room

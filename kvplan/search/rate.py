@@ -104,10 +104,15 @@ class ScaledWorkload:
             return self.at(rate)
         if math.isinf(self.base_rate):
             raise UsageError("the workload sends everything at t = 0: it has no rate to scale")
-        k = self.base_rate / rate
         base = self.base.requests
         n = len(base)
         gaps = [base[0].arrival_s] + [base[i].arrival_s - base[i - 1].arrival_s for i in range(1, n)]
+        if (
+            gaps[0] <= 0
+        ):  # a trace starts at 0: where it wraps round, the mean gap between distinct send times
+            apart = [g for g in gaps[1:] if g > 0]  # (a burst's requests share one time: its gaps are 0)
+            gaps[0] = sum(apart) / len(apart) if apart else 0.0
+        k = n / rate / (sum(gaps) or 1.0)  # the cycled stream's mean rate is `rate` exactly
         reqs, t = [], 0.0
         for j, r in enumerate(base):  # this replica takes stream requests N - 1, 2N - 1, ...: N gaps apart
             t += k * sum(gaps[(j * replicas + m) % n] for m in range(replicas))

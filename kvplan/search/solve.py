@@ -360,7 +360,7 @@ SGLANG_KV_DTYPE = {"auto": "auto", "fp8": "fp8_e4m3"}  # vLLM's fp8 is e4m3 (SGL
 
 def launch_line(
     engine: str, model: str, tp: int, pp: int, deployments: int, par: Parallel, max_len: int, extra: list[str],
-    cap: int,
+    cap: int, moe: bool = False, suffix: tuple[str, ...] = (),
 ) -> str:  # fmt: skip
     """One deployment's command for `engine` (its flag names, engines/*.py launch_flags). Plain TP x PP:
     `deployments` replicas behind the engine's own DP (--data-parallel-size / --dp-size), `cap` the
@@ -382,9 +382,16 @@ def launch_line(
             f"--enable-dp-attention {dp_f} {par.dp}" + (f" --ep-size {par.ep}" if par.ep > 1 else "")
         )
         cap = ceil_div(cap, par.dp) * par.dp
-    elif deployments > 1:
+    elif deployments > 1 and not (moe and engine == "vllm"):
         parts.append(f"{dp_f} {deployments}")
-    parts += [f"{ctx_f} {max_len}", *extra, f"{cap_f} {cap}"]
+    parts += [f"{ctx_f} {max_len}", *extra, f"{cap_f} {cap}", *suffix]
+    if deployments > 1 and moe and engine == "vllm" and not par.on:
+        # vLLM's --data-parallel-size joins the replicas' MoE layers into one group that slices every expert
+        # over TP x DP (fused_moe/config.py FusedMoEParallelConfig.make): not the independent replicas planned
+        parts.append(
+            f"  # run {deployments} of these, {tp * pp} GPUs each, behind a load balancer (vLLM --data-parallel-size "
+            "would slice each expert over TP x DP instead)"
+        )
     return " ".join(parts)
 
 
@@ -413,14 +420,18 @@ def speculative_flags(engine: str, spec: Speculative | None) -> list[str]:
     return out
 
 
-def _launch(engine: str, model: str, a: Answer, per_replica: int, extra: list[str]) -> str:
+def _launch(
+    engine: str, model: str, a: Answer, per_replica: int, extra: list[str], moe: bool = False,
+    suffix: tuple[str, ...] = (),
+) -> str:  # fmt: skip
     par = Parallel(a.attention_dp_size, a.expert_parallel_size)
     return launch_line(engine, model, a.tensor_parallel_size, a.pipeline_parallel_size, a.data_parallel_size,
-                       par, a.max_model_len, extra, per_replica)  # fmt: skip
+                       par, a.max_model_len, extra, per_replica, moe, suffix)  # fmt: skip
 
 
 def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str | None, str | None]:
     model = q.model.hf_id or q.model.name
+    moe = q.model.moe is not None
     per_replica = ceil_div(q.users, a.data_parallel_size)
     util = p.settings.gpu_memory_utilization or vllm_default_utilization(engines.ENGINES["vllm"].latest)
     vllm_extra = [f"--kv-cache-dtype {a.kv_cache_dtype}", f"--gpu-memory-utilization {util:g}"]
@@ -431,14 +442,21 @@ def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str | None, str | 
     if a.expert_parallel_size > 1 or a.attention_dp_size > 1:
         # an expert-parallel layout is the searched engine's own; the other engine's line would be a
         # different layout (vLLM's DP cores are GPUs beyond TP, SGLang's DP ranks sit inside TP)
-        line = _launch(q.engine, model, a, per_replica, vllm_extra if q.engine == "vllm" else sg_extra)
         if q.engine == "vllm":
-            return line + f" --block-size {a.block_size}", None
-        return None, line
+            return _launch(
+                "vllm", model, a, per_replica, vllm_extra, moe, (f"--block-size {a.block_size}",)
+            ), None
+        return None, _launch("sglang", model, a, per_replica, sg_extra, moe)
     # the answer's block size is the searched engine's: SGLang's page size is no vLLM --block-size (vLLM's
     # default is left to it)
-    vllm = _launch("vllm", model, a, per_replica, vllm_extra) + (
-        f" --block-size {a.block_size}" if q.engine == "vllm" else ""
+    vllm = _launch(
+        "vllm",
+        model,
+        a,
+        per_replica,
+        vllm_extra,
+        moe,
+        (f"--block-size {a.block_size}",) if q.engine == "vllm" else (),
     )
     sglang = _launch("sglang", model, a, per_replica, sg_extra)
     return vllm, sglang
