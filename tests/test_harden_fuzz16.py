@@ -189,3 +189,38 @@ def test_dealt_trace_wraps_round_at_its_own_spacing_not_into_the_first_burst():
     # the stream cycles the trace with its 2 s spacing at the wrap, the cycle (4 requests in 4 s) rescaled to 2
     # requests/s: 1, 1, 2, 2, 3, 3, 4, 4; this replica takes every 2nd, one per burst, not two bursts merged
     assert got == pytest.approx([1, 2, 3, 4])
+
+
+def test_max_rate_on_a_bursty_trace_no_rate_meets_is_exit_3(tmp_path):
+    # V7: bursts of 20 simultaneous ~3K-token prompts miss TTFT p90 500 ms at any rate (a rescaled trace keeps its
+    # bursts); the bisection ran the rate down until the sends spanned 62 days and stopped on the simulator's bound
+    # with a usage error (exit 2) telling a --max-rate user to pass --request-rate
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for burst in range(20):
+        rows += [f"2023-11-16 18:00:{2 * burst:02d}.0000000,3072,{128 + 64 * (i % 3)}" for i in range(20)]
+    trace = tmp_path / "bursts.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    r = run_cli("solve", "-m", "llama3-8b", "--max-model-len", "8K", "--max-rate", "-g", "2xH100", "--ttft-ms", "500",
+                "--tpot-ms", "30", "--trace", str(trace))  # fmt: skip
+    assert r.exit_code == 3 and "sent at the same moment" in r.stderr and "days" not in r.stderr
+
+
+def test_solve_disaggregated_decode_no_answer_names_the_closest_miss():
+    # V6: the refusal named only TP 1 and TP 2, whose weights do not fit, and advised more GPUs per replica; the limit
+    # is the TPOT the layouts that fit reach
+    r = run_cli("solve", "-m", "qwen3-235b-a22b", "--max-model-len", "16K", "--request-rate", "20", "--ttft-ms",
+                "2000", "--tpot-ms", "30", "--input-len", "4K", "--output-len", "512", "--disaggregated", "--engine",
+                "sglang", "-g", "H100", "--num-prompts", "300")  # fmt: skip
+    assert (
+        r.exit_code == 3 and "the fastest that holds the weights" in r.stderr and "reaches TPOT" in r.stderr
+    )
+    assert "weights need" not in r.stderr
+
+
+def test_solve_disaggregated_labels_the_prefill_pools_unit():
+    # V9: the decode row said DPA 8, the prefill row (whose launch line runs --enable-dp-attention) did not
+    r = run_cli("solve", "-m", "deepseek-v3", "--max-model-len", "32K", "--request-rate", "10", "--ttft-ms", "3000",
+                "--tpot-ms", "60", "--input-len", "16K", "--output-len", "1024", "--disaggregated", "--engine",
+                "sglang", "-g", "H200", "--num-prompts", "200")  # fmt: skip
+    rows = r.stdout.split("decode  │")[0]
+    assert r.exit_code == 0 and "prefill │" in rows and "DPA 8" in rows

@@ -702,7 +702,8 @@ def render_solve_disaggregated(ans: Any, console: Console) -> None:
     table.add_row(
         "prefill",
         f"{a.num_gpus}x {a.gpu}",
-        f"{a.tensor_parallel_size} x {a.pipeline_parallel_size} x {a.data_parallel_size}",
+        f"{a.tensor_parallel_size} x {a.pipeline_parallel_size} x {a.data_parallel_size}"
+        + _parallel_label(a.expert_parallel_size, a.attention_dp_size),
         a.kv_cache_dtype,
         f"TTFT p{p} {t.of(pre.result.ttft_ms):,.1f} ms + transfer {ans.transfer_ms:,.1f} ms = {ans.ttft_ms:,.1f} ms",
     )

@@ -187,6 +187,7 @@ def _decode_pool(q: Query, req_rate: float, inp: int, out: int, tpot_target: flo
     unit with DP attention) keeping up with `req_rate` within the TPOT target."""
     best: tuple[tuple, DecodePool] | None = None
     reasons: list[str] = []
+    closest: tuple[float, str] | None = None  # the fastest TPOT a layout that holds the weights reached
     length = q.max_model_len or q.model.max_context
     for gpu in q.gpus:
         for dtype in q.kv_dtypes:
@@ -217,6 +218,11 @@ def _decode_pool(q: Query, req_rate: float, inp: int, out: int, tpot_target: flo
 
                 for dp in range(1, _max_dp(q, gpu, unit) + 1):
                     got = _little(plan, req_rate / dp, out, cap, ctx, kv, batch_of, q.speculative)
+                    if got is not None and got[1] > tpot_target and (closest is None or got[1] < closest[0]):
+                        closest = (
+                            got[1],
+                            f"{unit * dp} {gpu.name} as {_label(q, tp, pp, par)} x DP {dp} ({dtype})",
+                        )
                     if got is None or got[1] > tpot_target:
                         continue
                     dp2, n, nodes = rented(q, gpu, unit, dp)
@@ -234,7 +240,11 @@ def _decode_pool(q: Query, req_rate: float, inp: int, out: int, tpot_target: flo
                         best = (key, pool)
                     break
     if best is None:
-        why = "; ".join(reasons[:2])
+        why = (
+            f"the fastest that holds the weights, {closest[1]}, reaches TPOT {closest[0]:,.1f} ms"
+            if closest is not None
+            else "; ".join(reasons[:2])
+        )
         raise NoAnswer(
             f"no decode pool within --max-gpus {q.max_gpus} keeps up with {req_rate:g} requests/s of "
             f"{out:,} output tokens within --tpot-ms {tpot_target:g}" + (f" ({why})" if why else "")

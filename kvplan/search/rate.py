@@ -440,7 +440,13 @@ def max_rate(q: Query, workload: Workload, targets: LoadTargets) -> RateAnswer:
             if got is not None and (best is None or got[0] > best[0]):
                 best = (got[0], c, got[1])
         if best is None:
-            raise NoAnswer("no layout meets the targets at any rate")  # solo_verdict passed: not reached
+            # one request alone meets them, but requests the workload sends together (a trace's bursts stay bursts
+            # whatever its gaps are rescaled to) miss them at every rate
+            raise NoAnswer(
+                "no rate meets the targets on these GPUs: one request alone meets them, but the workload's requests "
+                "sent at the same moment (a trace's bursts stay bursts at any rate) miss them even with everything "
+                "else far apart; relax --ttft-ms, or run kvplan simulate on the trace to see its TTFT"
+            )
         rate, c, why = best
         dp = q.fixed_num_gpus // c.unit
         n = q.fixed_num_gpus
@@ -469,7 +475,12 @@ def _max_rate_of(s: Search, c: Candidate, dp: int, beat: float | None) -> tuple[
             return None
     else:
         lo = cap / 2 ** max(4, math.ceil(math.log2(max(n, 2))))
-        while not s.meets(s.run(c, lo / dp, dp)):  # the solo check passed: a low enough rate meets them
+        while True:  # the solo check passed: a low enough rate meets them, unless requests sent together miss
+            try:
+                if s.meets(s.run(c, lo / dp, dp)):
+                    break
+            except UsageError:  # spread past the simulator's bound: no rate it can run meets them
+                return None
             lo /= 4
             if lo < cap * 1e-9:
                 return None
