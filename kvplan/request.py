@@ -188,6 +188,9 @@ class PlanRequest:
     moe_a2a_backend: str | None = None  # SGLang --moe-a2a-backend
     num_redundant_experts: int = 0  # vLLM --num-redundant-experts, SGLang --ep-num-redundant-experts
     enable_eplb: bool = False  # vLLM and SGLang --enable-eplb: experts rebalanced while serving
+    # SGLang under speculative decoding: its max_running_requests default (48) applies; solve states its own cap in
+    # every launch line, so it plans without it
+    speculative_running_default: bool = True
     moe_imbalance: float = 1.0  # the busiest EP rank's routed-expert work / the mean (an assumption)
     speculative: Speculative | None = None  # speculative decoding (--speculative-config, SGLang's flags)
 

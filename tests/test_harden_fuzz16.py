@@ -224,3 +224,53 @@ def test_solve_disaggregated_labels_the_prefill_pools_unit():
                 "sglang", "-g", "H200", "--num-prompts", "200")  # fmt: skip
     rows = r.stdout.split("decode  │")[0]
     assert r.exit_code == 0 and "prefill │" in rows and "DPA 8" in rows
+
+
+# --- fuzz pass 18 ------------------------------------------------------------------------------------------
+
+
+def test_sglang_speculative_decoding_caps_running_requests_at_48():
+    # W1: SGLang sets max_running_requests to 48 under speculative decoding when it is not given (server_args.py
+    # _handle_speculative_decoding), 48 // 8 = 6 a rank under DP attention; kvplan printed 202 and 992
+    base = (
+        "estimate",
+        "-m",
+        "llama3.1-8b",
+        "-g",
+        "H100",
+        "--engine",
+        "sglang",
+        "--max-model-len",
+        "2K",
+        "--json",
+    )
+    plain = run_cli(*base).json()
+    ngram = run_cli(*base, "--speculative-algorithm", "NGRAM", "--speculative-num-steps", "5", "--acceptance-length",
+                    "2").json()  # fmt: skip
+    assert plain["max_concurrency"] > 48 and ngram["max_concurrency"] == 48
+    assert any(
+        a.startswith("--max-running-requests 48: SGLang's default under speculative")
+        for a in ngram["assumptions"]
+    )
+    given = run_cli(*base, "--speculative-algorithm", "NGRAM", "--speculative-num-steps", "5", "--acceptance-length",
+                    "2", "--max-running-requests", "100").json()  # fmt: skip
+    assert given["max_concurrency"] == 100
+    # solve states --max-running-requests in its launch lines, so it plans without the default
+    solved = run_cli("solve", "-m", "llama3.1-8b", "--engine", "sglang", "--max-model-len", "2K", "--users", "500", "-g",
+                     "H100", "--speculative-algorithm", "NGRAM", "--speculative-num-steps", "5", "--acceptance-length",
+                     "2", "--json").json()  # fmt: skip
+    assert (
+        solved["answers"][0]["num_gpus"] == 8
+        and "--max-running-requests 500" in solved["answers"][0]["sglang_flags"]
+    )
+
+
+def test_sglang_ngram_draft_tokens_are_its_own_not_eagles_rule():
+    # W2: NGRAM's draft tokens default to speculative_ngram_max_match_window_size (12) and may be any count; the
+    # steps + 1 rule is EAGLE's at top-k 1 (server_args.py)
+    base = ("estimate", "-m", "llama3.1-8b", "-g", "H100", "--engine", "sglang", "--max-model-len", "2K",
+            "--speculative-algorithm", "NGRAM", "--speculative-num-steps", "5", "--acceptance-length", "2", "--json")  # fmt: skip
+    for extra, verify in (((), 12), (("--speculative-num-draft-tokens", "8"), 8)):
+        r = run_cli(*base, *extra)
+        assert r.exit_code == 0, r.stderr
+        assert r.json()["decode"]["speculative"][0]["verify_tokens"] == verify

@@ -148,8 +148,14 @@ def test_sglang_draft_has_its_own_pool_beside_the_target():
     d = p.speculative_memory
     assert d is not None and not d.in_budget
     assert p.kv_pool_tokens == base.kv_pool_tokens
-    reqs = min(max(int(base.kv_pool_tokens / 32768 * 512), 2048), 4096)
+    # max_num_reqs is --max-running-requests, 48 under speculative decoding when not given (server_args.py); the
+    # pool-derived min(max(pool / ctx x 512, 2048), 4096) only without it
+    reqs = 48
     assert d.pool_tokens == base.kv_pool_tokens + reqs * (2 * 1 + 3) + 100
+    given = plan(
+        engine="sglang", speculative_algorithm="NEXTN", speculative_num_steps=2, max_running_requests=4096
+    )
+    assert given.speculative_memory.pool_tokens == base.kv_pool_tokens + 4096 * (2 * 1 + 3) + 100
     assert d.kv_bytes_per_gpu == pytest.approx(d.pool_tokens * 1152, abs=1)
 
 

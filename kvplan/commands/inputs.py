@@ -166,11 +166,14 @@ def load_spec(ref: str, flag: str = "--model") -> ModelSpec:
 _SPEC_KEYS_READ = {"method", "num_speculative_tokens", "model"}
 
 
+SGLANG_NGRAM_DRAFT_TOKENS = 12  # server_args.py speculative_ngram_max_match_window_size, NGRAM's draft tokens
+
+
 def parse_speculative(f: EstimateFlags | SolveFlags) -> Any:
     """--speculative-config (vLLM) or --speculative-algorithm/-num-steps/-num-draft-tokens (SGLang), and
     --acceptance-length: a request.Speculative, or None."""
 
-    from kvplan.request import SGLANG_SPEC, Speculative
+    from kvplan.request import Speculative
 
     sglang = f.speculative_algorithm is not None
     sglang_extra = f.speculative_num_steps is not None or f.speculative_num_draft_tokens is not None
@@ -199,25 +202,7 @@ def parse_speculative(f: EstimateFlags | SolveFlags) -> Any:
     if sglang:
         if engine != "sglang":
             raise UsageError("--speculative-algorithm is an sglang flag; vLLM takes --speculative-config")
-        algo = str(f.speculative_algorithm).upper()
-        if algo not in SGLANG_SPEC:
-            raise UsageError(f"--speculative-algorithm must be {', '.join(SGLANG_SPEC)}, got {algo!r}")
-        if f.speculative_num_steps is None:
-            raise UsageError(
-                "--speculative-num-steps: give the draft steps (kvplan does not pick SGLang's default)"
-            )
-        steps, tokens = f.speculative_num_steps, f.speculative_num_draft_tokens
-        if tokens is not None and isinstance(steps, int) and steps >= 1 and tokens != steps + 1:
-            # SGLang server_args.py: with speculative_eagle_topk 1 (the one kvplan models) the draft tokens are
-            # adjusted to speculative_num_steps + 1, with a warning
-            raise UsageError(
-                f"--speculative-num-draft-tokens {tokens}: with top-k 1 (the only kind kvplan models) SGLang sets "
-                f"it to --speculative-num-steps + 1 = {steps + 1}; give that or leave it out"
-            )
-        return Speculative.make(
-            SGLANG_SPEC[algo], f.speculative_num_steps, f.speculative_num_draft_tokens, f.acceptance_length,
-            "--speculative-algorithm", _draft_config(f, SGLANG_SPEC[algo]), "--speculative-num-steps",
-        )  # fmt: skip
+        return _sglang_speculative(f)
     if sglang_extra:
         raise UsageError(
             "--speculative-num-steps/--speculative-num-draft-tokens need --speculative-algorithm"
@@ -231,6 +216,38 @@ def parse_speculative(f: EstimateFlags | SolveFlags) -> Any:
             "--acceptance-length needs speculative decoding (--speculative-config or --speculative-algorithm)"
         )
     return None
+
+
+def _sglang_speculative(f: EstimateFlags | SolveFlags) -> Any:
+    """SGLang's --speculative-algorithm/-num-steps/-num-draft-tokens as a request.Speculative."""
+    from kvplan.request import SGLANG_SPEC, Speculative
+
+    algo = str(f.speculative_algorithm).upper()
+    if algo not in SGLANG_SPEC:
+        raise UsageError(f"--speculative-algorithm must be {', '.join(SGLANG_SPEC)}, got {algo!r}")
+    if f.speculative_num_steps is None:
+        raise UsageError(
+            "--speculative-num-steps: give the draft steps (kvplan does not pick SGLang's default)"
+        )
+    steps, tokens = f.speculative_num_steps, f.speculative_num_draft_tokens
+    if algo == "NGRAM":
+        # server_args.py _handle_speculative_decoding: NGRAM's top-k is speculative_ngram_max_bfs_breadth and its
+        # draft tokens default to speculative_ngram_max_match_window_size (12); the steps + 1 rule is EAGLE's
+        return Speculative.make(
+            "ngram", f.speculative_num_steps, SGLANG_NGRAM_DRAFT_TOKENS if tokens is None else tokens,
+            f.acceptance_length, "--speculative-algorithm", _draft_config(f, "ngram"), "--speculative-num-steps",
+        )  # fmt: skip
+    if tokens is not None and isinstance(steps, int) and steps >= 1 and tokens != steps + 1:
+        # SGLang server_args.py: with speculative_eagle_topk 1 (the one kvplan models) the draft tokens are
+        # adjusted to speculative_num_steps + 1, with a warning
+        raise UsageError(
+            f"--speculative-num-draft-tokens {tokens}: with top-k 1 (the only kind kvplan models) SGLang sets "
+            f"it to --speculative-num-steps + 1 = {steps + 1}; give that or leave it out"
+        )
+    return Speculative.make(
+        SGLANG_SPEC[algo], f.speculative_num_steps, f.speculative_num_draft_tokens, f.acceptance_length,
+        "--speculative-algorithm", _draft_config(f, SGLANG_SPEC[algo]), "--speculative-num-steps",
+    )  # fmt: skip
 
 
 def _draft_config(f: EstimateFlags | SolveFlags, method: str) -> Any:

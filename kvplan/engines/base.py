@@ -146,6 +146,7 @@ class EngineDefaults:
     chunked_prefill_size: int | None = None  # SGLang
     mem_fraction_static: float | None = None  # SGLang
     mem_fraction_static_source: str | None = None  # SGLang: the rule (and release) it came from
+    max_running_requests: int | None = None  # SGLang: 48 under speculative decoding (server_args.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

@@ -843,6 +843,9 @@ def _chunked_prefill_size(req: PlanRequest, report: EngineReport) -> int | None:
 # --- the composition --------------------------------------------------------------------------
 
 
+SGLANG_SPEC_MAX_RUNNING = 48  # python/sglang/srt/server_args.py _handle_speculative_decoding
+
+
 def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list[str]]:
     """The request with the engine's defaults filled in where the user gave none (batch sizes, the
     model dtype): (request, {flag: value applied}, assumption lines)."""
@@ -850,6 +853,22 @@ def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list
     version = cls.parse_version(req.engine_version)
     cls.check_architecture(req.model, version)
     req, applied, notes = _model_dtype(req, cls, version)
+    if (
+        cls.name == "sglang"
+        and req.speculative is not None
+        and req.max_running_requests is None
+        and req.speculative_running_default
+    ):
+        # server_args.py _handle_speculative_decoding (0.5.x): EAGLE, EAGLE3, STANDALONE, NEXTN (run as EAGLE) and
+        # NGRAM set max_running_requests to 48 when it is not given ("Max running requests is reset to 48 for
+        # speculative decoding"); under DP attention each rank takes 48 // dp_size
+        req = dataclasses.replace(req, max_running_requests=SGLANG_SPEC_MAX_RUNNING)
+        applied["max_running_requests"] = SGLANG_SPEC_MAX_RUNNING
+        notes.append(
+            f"--max-running-requests {SGLANG_SPEC_MAX_RUNNING}: SGLang's default under speculative decoding "
+            "(server_args.py: 'Max running requests is reset to 48 for speculative decoding'); give "
+            "--max-running-requests to raise it"
+        )
     if (
         cls.name == "vllm"
         and version < V1_DEFAULT

@@ -261,6 +261,7 @@ def _request(
         output_len=q.output_len,
         network=q.network,
         speculative=q.speculative,
+        speculative_running_default=False,  # the launch lines give --max-running-requests
         **_parallel_fields(q, par),
     )
 
