@@ -274,3 +274,15 @@ def test_sglang_ngram_draft_tokens_are_its_own_not_eagles_rule():
         r = run_cli(*base, *extra)
         assert r.exit_code == 0, r.stderr
         assert r.json()["decode"]["speculative"][0]["verify_tokens"] == verify
+
+
+def test_check_log_reads_sglang_ngram_draft_tokens():
+    # an SGLang NGRAM log verifies its speculative_num_draft_tokens (32 here), not steps + 1 (EAGLE's rule)
+    from kvplan.logs.checklog import _log_speculative
+    from kvplan.logs.logparse import parse
+
+    text = (REAL / "sglang_unknownver_llama-3.1-8b-instruct_unknowngpu_tp1_eagle3.log").read_text()
+    spec = _log_speculative(
+        parse(text.replace("speculative_algorithm='EAGLE3'", "speculative_algorithm='NGRAM'")).facts
+    )
+    assert (spec.method, spec.draft_steps, spec.verify_tokens) == ("ngram", 5, 32)

@@ -242,7 +242,11 @@ def _log_speculative(f: dict[str, Any]) -> Speculative | None:
             if algo is not None
             else "the log's speculative_config method"
         )
-        return Speculative.make(method, n, None, None if method == "mtp" else 1.0, flag)
+        # SGLang's NGRAM verifies its speculative_num_draft_tokens a step (server_args.py); EAGLE's rule is steps + 1
+        verify = (
+            f.get("sglang_speculative_num_draft_tokens") if algo is not None and method == "ngram" else None
+        )
+        return Speculative.make(method, n, verify, None if method == "mtp" else 1.0, flag)
     raise UsageError(
         f"the log runs speculative decoding with a draft checkpoint ({method}, {n} tokens), whose layers "
         "share vLLM's KV blocks; check-log does not take its config: run estimate with "

@@ -216,6 +216,7 @@ _CONFIG_KEYS = {
     "max_total_tokens": "max_total_tokens",
     "speculative_algorithm": "sglang_speculative_algorithm",  # SGLang's ServerArgs (vLLM: speculative_config)
     "speculative_num_steps": "sglang_speculative_num_steps",
+    "speculative_num_draft_tokens": "sglang_speculative_num_draft_tokens",
 }
 # settings no engine starts with at 0 (a layout of 0 GPUs, a block of 0 tokens, 0 running requests)
 _POSITIVE_FACTS = {
@@ -230,6 +231,7 @@ _POSITIVE_FACTS = {
 _LAYOUT_FACTS = {"tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"}
 _INT_FACTS = _POSITIVE_FACTS | {
     "num_gpu_blocks_override", "kv_cache_memory_bytes", "max_total_tokens", "sglang_speculative_num_steps",
+    "sglang_speculative_num_draft_tokens",
 }  # fmt: skip
 _FLOAT_FACTS = {"gpu_memory_utilization", "mem_fraction_static", "swa_full_tokens_ratio", "cpu_offload_gb"}
 _BOOL_FACTS = {"enforce_eager", "enable_prefix_caching", "disable_hybrid_swa_memory"}
