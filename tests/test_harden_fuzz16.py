@@ -286,3 +286,14 @@ def test_check_log_reads_sglang_ngram_draft_tokens():
         parse(text.replace("speculative_algorithm='EAGLE3'", "speculative_algorithm='NGRAM'")).facts
     )
     assert (spec.method, spec.draft_steps, spec.verify_tokens) == ("ngram", 5, 32)
+
+
+def test_sglang_refuses_ngram_under_dp_attention():
+    # server_args.py _handle_speculative_decoding: 'Currently ngram speculative decoding does not support dp attention.'
+    r = run_cli("estimate", "-m", "qwen3-235b-a22b", "-g", "8xH200", "--engine", "sglang", "--max-model-len", "8K",
+                "--enable-dp-attention", "--dp-size", "8", "--speculative-algorithm", "NGRAM", "--speculative-num-steps",
+                "5", "--acceptance-length", "2")  # fmt: skip
+    assert r.exit_code == 2 and "does not run n-gram speculative decoding under DP attention" in r.stderr
+    ok = run_cli("estimate", "-m", "qwen3-235b-a22b", "-g", "8xH200", "--engine", "sglang", "--max-model-len", "8K",
+                 "--speculative-algorithm", "NGRAM", "--speculative-num-steps", "5", "--acceptance-length", "2")  # fmt: skip
+    assert ok.exit_code == 0, ok.stderr

@@ -502,6 +502,13 @@ class Sglang(Engine):
         req = self.req
         out = sglang_sharding(spec, tp, self.dp_attention_size, req.ep_size, req.moe_a2a_backend,
                               req.num_redundant_experts)  # fmt: skip
+        if req.speculative is not None and req.speculative.method == "ngram" and self.dp_attention_size > 1:
+            # server_args.py _handle_speculative_decoding: 'Currently ngram speculative decoding does not support dp
+            # attention.'
+            raise UsageError(
+                "--speculative-algorithm NGRAM: SGLang does not run n-gram speculative decoding under DP attention "
+                "('Currently ngram speculative decoding does not support dp attention', server_args.py)"
+            )
         if req.enable_eplb and out.ep <= 1:
             # server_args.py _handle_eplb_and_dispatch: assert self.ep_size > 1
             raise UsageError(
