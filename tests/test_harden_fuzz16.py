@@ -31,9 +31,9 @@ def test_solve_disaggregated_keeps_one_kv_dtype_across_the_pools():
     r = run_cli("solve", "-m", "llama3-70b", "--max-model-len", "8K", "--request-rate", "8", "--ttft-ms", "1000",
                 "--tpot-ms", "50", "--input-len", "2048", "--output-len", "256", "--disaggregated", "--json")  # fmt: skip
     d = r.json()
-    text = str(d)
-    assert "'kv_cache_dtype': 'fp8'" not in text and "--kv-cache-dtype fp8" not in text
-    assert "--kv-cache-dtype auto" in text
+    assert d["prefill"]["answer"]["kv_cache_dtype"] == d["decode"]["kv_cache_dtype"] == "auto"
+    assert (d["decode"]["tensor_parallel_size"], d["decode"]["data_parallel_size"]) == (4, 2)
+    assert d["num_gpus"] == 16
 
 
 @pytest.mark.parametrize(("max_gpus", "answer"), [("2", 2), ("8", None), ("9", None), ("16", 16)])
@@ -80,10 +80,14 @@ def test_length_histogram_refuses_the_length_flags_it_replaces(tmp_path):
 
 def test_disaggregated_link_rows_under_dp_attention_say_what_they_hold():
     # U3: the link row said 'x 8 GPU(s)' for one GPU's 50 GB/s, the sustain row '1 replica(s) / transfer' for 8 ranks'
-    r = run_cli("estimate", "-m", "deepseek-v3", "--max-model-len", "32K", "--disaggregated", "--input-len", "4K",
-                "--output-len", "512", "--prefill-gpus", "8xH200", "--decode-gpus", "8xH200", "--engine", "sglang",
-                "--enable-dp-attention", "--dp-size", "8", "-tp", "8")  # fmt: skip
-    text = " ".join(r.stdout.split())
+    args = ("estimate", "-m", "deepseek-v3", "--max-model-len", "32K", "--disaggregated", "--input-len", "4K",
+            "--output-len", "512", "--prefill-gpus", "8xH200", "--decode-gpus", "8xH200", "--engine", "sglang",
+            "--enable-dp-attention", "--dp-size", "8", "-tp", "8")  # fmt: skip
+    d = run_cli(*args, "--json").json()["disaggregated"]
+    assert (d["link_gpus"], d["attention_ranks"]) == (1, 8)
+    assert d["link_bytes_per_s"] == pytest.approx(50e9)  # one GPU's 400G link
+    assert d["transfer_requests_per_s"] == pytest.approx(8 / (d["transfer_ms"] / 1e3))
+    text = " ".join(run_cli(*args).stdout.split())
     assert "x 1 GPU(s) of a prefill replica's attention-DP rank" in text
     assert "1 replica(s) x 8 attention-DP ranks / transfer" in text
 

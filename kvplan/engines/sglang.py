@@ -43,6 +43,9 @@ from kvplan.specs.models import (
 )
 from kvplan.units import GiB, MiB, ceil_div, fmt_gib
 
+# server_args.py _handle_speculative_decoding (0.5.x): --max-running-requests when not given under speculative decoding
+SPECULATIVE_MAX_RUNNING = 48
+
 # DeepSeek-V4's pools (window, C4, C128, compress-state rings) are sized by DSV4PoolConfigurator
 # from --swa-full-tokens-ratio and max_running_requests (model_executor/pool_configurator.py)
 V4_UNSUPPORTED = (

@@ -857,6 +857,7 @@ class Vllm(Engine):
         req = self.req
         dp = req.data_parallel_size or 1
         out = vllm_sharding(spec, tp, dp, req.enable_expert_parallel, req.num_redundant_experts)
+        group = tp * dp  # the EP group under --enable-expert-parallel (vllm_sharding)
         # vllm/config/parallel.py ParallelConfig (EPLB since v0.9): EPLB needs expert parallelism over TP x DP > 1,
         # and redundant experts need EPLB
         if req.enable_eplb and not req.enable_expert_parallel:
@@ -864,18 +865,18 @@ class Vllm(Engine):
                 "--enable-eplb needs --enable-expert-parallel (vLLM: 'enable_expert_parallel must be True to use "
                 "EPLB', vllm/config/parallel.py)"
             )
-        if req.enable_eplb and tp * dp <= 1:
+        if req.enable_eplb and group <= 1:
             raise UsageError(
                 f"--enable-eplb needs TP or --data-parallel-size above 1 (vLLM: 'EPLB requires tensor, "
                 f"prefill-context, or data parallelism', vllm/config/parallel.py); got TP {tp}, DP {dp}"
             )
         physical = (spec.moe.num_experts if spec.moe is not None else 0) + req.num_redundant_experts
-        if req.enable_eplb and physical and physical % (tp * dp):
+        if req.enable_eplb and physical and physical % group:
             # fused_moe/layer.py: under EPLB assert global_num_experts % ep_size == 0
             raise UsageError(
                 f"--enable-eplb: vLLM's EPLB spreads the experts evenly ('EPLB currently only supports even "
                 f"distribution of experts across ranks', fused_moe/layer.py): {physical} experts (with "
-                f"--num-redundant-experts {req.num_redundant_experts}) do not divide over EP {tp * dp}"
+                f"--num-redundant-experts {req.num_redundant_experts}) do not divide over EP {group}"
             )
         if req.num_redundant_experts and not req.enable_eplb:
             raise UsageError(

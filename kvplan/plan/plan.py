@@ -843,9 +843,6 @@ def _chunked_prefill_size(req: PlanRequest, report: EngineReport) -> int | None:
 # --- the composition --------------------------------------------------------------------------
 
 
-SGLANG_SPEC_MAX_RUNNING = 48  # python/sglang/srt/server_args.py _handle_speculative_decoding
-
-
 def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list[str]]:
     """The request with the engine's defaults filled in where the user gave none (batch sizes, the
     model dtype): (request, {flag: value applied}, assumption lines)."""
@@ -862,6 +859,8 @@ def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list
         # server_args.py _handle_speculative_decoding (0.5.x): EAGLE, EAGLE3, STANDALONE, NEXTN (run as EAGLE) and
         # NGRAM set max_running_requests to 48 when it is not given ("Max running requests is reset to 48 for
         # speculative decoding"); under DP attention each rank takes 48 // dp_size
+        from kvplan.engines.sglang import SPECULATIVE_MAX_RUNNING as SGLANG_SPEC_MAX_RUNNING
+
         req = dataclasses.replace(req, max_running_requests=SGLANG_SPEC_MAX_RUNNING)
         applied["max_running_requests"] = SGLANG_SPEC_MAX_RUNNING
         notes.append(
