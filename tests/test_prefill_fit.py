@@ -59,11 +59,11 @@ def test_one_publishers_pages_are_one_source(bench, rows):
 
 def test_no_fitted_group_beats_the_assumed_coefficients_so_they_stay(bench, rows):
     """Enough rows to fit (31 dev rows from 7 sources, 4 CONFIRM rows from one more). The shared
-    coefficients fitted on the dense rows are worse held out (33.1% against 27.6%, 3 of 4 dense buckets).
+    coefficients fitted on the dense rows are worse held out (33.4% against 24.7%, 3 of 4 dense buckets).
     moe_gemm_eff, the routed experts' GEMMs at a share of a dense GEMM's rate, fits 0.12 on the MoE rows and
-    wins there held out (23.9% against 77.7%, no bucket worse), but on CONFIRM (gpt-oss-20b on one GPU,
-    found after the rule was written) it is worse on the H100 PCIe and the H200 (+98% and +129% where 1
-    is -61% and -57%): so it does not ship either."""
+    wins there held out (23.9% against 77.5%, no bucket worse), but on CONFIRM (gpt-oss-20b on one GPU,
+    found after the rule was written) it is worse on the H100 PCIe and the H200 (+91% and +121% where 1
+    is -66% and -62%, prompt FLOPs without the embedding and the LM head): so it does not ship either."""
     import dataclasses
     import statistics
 
@@ -78,9 +78,9 @@ def test_no_fitted_group_beats_the_assumed_coefficients_so_they_stay(bench, rows
     assert (pc.gemm_mfu, pc.attention_mfu, pc.ttft_overhead_s, pc.moe_gemm_eff) == (0.5, 0.5, 0.0, 1.0)
     data = yaml.safe_load((ROOT / "kvplan" / "data" / "prefill_fit.yaml").read_text())
     eff = data["rejected_fit"]["moe_gemm_eff"]["value"]
-    assert eff == pytest.approx(0.1184, abs=1e-4)
+    assert eff == pytest.approx(0.119, abs=1e-4)
     # the shared coefficients' own fit on the dense rows, recorded though it did not ship
-    assert data["rejected_fit"]["gemm_mfu"]["value"] == pytest.approx(0.4795, abs=1e-4)
+    assert data["rejected_fit"]["gemm_mfu"]["value"] == pytest.approx(0.4667, abs=1e-4)
     assert data["rejected_fit"]["attention_mfu"]["source"].startswith("clamped at its upper bound")
     # the held-out fits on the routed-expert rows, replayed: the shared coefficients as shipped (assumed)
     fits = bench.shipped_loso()
@@ -89,24 +89,24 @@ def test_no_fitted_group_beats_the_assumed_coefficients_so_they_stay(bench, rows
     held = bench.loso_errors(moe, fits)
     base = bench.loso_errors(moe, {s: dataclasses.replace(f, moe_gemm_eff=1.0) for s, f in fits.items()})
     assert statistics.median(abs(e) for e in held) == pytest.approx(0.239, abs=0.001)
-    assert statistics.median(abs(e) for e in base) == pytest.approx(0.777, abs=0.001)
+    assert statistics.median(abs(e) for e in base) == pytest.approx(0.775, abs=0.001)
     ok_moe, _ = bench._judge(moe, held, base, "routed-expert rows")
     assert ok_moe
     # CONFIRM: the fit on every dev row, once
     fitted = dataclasses.replace(bench.ASSUMED, moe_gemm_eff=eff)
     c_err = {p.row.gpu: e for p, e in zip(confirm, bench.errors(confirm, fitted), strict=True)}
     c_base = {p.row.gpu: e for p, e in zip(confirm, bench.errors(confirm, bench.ASSUMED), strict=True)}
-    assert c_err["H100-PCIe"] == pytest.approx(0.973, abs=0.002) and c_base["H100-PCIe"] == pytest.approx(
-        -0.608, abs=0.002
+    assert c_err["H100-PCIe"] == pytest.approx(0.914, abs=0.002) and c_base["H100-PCIe"] == pytest.approx(
+        -0.658, abs=0.002
     )
-    assert c_err["H200"] == pytest.approx(1.283, abs=0.002) and c_base["H200"] == pytest.approx(
-        -0.564, abs=0.002
+    assert c_err["H200"] == pytest.approx(1.214, abs=0.002) and c_base["H200"] == pytest.approx(
+        -0.623, abs=0.002
     )
     ok_c, why = bench._judge(confirm, list(c_err.values()), list(c_base.values()), "CONFIRM rows")
     assert not ok_c and "2 of 4 buckets worse" in why
     text = (ROOT / "kvplan" / "data" / "prefill_fit.yaml").read_text()
     assert (
-        "# shared coefficients NOT SHIPPED: dense rows: held-out median |error| 33.1% against 27.6%, 3 of 4"
+        "# shared coefficients NOT SHIPPED: dense rows: held-out median |error| 33.4% against 24.7%, 3 of 4"
         in text
     )
     assert "# moe_gemm_eff NOT SHIPPED" in text
@@ -119,13 +119,14 @@ def test_the_assumed_model_on_the_usable_rows(bench, rows):
     ok, _ = rows
     err = {p.row.line: bench.predict_ms(p, prefill_coefficients()) / p.row.prefill_ms - 1 for p in ok}
     # NIM 1.8.0, Llama-3.3-70B fp8 on 2x H100, TTFT at concurrency 1: 406.8 ms at 5,000 tokens, 47.8 at 500
-    # (README, Prefill: +4.5% and -5.8%)
-    assert err[35] == pytest.approx(0.045, abs=0.005) and err[36] == pytest.approx(-0.058, abs=0.005)
+    # (README, Prefill: +1.9% and -7.9%)
+    assert err[35] == pytest.approx(0.019, abs=0.005) and err[36] == pytest.approx(-0.079, abs=0.005)
     # SGLang bench_one_batch, DeepSeek-V3.1 fp8 on 8x H200, 16 x 512 tokens: 288.9 ms published; kvplan's
     # dense-GEMM efficiency makes the MoE prefill far too fast (256 tokens per expert run below a large
-    # GEMM's efficiency); the fused MoE's activation buffers took it from below -40% to -39%: a known
-    # miss, asserted so a change to it is seen
-    assert err[43] == pytest.approx(-0.397, abs=0.005) and err[44] == pytest.approx(-0.396, abs=0.005)
+    # GEMM's efficiency); the fused MoE's activation buffers took it from below -40% to -39%, leaving the
+    # embedding gather and the LM head out of the prompt FLOPs back to -41%: a known miss, asserted so a
+    # change to it is seen
+    assert err[43] == pytest.approx(-0.406, abs=0.005) and err[44] == pytest.approx(-0.404, abs=0.005)
 
 
 def test_the_evidence_per_model_kind_is_the_shipped_model_against_every_usable_row(bench, rows):
@@ -149,14 +150,14 @@ def test_the_evidence_per_model_kind_is_the_shipped_model_against_every_usable_r
         assert k["median_signed"] == pytest.approx(e["median_signed"], abs=1e-4)
     by = {e["kind"]: e for e in data["evidence"]}
     # the SGLang DeepSeek bench_one_batch rows on 8x H200 (lines 43/44, 56, 67/68), the sgl-cookbook's
-    # TTFTs on 8x B200 and sariekr/gpu_conc's gpt-oss-20b on four GPUs: published 4.5x kvplan's
+    # TTFTs on 8x B200 and sariekr/gpu_conc's gpt-oss-20b on four GPUs: published 4.4x kvplan's
     assert (by["moe"]["rows"], by["moe"]["sources"], by["moe"]["gpus"]) == (
         19,
         5,
         ["B200", "H100-PCIe", "H200", "MI300X"],
     )
-    assert by["moe"]["median_signed"] == pytest.approx(-0.777, abs=0.001)
-    assert by["dense"]["median_signed"] == pytest.approx(-0.118, abs=0.001)
+    assert by["moe"]["median_signed"] == pytest.approx(-0.775, abs=0.001)
+    assert by["dense"]["median_signed"] == pytest.approx(-0.135, abs=0.001)
 
 
 def test_a_caveat_only_where_the_published_prefills_of_that_kind_call_for_one():
@@ -201,12 +202,12 @@ def test_estimate_and_simulate_carry_the_moe_caveat_and_a_dense_model_none():
         "rows": 19,
         "sources": 5,
         "gpus": ["B200", "H100-PCIe", "H200", "MI300X"],
-        "median_signed": -0.7761,
+        "median_signed": -0.7749,
     }
     assert pf["caveat"] is not None
     dense = estimate("llama3-70b", gpus="4xH100", max_model_len=8192)
     assert dense.prefill.caveat is None and dense.prefill.evidence is not None
-    assert dense.prefill.evidence.median_signed == pytest.approx(-0.1174)
+    assert dense.prefill.evidence.median_signed == pytest.approx(-0.1346)
     sim = simulate(
         "qwen3-235b-a22b", gpus="8xH100", max_model_len=4096, num_prompts=20, input_len=500, output_len=50,
         max_concurrency=4,

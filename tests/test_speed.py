@@ -125,8 +125,14 @@ def test_prefill_terms_from_flops():
     c, pc = step_model.coefficients(), prefill_coefficients()
     p = plan("llama3-8b", "H100", num_gpus=1, max_model_len=8192)
     t = p.prefill.terms
-    # GEMMs: 2 x active params x T at gemm_mfu of 989.4 TFLOP/s (bf16), at least one weight stream
-    gemm = 2 * p.params_active * 8192 / (989.4e12 * pc.gemm_mfu)
+    # GEMMs: 2 x active params x T at gemm_mfu of 989.4 TFLOP/s (bf16), at least one weight stream; the
+    # active GEMM parameters leave out the input embedding (a gather) and the LM head (128,256 x 4,096
+    # each, untied), which runs on the prompt's last token only
+    vocab_x_hidden = 128256 * 4096
+    assert p.params_active == 8_030_261_248
+    assert p.prefill.work.active_params == p.params_active - 2 * vocab_x_hidden == 6_979_588_096
+    assert p.prefill.work.head_params == vocab_x_hidden
+    gemm = 2 * (6_979_588_096 * 8192 + vocab_x_hidden) / (989.4e12 * pc.gemm_mfu)
     assert t.compute_bound and t.gemm_ms == pytest.approx(gemm * 1e3)
     # causal attention: 2 x 2 x T x T / 2 x 32 layers x 32 heads x 128 at attention_mfu of the bf16 peak
     attention = 4 * 8192 * 4096 * 32 * 32 * 128 / (989.4e12 * pc.attention_mfu)
@@ -149,6 +155,26 @@ def test_prefill_terms_from_flops():
     half = prefill_time(p.decode.inputs, p.prefill.work, 4096, served=False)
     rest = prefill_time(p.decode.inputs, p.prefill.work, 4096, cached_tokens=4096, served=False)
     assert half.attention_ms + rest.attention_ms == pytest.approx(whole.attention_ms)
+
+
+def test_prefill_flops_count_the_architecture_not_a_stated_active_figure():
+    """gpt-oss-20b states 3.6B active, which counts the LM head and not the input embedding (24 layers of
+    attention, 4 of 32 experts and the 201,088 x 2,880 unembedding): the prompt's per-token GEMMs are the
+    architecture's attention, routers and top-4 experts, 3.03B, and the head runs once per prompt. A
+    tied model (Gemma 2) charges its embedding matrix as the head."""
+    g = plan("gpt-oss-20b", "H200", num_gpus=1, max_model_len=8192)
+    assert g.params_active == 3_600_000_000
+    assert g.prefill.work.active_params == 3_028_150_080
+    assert g.prefill.work.head_params == 201088 * 2880
+    tied = plan("gemma2-27b", "H100", num_gpus=8, max_model_len=8192)
+    assert tied.prefill.work.head_params == 256000 * 4608
+    # two prompts in one pass pay the head twice, and the per-token GEMMs for both prompts' tokens
+    one = prefill_time(g.decode.inputs, g.prefill.work, 4096, served=False)
+    two = prefill_time(g.decode.inputs, g.prefill.work, 4096, served=False, prompts=2)
+    per_token = 2 * 3_028_150_080 * 4096 / (989.4e12 * prefill_coefficients().gemm_mfu)
+    head = 2 * 201088 * 2880 / (989.4e12 * prefill_coefficients().gemm_mfu)
+    assert one.gemm_ms == pytest.approx((per_token + head) * 1e3)
+    assert two.gemm_ms == pytest.approx(2 * (per_token + head) * 1e3)
 
 
 def test_estimate_prints_speed_with_its_assumption():

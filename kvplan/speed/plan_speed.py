@@ -18,7 +18,7 @@ from kvplan.model.capacity import AvgContext, Pool
 from kvplan.model.parallel import DEFAULT_NETWORK, Network, Sharding
 from kvplan.model.params import ParamBreakdown
 from kvplan.model.weights import matrix_format_name
-from kvplan.specs.matrices import Matrix, weight_matrices
+from kvplan.specs.matrices import Matrix, vision_matrices, weight_matrices
 from kvplan.specs.models import GpuSpec, HeadLayer, LatentAttention, ModelSpec, NoCache, SharedKV
 from kvplan.speed import step_model
 from kvplan.speed.prefill import (
@@ -704,17 +704,31 @@ def prefill_work(
     spec: ModelSpec, gpu: GpuSpec, w_fmt: Format, params: ParamBreakdown, inp: step_model.DecodeInputs
 ) -> PrefillWork:
     """A prompt token's FLOPs and the peaks they run at: fp8 GEMMs where the weights are fp8 and the
-    GPU has fp8 tensor cores, else bf16."""
+    GPU has fp8 tensor cores, else bf16. The embedding gather and the LM head are not per-token GEMMs
+    of a prompt (prefill.py's module docstring): the head runs once per prompt."""
     fp8 = w_fmt.name == "fp8" and gpu.fp8_dense_flops is not None
     peak = gpu.fp8_dense_flops if fp8 and gpu.fp8_dense_flops is not None else gpu.bf16_dense_flops
     return PrefillWork(
-        active_params=params.active,
+        active_params=token_gemm_params(spec, params),
+        head_params=params.lm_head or params.embedding,  # a tied head is the embedding matrix
         attention_layers=sum(s.attention_layers for s in inp.stages),
         attention_width=attention_width(spec),
         gemm_peak_flops_per_s=peak,
         attention_peak_flops_per_s=gpu.bf16_dense_flops,
         weight_bytes_per_gpu=weight_bytes_per_gpu(inp),
     )
+
+
+def token_gemm_params(spec: ModelSpec, params: ParamBreakdown) -> int:
+    """The GEMM parameters one prompt token passes through: the body (attention, dense MLPs, shared
+    experts, routers) and its top-k share of the routed experts, counted from the architecture. Not
+    the model's stated active figure, whose convention varies (gpt-oss's 3.6B counts the LM head and
+    not the input embedding), nor the vision tower, which runs per image."""
+    vision = sum(m.params for m in vision_matrices(spec.vision_tower)) if spec.vision_tower else 0
+    routed = 0
+    if spec.moe is not None and params.routed_experts:
+        routed = params.routed_experts * spec.moe.experts_per_token // spec.moe.num_experts
+    return max(0, params.body - vision) + routed
 
 
 def prefill_source(pc: PrefillCoefficients) -> str:

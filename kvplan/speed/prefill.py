@@ -4,7 +4,12 @@ A prefill of `tokens` new tokens after `cached_tokens` already in the KV cache (
 earlier chunks of a chunked prefill), one GPU of each pipeline stage, stages one after another:
   GEMMs      2 x active params x tokens FLOPs over the TP group, at `gemm_mfu` of the dense peak of
              the weights' dtype; never faster than streaming every weight once (all routed experts:
-             a prompt's tokens touch them all)
+             a prompt's tokens touch them all). The input embedding is a row gather, not a GEMM, and
+             the LM head runs on each prompt's last token only (the engines compute logits at the
+             sampled positions: vllm/v1/worker/gpu_model_runner.py v0.11.0, logits_indices; SGLang's
+             srt/layers/logits_processor.py LogitsProcessor.forward, each extend's last hidden state
+             unless prompt logprobs are asked for), so both are left
+             out of the per-token FLOPs and the head is charged once per prompt
   attention  causal: 2 x 2 x tokens x (cached + tokens / 2) x attention layers x query width FLOPs
              (QK^T and PV), at `attention_mfu` of the bf16 dense peak (FlashAttention runs bf16)
   comm       two all-reduces of tokens x hidden x 2 bytes per layer under TP (the decode step's links);
@@ -144,12 +149,14 @@ def prefill_caveat(kind: str, subject: str = "this TTFT is", rate: bool = False)
 class PrefillWork:
     """What one token of a prompt costs in FLOPs, whole model, and the peaks it runs at (per GPU)."""
 
-    active_params: int  # parameters one token passes through (routed experts: its top-k)
+    active_params: int  # GEMM parameters one prompt token passes through (routed experts: its top-k),
+    # without the input embedding (a gather) and the LM head (the last token only)
     attention_layers: int  # layers whose attention reads the whole context
     attention_width: int  # query heads x head dim of one such layer
     gemm_peak_flops_per_s: float  # dense peak of the weights' dtype
     attention_peak_flops_per_s: float  # dense bf16 peak
     weight_bytes_per_gpu: int  # every weight of every stage's GPU, all routed experts: one stream
+    head_params: int = 0  # the LM head (or the tied embedding it reads): once per prompt, vocab-parallel
 
 
 @dataclass(frozen=True)
@@ -194,7 +201,7 @@ def _work(
     n = prompts * tokens
     attn_params = _attention_side_params(inp) if attn_tp < tp else 0
     compute = (
-        2.0 * n * (attn_params / attn_tp + (work.active_params - attn_params) / tp)
+        2.0 * (n * (attn_params / attn_tp + (work.active_params - attn_params) / tp) + prompts * work.head_params / tp)
         / (work.gemm_peak_flops_per_s * p.gemm_mfu)
     )  # fmt: skip
     stream = work.weight_bytes_per_gpu / (c.gemm_efficiency * inp.hbm_bytes_per_s)
