@@ -377,6 +377,12 @@ class Engine(ABC):
         return int(value) if value is not None else None
 
     @classmethod
+    def logged_kv_derived(cls, facts: dict[str, Any], pred: Any) -> bool:
+        """True where logged_kv_bytes is the log's token count through kvplan's bytes per token (the log
+        prints no KV memory of its own)."""
+        return False
+
+    @classmethod
     @abstractmethod
     def measured_reserve(
         cls, facts: dict[str, Any], pred: Any, logged_kv: int

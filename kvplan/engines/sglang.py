@@ -546,10 +546,8 @@ class Sglang(Engine):
             # K and V sizes are printed to 0.01 "GB" (GiB) each: up to 0.01 GiB of tokens either way
             per_token = pred.kv_bytes_per_token_per_gpu or 1
             return {"kv_cache_memory_bytes": sizes}, math.ceil(0.01 * GiB / per_token)
-        if facts.get("kv_cache_tokens"):
-            return {
-                "kv_cache_memory_bytes": math.ceil(facts["kv_cache_tokens"] * pred.kv_bytes_per_token_per_gpu)
-            }, 0
+        # a log with its token count alone (no K/V sizes) gives no KV figure of its own: its tokens
+        # through kvplan's bytes per token and back would only check the count against itself
         return None
 
     @classmethod
@@ -562,6 +560,14 @@ class Sglang(Engine):
         if facts.get("kv_cache_tokens"):
             return int(facts["kv_cache_tokens"] * pred.kv_bytes_per_token_per_gpu)
         return None
+
+    @classmethod
+    def logged_kv_derived(cls, facts: dict[str, Any], pred: Any) -> bool:
+        return (
+            facts.get("available_kv_bytes") is None
+            and _logged_pool_bytes(facts, pred) is None
+            and bool(facts.get("kv_cache_tokens"))
+        )
 
     @classmethod
     def measured_reserve(

@@ -416,9 +416,13 @@ def _prediction_rows(
                 "the log's KV memory exceeds what kvplan's budget leaves before any reserve: check --gpus, "
                 "--gpu-memory-utilization / --mem-fraction-static and the weights"
             )
-        rows.append(
-            Row("KV cache memory", "bytes", logged_kv, eng.available_kv_bytes, "follows from the line above")
+        derived = engine.logged_kv_derived(f, pred)
+        why = (
+            "the log prints no KV memory: its token count x kvplan's KV bytes per token"
+            if derived
+            else "follows from the line above"
         )
+        rows.append(Row("KV cache memory", "bytes", logged_kv, eng.available_kv_bytes, why))
     if pred.settings.max_model_len_auto_from and f.get("max_model_len") is not None:
         fitted = pred.settings.max_model_len
         rows.append(
@@ -437,11 +441,16 @@ def _prediction_rows(
 
     if f.get("kv_cache_tokens") is not None:
         tokens = f["kv_cache_tokens"]
-        rows.append(
-            Row(
-                "KV cache tokens", "tokens", tokens, eng.kv_cache_tokens, follows(tokens, eng.kv_cache_tokens)
+        cause = follows(tokens, eng.kv_cache_tokens)
+        if logged_kv is not None and engine.logged_kv_derived(f, pred):
+            # the KV memory above is these tokens: nothing to follow
+            cause = (
+                "matches"
+                if eng.kv_cache_tokens and abs(eng.kv_cache_tokens / tokens - 1) <= 0.01
+                else "kvplan's pool differs (the log prints no KV memory to say why): check "
+                "--mem-fraction-static, --kv-cache-dtype and --model"
             )
-        )
+        rows.append(Row("KV cache tokens", "tokens", tokens, eng.kv_cache_tokens, cause))
     if f.get("max_concurrency") is not None and eng.max_concurrency is not None:
         conc = round(eng.max_concurrency, 2)
         rows.append(
