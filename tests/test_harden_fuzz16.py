@@ -3,6 +3,8 @@ failing on the code before."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.helpers import REPO, run_cli
@@ -227,7 +229,7 @@ def test_solve_disaggregated_labels_the_prefill_pools_unit():
                 "--tpot-ms", "60", "--input-len", "16K", "--output-len", "1024", "--disaggregated", "--engine",
                 "sglang", "-g", "H200", "--num-prompts", "200")  # fmt: skip
     rows = r.stdout.split("decode  │")[0]
-    assert r.exit_code == 0 and "prefill │" in rows and "DPA 8" in rows
+    assert r.exit_code == 0 and "prefill │" in rows and re.search(r"DPA \d+", rows)
 
 
 # --- fuzz pass 18 ------------------------------------------------------------------------------------------

@@ -315,9 +315,9 @@ def test_api_simulate_returns_a_typed_result_with_a_short_repr():
         kvplan.simulate("llama3-8b", num_prompts=0)
 
 
-def test_dp_attention_simulates_one_rank_dealt_every_nth_request():
-    # SGLang DP attention, 8 ranks: each rank its own scheduler and pool; one is simulated on requests
-    # 0, 8, 16, ... and its step is the step model at 8 x its batch (the other ranks as loaded)
+def test_dp_attention_simulates_every_rank_dealt_every_nth_request():
+    # SGLang DP attention, 8 ranks: each rank its own scheduler and pool, rank i sent requests i, i + 8, ...;
+    # a rank's step is the step model at 8 x its batch (the other ranks as loaded)
     from kvplan.commands import inputs
     from kvplan.plan.plan import estimate
     from kvplan.simulator import from_plan
@@ -332,16 +332,51 @@ def test_dp_attention_simulates_one_rank_dealt_every_nth_request():
     ctx = 1000  # bucket [992, 1008): timed at its middle, 1000
     step = plan.decode.step(3 * 8, d.steps.kv_bytes_per_token * 1000, 1000)
     assert d.steps.decode_seconds(3, ctx) == pytest.approx(step.tpot_ms / 1e3)
-    assert any("one of the replica's 8 attention-DP ranks is simulated" in a for a in d.assumptions)
+    assert any("each of the replica's 8 attention-DP ranks is simulated" in a for a in d.assumptions)
 
     w = synthetic(num_prompts=160, input_len=512, output_len=64, request_rate=2.0, seed=3)
     r = simulate(d, w)
-    alone = simulate(dataclasses.replace(d, attention_ranks=1), Workload(w.requests[::8], None, "rank 0"))
-    # the rank's latencies are the replica's; its 20 requests stand for 160, throughput for all 8 ranks
-    assert r.completed == 160 and alone.completed == 20
-    assert r.ttft_ms == alone.ttft_ms and r.tpot_ms == alone.tpot_ms
-    assert r.output_token_throughput == pytest.approx(8 * alone.output_token_throughput)
+    one = dataclasses.replace(d, attention_ranks=1)
+    ranks = [simulate(one, Workload(w.requests[i::8], None, f"rank {i}")) for i in range(8)]
+    # the replica's figures are the 8 ranks' together: every request counted once, the run as long as the
+    # slowest rank's, KV usage the busiest rank's
+    assert r.completed == 160 and [x.completed for x in ranks] == [20] * 8
+    assert r.duration_s == max(x.duration_s for x in ranks)
+    assert r.request_throughput == pytest.approx(160 / r.duration_s)
+    assert r.output_token_throughput == pytest.approx(160 * 64 / r.duration_s)
+    assert r.kv_usage_peak == max(x.kv_usage_peak for x in ranks)
+    assert r.steps == sum(x.steps for x in ranks)
+    assert r.ttft_ms.mean == pytest.approx(sum(x.ttft_ms.mean for x in ranks) / 8)  # 20 requests each
     assert r.to_dict()["deployment"]["attention_dp_ranks"] == 8
+
+
+def test_dp_counts_each_request_once_and_keeps_the_clients_concurrency():
+    # fuzz 19 X1/X2: one scheduler was simulated and its counts multiplied by N: 1 prompt on -dp 8 came out as
+    # "completed 8", 1,000 on -dp 3 as 1,002; refused requests on the other schedulers were dropped; and a
+    # --max-concurrency 1 client on -dp 8 ran 8 requests at once (8 req/s where one at a time gives 1)
+    one = run_cli("simulate", "-m", "llama3-8b", "--max-model-len", "8K", "-g", "8xH100", "-tp", "1", "-dp", "8",
+                  "--num-prompts", "1", "--request-rate", "40", "--json").json()  # fmt: skip
+    assert one["completed"] == 1 and one["workload"]["num_requests"] == 1
+    three = run_cli("simulate", "-m", "llama3-8b", "--max-model-len", "8K", "-g", "3xH100", "-tp", "1", "-dp", "3",
+                    "--num-prompts", "100", "--request-rate", "40", "--json").json()  # fmt: skip
+    assert three["completed"] == 100
+    serial = [run_cli("simulate", "-m", "llama3-8b", "--max-model-len", "8K", "-g", f"{n}xH100", "-tp", "1", "-dp",
+                      str(n), "--num-prompts", "24", "--max-concurrency", "1", "--json").json() for n in (1, 8)]  # fmt: skip
+    # one request in flight at a time: the same throughput however many replicas (Little's law)
+    assert serial[1]["request_throughput"] == pytest.approx(serial[0]["request_throughput"], rel=0.01)
+    assert serial[1]["request_throughput"] * serial[1]["e2el_ms"]["mean"] / 1e3 <= 1.01
+
+
+def test_dp_counts_the_requests_refused_on_every_scheduler(tmp_path):
+    # fuzz 19 X1: a trace whose odd rows are over --max-model-len, on -dp 2: scheduler 0 took only the short rows,
+    # so "10 completed, 0 failed"; now 5 served and 5 refused, as without -dp
+    trace = tmp_path / "mixed.csv"
+    rows = [f"2024-05-10 00:00:{i:02d},{5000 if i % 2 else 500},50" for i in range(10)]
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    for extra in ((), ("-g", "2xH100", "-tp", "1", "-dp", "2")):
+        d = run_cli("simulate", "-m", "llama3-8b", "--max-model-len", "2K", *extra, "--trace", str(trace),
+                    "--json").json()  # fmt: skip
+        assert d["completed"] == 5 and d["failed"] == {"prompt + output over max-model-len 2,048": 5}, extra
 
 
 def test_dp_attention_holds_more_than_the_replicated_pool_at_the_same_load():
@@ -369,9 +404,9 @@ def test_simulate_cli_takes_the_parallel_flags():
                            "--num-prompts", "40", "--input-len", "512", "--output-len", "32",
                            "--json").stdout)  # fmt: skip
     dep = d["deployment"]
-    # one rank's scheduler: its own pool, --max-running-requests / 8; 40 requests counted for all 8 ranks
+    # each rank's scheduler: its own pool, --max-running-requests / 8; the 40 requests dealt over the 8 ranks
     assert (dep["attention_dp_ranks"], dep["max_num_seqs"], d["completed"]) == (8, 8, 40)
-    assert d["workload"]["num_requests"] == 5
+    assert d["workload"]["num_requests"] == 40
     r = run_cli("simulate", "-m", "deepseek-v3", "-g", "8xH200", "--max-model-len", "8K", "-tp", "1", "-dp", "8",
                 "--enable-expert-parallel", "--num-prompts", "40", "--input-len", "512", "--output-len", "32",
                 "--json")  # fmt: skip

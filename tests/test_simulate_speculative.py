@@ -271,9 +271,9 @@ def test_vllm_expert_parallel_cores_are_candidates_at_their_share_of_the_rate():
     assert not cands[0].par.on and cands[0].unit == 8
     c = next(c for c in ep if c.tp == 4)
     r = s.run(c, 4.0, 2)
-    # two units at 8 requests/s: each unit at 4, one of its 2 cores simulated on every other request
+    # two units at 8 requests/s: each unit at 4, both its cores simulated, each on every other request
     assert [p.rate for p in s.points(c, 2)] == [pytest.approx(8.0)]
-    assert r.completed == 200 and r.workload["num_requests"] == 100
+    assert r.completed == 200 and r.workload["num_requests"] == 200
     assert c.label == "H200 TP 4 x DP 2, EP 8, KV auto"
 
 

@@ -73,7 +73,7 @@ class Deployment:
 
     @property
     def shares(self) -> int:
-        """Schedulers the deployment's requests are dealt over, one simulated: its data-parallel
+        """Schedulers the deployment's requests are dealt over, each simulated: its data-parallel
         replicas (vLLM's DP engine cores, SGLang's --dp-size) x SGLang's attention-DP ranks."""
         return max(1, self.data_parallel_size) * max(1, self.attention_ranks)
 
@@ -235,11 +235,11 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
             f"falling to {init * MIN_NEW_TOKEN_RATIO_FACTOR:.4f} (scheduler.py new_token_ratio), not 0.70"
         )
         notes.append(
-            f"DP attention: one of the replica's {ranks} attention-DP ranks is simulated (its own scheduler, "
-            f"its pool of {pool_tokens:,} tokens, max running {max_seqs:,}); it is dealt every {ordinal(ranks)} request "
-            "(round-robin, SGLang's default --load-balance-method) and the other ranks are taken to carry the "
-            f"same load, their decodes and chunks in the same steps (the step model at {ranks} x this rank's "
-            f"batch); throughput and goodput are the {ranks} ranks' together"
+            f"DP attention: each of the replica's {ranks} attention-DP ranks is simulated as its own scheduler "
+            f"(its pool of {pool_tokens:,} tokens, max running {max_seqs:,}), dealt every {ordinal(ranks)} request "
+            "(round-robin, SGLang's default --load-balance-method); a rank's steps are timed as if the others "
+            f"carried the same load, their decodes and chunks in the same steps (the step model at {ranks} x the "
+            "rank's batch); KV usage is the busiest rank's"
         )
     if c.data_parallel_size > 1:
         what = (
@@ -248,8 +248,9 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
             else "data-parallel replicas"
         )
         notes.append(
-            f"one of {c.data_parallel_size} {what} is simulated, dealt every {ordinal(c.data_parallel_size)} request "
-            "(round-robin); throughput, goodput and completed requests are all of them together"
+            f"each of the {c.data_parallel_size} {what} is simulated, dealt every {ordinal(c.data_parallel_size)} "
+            "request (round-robin; a --max-concurrency below that keeps that many busy); KV usage is the busiest "
+            "one's"
         )
     notes.append(
         f"step time: decode step model ({d.bandwidth_source}) + each prefill chunk's GEMM FLOPs at "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,9 +95,16 @@ class SimResult:
 
 
 def build_result(
-    run: Run, deployment: Deployment, workload: Workload, ttft_ms: float | None, tpot_ms: float | None
+    runs: Sequence[Run],
+    deployment: Deployment,
+    workload: Workload,
+    ttft_ms: float | None,
+    tpot_ms: float | None,
 ) -> SimResult:
-    done = run.rec.finished_reqs
+    """The client's figures over every scheduler's run (one per DP replica, engine core or attention-DP
+    rank, each given its share of the requests): latencies over all requests, throughput over the
+    whole run; KV usage that of the busiest scheduler."""
+    done = [r for run in runs for r in run.rec.finished_reqs]
     ttft, tpot, e2el = [], [], []
     good = 0
     for r in done:
@@ -117,18 +124,24 @@ def build_result(
     duration = max(end, 1e-12) if done else 0.0
     out_tokens = sum(r.num_output for r in done)
     in_tokens = sum(r.spec.prompt_tokens for r in done)
-    series, peak, mean = kv_series(run.rec.kv, run.now)
-    reqs = run.reqs
+    busiest = max(runs, key=lambda run: kv_series(run.rec.kv, run.now)[1])
+    series, peak, mean = kv_series(busiest.rec.kv, busiest.now)
+    reqs = [r for run in runs for r in run.reqs]
+    failed: dict[str, int] = {}
+    for run in runs:
+        for why, n in run.failed.items():
+            failed[why] = failed.get(why, 0) + n
     slo = {k: v for k, v in (("ttft_ms", ttft_ms), ("tpot_ms", tpot_ms)) if v is not None}
+    assumptions = list(deployment.assumptions)
     return SimResult(
         deployment=deployment.summary(),
         workload=workload.summary(),
         completed=len(done),
-        failed=dict(run.failed),
+        failed=failed,
         duration_s=duration,
         ttft_ms=weighted_stats(ttft),
         tpot_ms=weighted_stats(tpot),
-        itl_ms=weighted_stats(run.rec.itl),
+        itl_ms=weighted_stats([x for run in runs for x in run.rec.itl]),
         e2el_ms=weighted_stats(e2el),
         request_throughput=len(done) / duration if done else 0.0,
         output_token_throughput=out_tokens / duration if done else 0.0,
@@ -138,25 +151,11 @@ def build_result(
         prefix_cache_hit_tokens=sum(r.hit_tokens for r in reqs),
         prefix_cache_query_tokens=sum(r.queried_tokens for r in reqs),
         prefill_tokens=sum(r.prefill_tokens for r in reqs),
-        preemptions=run.rec.preemptions,
+        preemptions=sum(run.rec.preemptions for run in runs),
         preempted_requests=sum(1 for r in reqs if r.preemptions),
         kv_usage=series,
         kv_usage_peak=peak,
         kv_usage_mean=mean,
-        steps=run.engine_steps,
-        assumptions=list(deployment.assumptions),
-    )
-
-
-def scale_shares(r: SimResult, shares: int) -> SimResult:
-    """One scheduler's result as its deployment's (Deployment.shares: DP replicas or engine cores x
-    attention-DP ranks): its latencies, and the throughput, goodput and completed requests of all
-    `shares` together (each taken to carry the same load)."""
-    return dataclasses.replace(
-        r,
-        completed=r.completed * shares,
-        request_throughput=r.request_throughput * shares,
-        output_token_throughput=r.output_token_throughput * shares,
-        total_token_throughput=r.total_token_throughput * shares,
-        goodput=None if r.goodput is None else r.goodput * shares,
+        steps=sum(run.engine_steps for run in runs),
+        assumptions=assumptions,
     )
