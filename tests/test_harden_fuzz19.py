@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.helpers import REPO, run_cli
 
 LOGS = REPO / "tests" / "fixtures" / "logs"
@@ -40,3 +42,143 @@ def test_sglang_log_with_its_token_count_alone_is_not_checked_against_itself(tmp
     assert tokens["log"] == 1000 and tokens["difference"] > 100
     assert tokens["cause"].startswith("kvplan's pool differs")
     assert edited.json()["arithmetic"] == []
+
+
+def test_azure_times_without_a_zone_do_not_depend_on_the_machines_zone(tmp_path, monkeypatch):
+    # X3: zone-less timestamps were read in local time: across a daylight-saving change a 20-minute trace took
+    # 80 minutes (TZ=America/New_York), and one the clocks go forward in was refused as unsorted
+    import datetime
+    import time
+
+    from kvplan.simulator import read_trace
+
+    path = tmp_path / "dst.csv"
+    t = datetime.datetime(2023, 11, 5, 1, 50)
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for _ in range(121):  # 01:50 to 2:10 local on the night the US clocks went back, 10 s apart
+        rows.append(f"{t.strftime('%Y-%m-%d %H:%M:%S.%f')}0,500,50")
+        t += datetime.timedelta(seconds=10)
+    path.write_text("\n".join(rows) + "\n")
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        w = read_trace(path)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    times = [r.arrival_s for r in w.requests]
+    assert times[-1] - times[0] == 1200.0
+    assert all(b - a == 10.0 for a, b in zip(times, times[1:], strict=False))
+
+
+def test_burstiness_whose_gaps_underflow_is_refused_not_hung():
+    # X6: --burstiness 1e-4 drew gaps that underflowed: send times of NaN, and the loop never advanced (a hang)
+    from kvplan.errors import UsageError
+    from kvplan.simulator import synthetic
+
+    for b in (1e-6, 1e-4):
+        with pytest.raises(UsageError, match=r"--burstiness .*underflow to 0; give 0\.01 or more"):
+            synthetic(num_prompts=5, request_rate=4.0, burstiness=b, seed=37)
+    w = synthetic(num_prompts=50, request_rate=4.0, burstiness=0.05, seed=1)
+    assert w.requests[-1].arrival_s == pytest.approx(50 / 4.0)  # the last send at n / rate, as vLLM scales it
+
+
+def test_length_histogram_reads_every_data_row_and_refuses_weights_that_overflow(tmp_path):
+    # X8: a first row starting '+2048' or '-5' was taken for a header and dropped without a word; weights whose sum
+    # overflows raised a traceback from random.choices
+    plus = tmp_path / "plus.csv"
+    plus.write_text("+2048,512,1\n1024,128,1\n")
+    d = run_cli("simulate", "-m", "llama3-8b", "--max-model-len", "8K", "--num-prompts", "400", "--request-rate", "5",
+                "--length-histogram", str(plus), "--json").json()  # fmt: skip
+    assert 1400 < d["workload"]["input_tokens_mean"] < 1700  # both rows drawn, about half each
+    neg = tmp_path / "neg.csv"
+    neg.write_text("-5,128,1\n1024,128,1\n")
+    r = run_cli("simulate", "-m", "llama3-8b", "--length-histogram", str(neg), "--num-prompts", "10")
+    assert r.exit_code == 2 and r.stderr.strip() == f"error: {neg}:1: lengths must be 1 to 16,777,216 tokens"
+    header = tmp_path / "header.csv"
+    header.write_text("input_len,output_len,weight\n1024,128,1\n")
+    d = run_cli("simulate", "-m", "llama3-8b", "--length-histogram", str(header), "--num-prompts", "10",
+                "--json").json()  # fmt: skip
+    assert d["workload"]["input_tokens_mean"] == 1024
+    huge = tmp_path / "huge.csv"
+    huge.write_text("1024,128,1e308\n2048,256,1e308\n")
+    r = run_cli(
+        "simulate", "-m", "llama3-8b", "--length-histogram", str(huge), "--num-prompts", "10", "--json"
+    )
+    assert r.exit_code == 2 and "the weights add up past the largest number; scale them down" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_solve_refuses_a_workload_the_engine_turns_away_in_its_own_words(tmp_path):
+    # X5: one request over --max-model-len made every run 'fail', and solve advised more GPUs or looser targets
+    # while printing latencies that met them
+    path = tmp_path / "one_long.csv"
+    rows = [f"2024-05-10 00:{i // 60:02d}:{i % 60:02d},{9000 if i == 7 else 1000},100" for i in range(200)]
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    want = ("error: 1 of the workload's 200 requests need more than 8,192 tokens (prompt + output, the longest "
+            "9,100), which the engine refuses whatever the GPUs: give --max-model-len 9100 or more, or leave them "
+            "out of the workload")  # fmt: skip
+    for mode in (
+        ("--request-rate", "5"),
+        ("--max-rate", "-g", "8xH100"),
+        ("--request-rate", "5", "--disaggregated"),
+    ):
+        r = run_cli("solve", "-m", "llama3-8b", "--max-model-len", "8K", "--ttft-ms", "500", "--tpot-ms", "30",
+                    "--trace", str(path), *mode)  # fmt: skip
+        assert r.exit_code == 2 and r.stderr.strip() == want, mode
+    one = tmp_path / "one.csv"
+    one.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00,1000,100\n")
+    r = run_cli("solve", "-m", "llama3-8b", "--max-model-len", "8K", "--ttft-ms", "500", "--tpot-ms", "30",
+                "--trace", str(one), "--request-rate", "5")  # fmt: skip
+    assert r.exit_code == 2
+    assert r.stderr.startswith("error: the workload sends its one request at t = 0 (Azure LLM trace one.csv: 1 "
+                               "request at their timestamps)")  # fmt: skip
+
+
+def test_max_rate_on_a_workload_too_short_to_load_the_gpus_says_so():
+    # X4: 5 requests sent at once drain in ~1.7 s, so their "throughput" (2.95 requests/s) was answered as the
+    # GPU's capacity, "a higher rate only queues", where 1,000 requests meet the targets at 17 requests/s
+    r = run_cli("solve", "-m", "llama3-8b", "--max-model-len", "8K", "--max-rate", "-g", "1xH100", "--ttft-ms", "500",
+                "--tpot-ms", "30", "--num-prompts", "5", "--input-len", "1000", "--output-len", "200",
+                "--kv-cache-dtype", "auto")  # fmt: skip
+    assert r.exit_code == 3
+    assert (
+        "every rate meets the targets on H100-SXM TP 1 x PP 1, KV auto: all 5 of the workload's requests"
+        in r.stderr
+    )
+    assert "give --num-prompts 1000 or more" in r.stderr
+
+
+def test_dealt_replica_gets_every_request_once_at_its_own_slot():
+    # X7: a replica of N was given the workload's requests in their own order at the stream's every N-th time, so a
+    # trace's lengths and prefixes left the times they were sent at; now request s of the cycled stream at slot s
+    from kvplan.search.rate import ScaledWorkload
+    from kvplan.simulator.request import RequestSpec
+    from kvplan.simulator.workload import Workload
+
+    for n, replicas in ((10, 3), (10, 2), (12, 8), (7, 7)):
+        w = Workload(tuple(RequestSpec(float(i), 100 + i, 5) for i in range(n)), None, "t")
+        got = [r.prompt_tokens - 100 for r in ScaledWorkload(w).dealt(1.0, replicas).requests]
+        assert sorted(got) == list(range(n)), (n, replicas)
+    w = Workload(tuple(RequestSpec(float(i), 100 + i, 5) for i in range(10)), None, "t")
+    # 10 requests 1 s apart, 3 replicas: this one takes stream positions 2, 5, 8, 11 (= request 1 of the 2nd cycle)
+    assert [r.prompt_tokens - 100 for r in ScaledWorkload(w).dealt(1.0, 3).requests][:4] == [2, 5, 8, 1]
+
+
+def test_simulate_says_an_int4_kv_cache_is_a_what_if():
+    # X10: estimate said vLLM has no int4 KV cache; simulate planned it without a word
+    d = run_cli("simulate", "-m", "llama3-70b", "--max-model-len", "8K", "-g", "2xH100", "-tp", "2",
+                "--kv-cache-dtype", "int4", "--num-prompts", "20", "--json").json()  # fmt: skip
+    assert "vLLM 0.33 has no int4 KV cache; kvplan's figures are a what-if" in d["assumptions"]
+
+
+def test_disaggregated_colocated_line_names_dp_attention():
+    # X9: the colocated answer (8x H200, DP attention 8) was printed as "(TP 8 x PP 1 x DP 1)"
+    args = ("solve", "-m", "deepseek-v3", "--max-model-len", "8K", "--request-rate", "20", "--ttft-ms", "2000",
+            "--tpot-ms", "60", "--engine", "sglang", "-g", "H200", "--num-prompts", "400", "--disaggregated")  # fmt: skip
+    a = run_cli(*args, "--json").json()["colocated"]["answer"]
+    assert a["attention_dp_size"] > 1
+    text = " ".join(run_cli(*args).stdout.split())
+    want = (f"colocated (solve --request-rate): {a['num_gpus']}x H200 (TP {a['tensor_parallel_size']} x PP 1 x DP "
+            f"{a['data_parallel_size']}, DPA {a['attention_dp_size']})")  # fmt: skip
+    assert want in text

@@ -720,7 +720,8 @@ def render_solve_disaggregated(ans: Any, console: Console) -> None:
         c = ans.colocated.layout
         console.print(
             f"colocated (solve --request-rate): {c.num_gpus}x {c.gpu} (TP {c.tensor_parallel_size} x PP "
-            f"{c.pipeline_parallel_size} x DP {c.data_parallel_size}), TTFT p{p} "
+            f"{c.pipeline_parallel_size} x DP {c.data_parallel_size}"
+            f"{_parallel_label(c.expert_parallel_size, c.attention_dp_size).replace(chr(10), ', ')}), TTFT p{p} "
             f"{t.of(ans.colocated.result.ttft_ms):,.1f} ms, TPOT p{p} {t.of(ans.colocated.result.tpot_ms):,.1f} ms",
             highlight=False,
         )

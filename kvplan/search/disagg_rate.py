@@ -255,6 +255,7 @@ def _decode_pool(q: Query, req_rate: float, inp: int, out: int, tpot_target: flo
 def solve_disaggregated(
     q: Query, workload: Workload, targets: rate.LoadTargets, req_rate: float, colocated: bool = True
 ) -> DisaggregatedAnswer:
+    rate.check_lengths(q, workload)
     inp, out = _means(workload)
     decode = _decode_pool(q, req_rate, inp, out, targets.tpot_ms)
     first = _first_tokens(workload)

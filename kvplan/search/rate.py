@@ -86,9 +86,18 @@ class ScaledWorkload:
         last = base.requests[-1].arrival_s
         self.base_rate = len(base.requests) / last if last > 0 else math.inf
 
-    def at(self, rate: float) -> Workload:
+    def check_spread(self) -> None:
+        """Refuse a workload whose requests all go out at t = 0: there are no gaps to rescale."""
         if math.isinf(self.base_rate):
-            raise UsageError("the workload sends everything at t = 0: it has no rate to scale")
+            n = len(self.base.requests)
+            raise UsageError(
+                f"the workload sends {'its one request' if n == 1 else f'all {n:,} requests'} at t = 0 "
+                f"({self.base.description}): there are no gaps to rescale to a rate; give a trace whose requests "
+                "are spread in time, or a synthetic workload (--num-prompts, --input-len, --output-len)"
+            )
+
+    def at(self, rate: float) -> Workload:
+        self.check_spread()
         k = self.base_rate / rate
         reqs = tuple(dataclasses.replace(r, arrival_s=r.arrival_s * k) for r in self.base.requests)
         what = self.base.description.split(", sent ")[0]  # the synthetic workload's send rule is replaced
@@ -97,13 +106,14 @@ class ScaledWorkload:
     def dealt(self, rate: float, replicas: int) -> Workload:
         """What one of `replicas` deployments receives of a stream at `rate` requests/s, dealt round-robin
         (every N-th request, as `simulate -dp N` and SGLang's round-robin router deal them; vLLM's DP
-        front end balances at least as evenly): the base's gaps, rescaled to `rate` and cycled, summed N at
-        a time (a burst of simultaneous requests lands on N replicas, not on each); each request keeps its
-        base lengths. Its n requests span what n x N of the stream span."""
+        front end balances at least as evenly). The stream is the workload cycled, its gaps rescaled to
+        `rate` (where it wraps round, the mean gap between distinct send times); this replica takes stream
+        positions N - 1, 2N - 1, ... n x N - 1, each request with its own lengths and prefixes at its own
+        slot, so every request of the workload reaches it once: where N and n share a factor g, each
+        lcm(n, N) positions of the stream move on by one request (at most g - 1 away from its slot)."""
         if replicas <= 1:
             return self.at(rate)
-        if math.isinf(self.base_rate):
-            raise UsageError("the workload sends everything at t = 0: it has no rate to scale")
+        self.check_spread()
         base = self.base.requests
         n = len(base)
         gaps = [base[0].arrival_s] + [base[i].arrival_s - base[i - 1].arrival_s for i in range(1, n)]
@@ -113,15 +123,17 @@ class ScaledWorkload:
             apart = [g for g in gaps[1:] if g > 0]  # (a burst's requests share one time: its gaps are 0)
             gaps[0] = sum(apart) / len(apart) if apart else 0.0
         k = n / rate / (sum(gaps) or 1.0)  # the cycled stream's mean rate is `rate` exactly
+        period = math.lcm(n, replicas)
         reqs, t = [], 0.0
-        for j, r in enumerate(base):  # this replica takes stream requests N - 1, 2N - 1, ...: N gaps apart
+        for j in range(n):  # this replica's j-th request is the stream's position j N + N - 1: N gaps on
             t += k * sum(gaps[(j * replicas + m) % n] for m in range(replicas))
-            reqs.append(dataclasses.replace(r, arrival_s=t))
+            pos = j * replicas + replicas - 1
+            reqs.append(dataclasses.replace(base[(pos + pos // period) % n], arrival_s=t))
         what = self.base.description.split(", sent ")[0]
         return Workload(
             tuple(reqs), None,
-            f"{what}: every {ordinal(replicas)} request of a stream at {rate:.4g} requests/s (the workload's gaps "
-            "rescaled)",
+            f"{what}: every {ordinal(replicas)} request of a stream at {rate:.4g} requests/s (the workload "
+            "cycled, its gaps rescaled)",
         )  # fmt: skip
 
     def solo(self) -> Workload:
@@ -222,12 +234,32 @@ class RateAnswer:
         }
 
 
+def check_lengths(q: Query, workload: Workload) -> None:
+    """Refuse a workload with requests the engine turns away (prompt + output over the context): every run
+    would count them failed, and the search would blame the targets or the GPUs."""
+    ctx = q.max_model_len or q.model.max_context
+    over = [
+        r.prompt_tokens + r.output_tokens
+        for r in workload.requests
+        if r.prompt_tokens + r.output_tokens > ctx
+    ]
+    if over:
+        n = len(workload.requests)
+        raise UsageError(
+            f"{len(over):,} of the workload's {n:,} requests need more than {ctx:,} tokens (prompt + output, the "
+            f"longest {max(over):,}), which the engine refuses whatever the GPUs: give --max-model-len "
+            f"{max(over)} or more, or leave them out of the workload"
+        )
+
+
 class Search:
     """The layouts to try, their deployments, and every simulation run (kept)."""
 
     def __init__(self, q: Query, workload: Workload, targets: LoadTargets) -> None:
+        check_lengths(q, workload)
         self.q = q
         self.work = ScaledWorkload(workload)
+        self.work.check_spread()
         self.targets = targets
         self.simulations = 0
         self.reasons: list[str] = []
@@ -465,7 +497,15 @@ def _max_rate_of(s: Search, c: Candidate, dp: int, beat: float | None) -> tuple[
         tuple(dataclasses.replace(r, arrival_s=0.0) for r in s.work.base.requests), None, "all at t = 0"
     )
     s.simulations += 1
-    saturated = simulate(c.deployment, flood).request_throughput
+    at_once = simulate(c.deployment, flood, s.targets.ttft_ms, s.targets.tpot_ms)
+    if s.meets(at_once):  # no rate loads the replicas past the targets: the workload is too short to ask
+        t, p = s.targets, s.targets.percentile
+        raise NoAnswer(
+            f"every rate meets the targets on {c.label}: all {n:,} of the workload's requests sent at once still "
+            f"reach TTFT p{p} {t.of(at_once.ttft_ms):,.0f} ms and TPOT p{p} {t.of(at_once.tpot_ms):,.1f} ms; too "
+            f"few to load the GPUs: give --num-prompts {_nice_up(max(1000, 10 * n))} or more (or a longer trace)"
+        )
+    saturated = at_once.request_throughput
     cap = saturated * dp
     if cap <= 0:
         return None
@@ -486,11 +526,23 @@ def _max_rate_of(s: Search, c: Candidate, dp: int, beat: float | None) -> tuple[
                 return None
     hi = cap
     if s.meets(s.run(c, hi / dp, dp)):
-        return hi, f"the replicas' throughput ({saturated:.3g} requests/s each): a higher rate only queues"
+        # the flood's throughput is the replicas' only for a workload long enough to fill them: a short one
+        # drains before it does, so look above it until a rate misses
+        lo, hi = hi, 2 * hi
+        while s.meets(s.run(c, hi / dp, dp)):
+            lo, hi = hi, 2 * hi
+            if hi > cap * 2**6:
+                raise NoAnswer(
+                    f"every rate up to {lo:,.4g} requests/s meets the targets on {c.label}, {lo / cap:.0f}x what "
+                    f"the replicas get through with all {n:,} requests sent at once: too few to load the GPUs; give "
+                    f"--num-prompts {_nice_up(max(1000, 10 * n))} or more (or a longer trace)"
+                )
     while hi / lo > 1 + RATE_TOLERANCE:
         mid = math.sqrt(lo * hi)
         if s.meets(s.run(c, mid / dp, dp)):
             lo = mid
         else:
             hi = mid
+    if lo >= cap / (1 + RATE_TOLERANCE) and lo <= cap * (1 + RATE_TOLERANCE):
+        return lo, f"the replicas' throughput ({saturated:.3g} requests/s each): a higher rate only queues"
     return lo, f"the targets (within {RATE_TOLERANCE:.0%} of the rate)"

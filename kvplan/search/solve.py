@@ -42,7 +42,7 @@ from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.request import SGLANG_ALGORITHM, Speculative
 from kvplan.specs.models import GpuSpec, ModelSpec
 from kvplan.speed import plan_speed, step_model
-from kvplan.units import ceil_div
+from kvplan.units import ceil_div, plural
 
 SCHEMA = "kvplan.solve/1"
 # KV dtypes the engines serve, best quality first (int8/int4 are kvplan what-ifs, not engine options)
@@ -390,7 +390,7 @@ def launch_line(
         # vLLM's --data-parallel-size joins the replicas' MoE layers into one group that slices every expert
         # over TP x DP (fused_moe/config.py FusedMoEParallelConfig.make): not the independent replicas planned
         parts.append(
-            f"  # run {deployments} of these, {tp * pp} GPUs each, behind a load balancer (vLLM --data-parallel-size "
+            f"  # run {deployments} of these, {plural(tp * pp, 'GPU')} each, behind a load balancer (vLLM --data-parallel-size "
             "would slice each expert over TP x DP instead)"
         )
     return " ".join(parts)

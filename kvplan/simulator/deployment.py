@@ -138,6 +138,8 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
     """The deployment `estimate` planned (from `req`), one data-parallel replica of it."""
     s = plan.settings
     notes = []
+    if not plan.engine.supported and plan.engine.reason:
+        notes.append(plan.engine.reason)  # e.g. an int4 KV cache: no engine serves it, a what-if
     ranks = max(1, plan.cluster.attention_dp_size) if s.engine == "sglang" else 1
     fixed = 0  # vLLM: the state pages a request holds (below)
     if s.engine == "sglang":

@@ -7,13 +7,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from kvplan.errors import SpecError, UsageError
 from kvplan.limits import read_regular
 from kvplan.simulator.request import MASK, RequestSpec
 from kvplan.simulator.workload import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, Workload
+from kvplan.units import plural
 
 MAX_TRACE_BYTES = 256 * 2**20
 MOONCAKE_BLOCK_TOKENS = 512  # a hash id names 512 tokens (FAST25-release/README.md)
@@ -110,7 +111,11 @@ def _azure_time(text: str) -> tuple[float, str]:
         digits = len(frac) - len(frac.lstrip("0123456789"))
         frac, zone = frac[:digits], frac[digits:]
     stamp = datetime.fromisoformat(head + (dot + frac[:6] if dot else "") + zone)
-    return stamp.timestamp(), "local" if stamp.tzinfo is None else "zoned"
+    if (
+        stamp.tzinfo is None
+    ):  # read as UTC, not this machine's zone: a daylight-saving change adds or drops an hour
+        return stamp.replace(tzinfo=timezone.utc).timestamp(), "local"
+    return stamp.timestamp(), "zoned"
 
 
 _KIND_WORDS = {"number": "a plain number", "local": "a date-time without a time zone",
@@ -201,5 +206,5 @@ def read_trace(
     return Workload(
         tuple(reqs),
         max_concurrency,
-        f"{kind} {p.name}: {len(reqs):,} requests at their timestamps{since}{cap}",
+        f"{kind} {p.name}: {plural(len(reqs), 'request')} at their timestamps{since}{cap}",
     )

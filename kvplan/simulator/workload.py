@@ -57,10 +57,13 @@ def arrival_times(n: int, request_rate: float, burstiness: float, rng: random.Ra
     for _ in range(n):
         t += rng.gammavariate(burstiness, theta)
         times.append(t)
-    if times[-1] > 0:
-        scale = (n / request_rate) / times[-1]
-        times = [x * scale for x in times]
-    return times
+    scale = (n / request_rate) / times[-1] if times[-1] > 0 else math.inf
+    if not math.isfinite(scale):
+        # a gamma of so small a shape draws gaps that underflow to 0 (or nearly): no send times to scale
+        raise UsageError(
+            f"--burstiness {burstiness:g}: the gaps drawn at this shape underflow to 0; give 0.01 or more"
+        )
+    return [x * scale for x in times]
 
 
 def uniform_lengths(
@@ -88,7 +91,7 @@ def read_histogram(path: Path) -> list[tuple[int, int, float]]:
         if not line or line.startswith("#"):
             continue
         parts = [p.strip() for p in line.split(",")]
-        if i == 1 and not parts[0].isdigit():
+        if i == 1 and not _numeric(parts[0]):
             continue  # header
         try:
             if len(parts) != 3:
@@ -105,7 +108,18 @@ def read_histogram(path: Path) -> list[tuple[int, int, float]]:
         rows.append((inp, out, w))
     if not rows or sum(r[2] for r in rows) <= 0:
         raise UsageError(f"{path}: no rows with a positive weight; write input_len,output_len,weight lines")
+    if not math.isfinite(sum(r[2] for r in rows)):
+        raise UsageError(f"{path}: the weights add up past the largest number; scale them down")
     return rows
+
+
+def _numeric(text: str) -> bool:
+    """A first field that is not a column name: a number, or anything without a letter (a data row)."""
+    try:
+        float(text)
+    except ValueError:
+        return not any(c.isalpha() for c in text)
+    return True
 
 
 # vLLM's random dataset defaults (benchmarks' --random-input-len / --random-output-len)
@@ -152,4 +166,5 @@ def synthetic(
     )
     cap = f", at most {max_concurrency:,} in flight" if max_concurrency else ""
     reqs = tuple(RequestSpec(t, i, o) for t, (i, o) in zip(times, lengths, strict=True))
+    what = what.replace("random prompts", "random prompt" if num_prompts == 1 else "random prompts", 1)
     return Workload(reqs, max_concurrency, f"{num_prompts:,} {what}, sent {rate}{cap}; seed {seed}")
