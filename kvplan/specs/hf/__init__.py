@@ -18,6 +18,7 @@ from kvplan.specs.hf.family import Basics
 from kvplan.specs.hf.layers import read_layers
 from kvplan.specs.hf.moe import read_moe
 from kvplan.specs.hf.reader import Reader
+from kvplan.specs.hf.rope import scaled_max_context
 from kvplan.specs.hf.unread import unread_fields
 from kvplan.specs.io import validate
 from kvplan.specs.models import ModelSpec
@@ -218,6 +219,10 @@ _CLASS_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
             "intermediate_size_mlp": 16384,  # the dense layers' width (intermediate_size is the experts')
         },
     ),
+    "mixtral": (
+        "MixtralConfig (configuration_mixtral.py)",
+        {"num_local_experts": 8, "num_experts_per_tok": 2},
+    ),
     "gemma3_text": (
         "Gemma3TextConfig (configuration_gemma3.py)",
         {"head_dim": 256, "num_key_value_heads": 4},
@@ -239,6 +244,19 @@ def _class_defaults(cfg: dict, prefix: str, notes: list[str]) -> dict:
     return {**cfg, **absent}
 
 
+def _noted_warnings(notes: list[str], path: Path) -> list[str]:
+    """The WARNING notes (what the quantization reader could not model: an unknown method, ...), said on stderr
+    too, naming the file once: the quantization notes already start with theirs (config.json's, or
+    hf_quant_config.json's beside it), the others are prefixed with the config's."""
+    files = (f"{path}: ", f"{path.parent / 'hf_quant_config.json'}: ")
+    out = []
+    for n in notes:
+        if n.startswith("WARNING"):
+            text = n[len("WARNING") :].lstrip(": ")
+            out.append(text if text.startswith(files) else f"{path}: {text}")
+    return out
+
+
 def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise SpecError(f"{path}: expected a JSON object (a Hugging Face config.json)")
@@ -257,7 +275,9 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     hidden = r.int("hidden_size", "n_embd", "d_model")
     heads = r.int("num_attention_heads", "n_head", "num_heads")
     vocab = r.int("vocab_size", "padded_vocab_size")
-    max_context = r.int("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+    length_keys = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+    max_context = r.int(*length_keys)
+    max_context = scaled_max_context(r, next((k for k in length_keys if r.has(k)), None), max_context, notes)
     if r.cfg.get("multi_query") is True and not r.has("num_kv_heads"):
         kv_heads = 1
     else:
@@ -277,7 +297,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     layers = read_layers(r, basics, notes)
     layer_types, pattern = layers.layer_types, layers.pattern
 
-    moe = read_moe(r, top)
+    moe = read_moe(r, top, notes)
     _hash_and_per_layer_inputs(r, moe, vocab or 0, num_layers or 0, notes)
     raw_dtype = top.get("torch_dtype") or top.get("dtype") or cfg.get("torch_dtype") or "bfloat16"
     act = _DTYPES.get(str(raw_dtype), None)
@@ -298,8 +318,7 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "its figures may be off for this model"
         for key in unread_fields(cfg, r.read)
     ]
-    # what the quantization reader could not model (an unknown method, ...) is said on stderr too
-    warnings += [f"{path}: {n[len('WARNING') :].lstrip(': ')}" for n in notes if n.startswith("WARNING")]
+    warnings += _noted_warnings(notes, path)
 
     # a model folder's config.json is named by its folder; any other file by its own name
     folder_name = path.resolve().parent.name if path.name == "config.json" else path.stem

@@ -207,7 +207,10 @@ def _jamba(r: Reader, basics: Basics, out: Layers) -> None:
         r.int("expert_layer_period", default=None),
         r.int("expert_layer_offset", default=0, minimum=0),
     )
-    if every and r.has("num_experts"):  # jamba.py: layer i is MoE when i % period == offset
+    experts = r.cfg.get("num_experts")
+    # jamba.py: layer i is MoE when i % period == offset, and only with more than one expert (v0.11.0
+    # JambaDecoderLayer: `if num_experts > 1: JambaMoE`, else a dense JambaMLP)
+    if every and isinstance(experts, int) and not isinstance(experts, bool) and experts > 1:
         out.mlp_pattern = ["moe" if i % every == first else "dense" for i in range(basics.num_layers)]
 
 

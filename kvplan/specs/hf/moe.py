@@ -79,10 +79,39 @@ def _layer_placement(r: Reader) -> tuple[int, int]:
     return first, step
 
 
-def read_moe(r: Reader, top: dict) -> dict | None:
-    experts = r.int("num_local_experts", "n_routed_experts", "num_experts", default=None)
-    if not experts or experts <= 1 or r.cfg.get("enable_moe_block") is False:
+# families whose layer is a dense MLP when the config has one expert: vllm/model_executor/models/jamba.py v0.11.0
+# JambaDecoderLayer (`if num_experts > 1: JambaMoE`), hunyuan_v1.py v0.11.0 _is_moe (`num_experts > 1`)
+_ONE_EXPERT_IS_DENSE = ("jamba", "hunyuan")
+_EXPERTS = ("num_local_experts", "n_routed_experts", "num_experts")
+_TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k_experts")
+
+
+def _named(r: Reader, keys: tuple[str, ...]) -> str:
+    """The key a value was read from (the first present), for a message about it."""
+    return next((k for k in keys if r.has(k)), keys[0])
+
+
+def read_moe(r: Reader, top: dict, notes: list[str] | None = None) -> dict | None:
+    experts = r.int(*_EXPERTS, default=None)
+    if not experts or r.cfg.get("enable_moe_block") is False:
         return None
+    family = str(r.cfg.get("model_type") or "")
+    if experts == 1 and family.startswith(_ONE_EXPERT_IS_DENSE):
+        return None
+    top_k = r.int(*_TOP_K)
+    if top_k and top_k > experts:  # torch.topk of the router's `experts` scores cannot pick more
+        routed = f"{experts} routed expert{'s' * (experts != 1)}"
+        r.bad(_named(r, _TOP_K), f"{top_k} experts a token, but {r.prefix}{_named(r, _EXPERTS)} gives {routed}; "
+              "fix the config")  # fmt: skip
+        return None
+    if experts == 1 and notes is not None:
+        # vLLM builds the MoE block whatever the count: mixtral.py v0.11.0 MixtralMoE (FusedMoE(num_experts=
+        # config.num_local_experts)), deepseek_v2.py (`config.n_routed_experts is not None`), qwen2_moe.py and
+        # qwen3_moe.py (`config.num_experts > 0`); planned as it builds it, one expert and its router
+        notes.append(
+            f"{r.prefix}{_named(r, _EXPERTS)} 1: planned as vLLM builds it, an MoE layer of one routed expert "
+            "(and its router), not a dense MLP"
+        )
     cfg = r.cfg
     shared = r.int("n_shared_experts", "num_shared_experts", default=None, minimum=0)
     shared_size = r.int(
@@ -101,7 +130,7 @@ def read_moe(r: Reader, top: dict) -> dict | None:
     first, step = _layer_placement(r)
     return {
         "num_experts": experts,
-        "experts_per_token": r.int("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k_experts"),
+        "experts_per_token": top_k,
         "shared_experts": shared if shared_size != 0 else 0,
         "expert_intermediate_size": expert_size,
         "shared_expert_intermediate_size": shared_size or None,

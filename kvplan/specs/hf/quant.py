@@ -88,9 +88,20 @@ def _fp8(f: _Field) -> Scheme:
 
 def _awq_gptq(f: _Field, method: str) -> Scheme:
     bits = f.int("bits", None, "w_bit")
+    # vllm/model_executor/layers/quantization/gptq.py v0.11.0 GPTQConfig.__init__
     if bits not in (2, 3, 4, 8):
         raise f.bad("bits", f"expected 2, 3, 4 or 8, got {bits!r}")
+    # vllm/model_executor/layers/quantization/awq.py v0.11.0 AWQConfig.__init__: "only 4-bit weight quantization
+    # is supported for AWQ" (awq_marlin.py takes AWQ's zero-point layout at 4 bits only: marlin_utils.py uint4)
+    if method == "awq" and bits != 4:
+        raise f.bad("bits", f"{bits}: vLLM serves AWQ checkpoints at 4 bits only and refuses this one; use a "
+                    "4-bit AWQ (or a GPTQ) export")  # fmt: skip
     group = f.int("group_size", 128, "q_group_size")
+    # gptq.py / awq.py v0.11.0 create_weights: `input_size_per_partition % group_size` (-1: one group a row)
+    if group is not None and (group == 0 or group < -1):
+        raise f.bad(
+            "group_size", f"{group}: expected -1 (one group a row) or a positive group size; fix the config"
+        )
     # AutoAWQ: fp16 scales + packed zeros per group; GPTQ stores packed qzeros even when sym
     # (its g_idx, one int32 per input channel, < 0.01 bits/weight, is not counted)
     zero = method == "gptq" or f.cfg.get("zero_point", True) is not False
@@ -100,6 +111,12 @@ def _awq_gptq(f: _Field, method: str) -> Scheme:
 
 def _bnb(f: _Field) -> Scheme:
     skip = f.patterns("llm_int8_skip_modules")
+    # transformers utils/quantization_config.py 4.57.0 BitsAndBytesConfig.__init__ raises for both, so no
+    # checkpoint is saved so; kvplan cannot tell which width its weights are
+    if f.cfg.get("load_in_4bit") and f.cfg.get("load_in_8bit"):
+        raise f.bad("load_in_8bit", "true, and so is load_in_4bit: bitsandbytes quantizes to one of "
+                    "them (transformers' BitsAndBytesConfig refuses both); keep the one the weights were "
+                    "saved in")  # fmt: skip
     if f.cfg.get("load_in_4bit"):
         kind = str(f.cfg.get("bnb_4bit_quant_type", "fp4"))
         if kind not in ("nf4", "fp4"):
