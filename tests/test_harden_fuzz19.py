@@ -182,3 +182,79 @@ def test_disaggregated_colocated_line_names_dp_attention():
     want = (f"colocated (solve --request-rate): {a['num_gpus']}x H200 (TP {a['tensor_parallel_size']} x PP 1 x DP "
             f"{a['data_parallel_size']}, DPA {a['attention_dp_size']})")  # fmt: skip
     assert want in text
+
+
+def test_compare_table_header_is_the_context_asked_for_and_a_capped_first_model_is_said():
+    # F2 (fuzz 19b): the header took the first row's context, so with llama3-8b (8K maximum) first a 32K table
+    # said "8,192 tokens per request" while the 70B row was at 32K, and the cap note never fired
+    for models in ("llama3-8b,llama3.1-70b", "llama3.1-70b,llama3-8b"):
+        d = run_cli("compare", "table", "--models", models, "--max-model-len", "32K", "--json").json()
+        assert d["cluster"]["max_model_len"] == 32768
+        ctx = {r["model"]: r["max_model_len"] for r in d["rows"]}
+        assert ctx == {"llama3-8b": 8192, "llama3.1-70b": 32768}
+        assert "llama3-8b: context capped at its maximum, 8,192 tokens" in d["notes"]
+
+
+def test_check_log_on_too_small_a_gpu_names_the_gpu_not_a_flag_never_given():
+    # F4 (fuzz 19b): the 2x H200 log checked with --gpus H100 blamed "--kv-cache-memory", which the user never gave
+    r = run_cli("check-log", str(LOGS / "vllm_v033_llama3_70b_tp2_h200.log"), "--gpus", "H100")
+    assert r.exit_code == 2 and "--kv-cache-memory" not in r.stderr
+    assert r.stderr.strip().endswith("exceed H100-SXM's 79.19 GiB: pass the GPU the log ran on (--gpus)")
+
+
+def test_check_log_never_promises_to_keep_a_non_kv_figure_it_will_not(tmp_path):
+    # F5 (fuzz 19b): on the wrong GPU, or with a negative figure (-16.58 GiB), the row still said
+    # "--save-calibration keeps the log's" and --json carried the negative figure as measured
+    wrong = run_cli("check-log", str(LOGS / "vllm_v07_llama2_7b_l40s.log"), "--gpus", "H100", "--json").json()
+    assert wrong["measured_reserve_bytes"] is None
+    assert _rows_of(wrong)["non-KV memory"]["cause"] == "not kept (see the notes)"
+    edited = tmp_path / "util050.log"
+    text = (LOGS / "vllm_v07_llama2_7b_l40s.log").read_text()
+    assert "gpu_memory_utilization (0.90)" in text
+    edited.write_text(text.replace("gpu_memory_utilization (0.90)", "gpu_memory_utilization (0.50)"))
+    neg = run_cli("check-log", str(edited), "--gpus", "L40S", "--json").json()
+    row = _rows_of(neg)["non-KV memory"]
+    assert (
+        row["log"] < 0
+        and row["cause"] == "not kept (see the notes)"
+        and neg["measured_reserve_bytes"] is None
+    )
+    assert any(n.startswith("the log's KV memory exceeds what kvplan's budget leaves") for n in neg["notes"])
+
+
+def _rows_of(d: dict) -> dict[str, dict]:
+    return {r["quantity"]: r for r in d["rows"]}
+
+
+def test_check_log_refuses_another_engines_flag_without_advising_engine():
+    # F9 (fuzz 19b): "add --engine sglang", an option check-log does not have
+    r = run_cli(
+        "check-log", str(LOGS / "vllm_v011_llama31_8b_h100.log"), "-g", "H100", "--mem-fraction-static", "0.5"
+    )
+    assert r.exit_code == 2
+    assert r.stderr.strip() == "error: --mem-fraction-static is SGLang's flag and this is a vLLM log; drop it"
+
+
+def test_check_log_says_when_a_log_names_two_releases(tmp_path):
+    # F8 (fuzz 19b): an API-server line of 0.33.0 before an engine line of v0.11.0 was read by 0.33's rules silently
+    path = tmp_path / "spliced.log"
+    path.write_text(
+        (LOGS / "vllm_v011_llama31_8b_h100.log").read_text().replace("version 0.11.0", "version 0.33.0")
+    )
+    d = run_cli("check-log", str(path), "-g", "H100", "--json").json()
+    assert any(n.startswith("the log names vLLM 0.33.0 and then 0.11.0") for n in d["notes"])
+    plain = run_cli("check-log", str(LOGS / "vllm_v011_llama31_8b_h100.log"), "-g", "H100", "--json").json()
+    assert not any("and then" in n for n in plain["notes"])
+
+
+def test_solve_kv_dtype_any_in_a_list_is_refused_for_what_it_is():
+    # F10 (fuzz 19b): 'any,int3' was refused for 'any', and 'any,fp8' with advice to use 'any'
+    for value in ("any,int3", "any,fp8"):
+        r = run_cli(
+            "solve", "-m", "llama3-8b", "--users", "10", "--max-model-len", "8K", "--kv-cache-dtype", value
+        )
+        assert r.exit_code == 2
+        assert r.stderr.strip() == (
+            f"error: --kv-cache-dtype '{value}': 'any' already means every dtype the engines serve (auto, fp8); "
+            "give it alone, or name the dtypes"
+        )

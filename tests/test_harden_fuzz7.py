@@ -49,7 +49,9 @@ def test_a_burst_late_in_a_trace_has_no_rate_either(tmp_path):
     r = run_cli("solve", "-m", "llama3.1-8b", "--max-model-len", "8K", "--request-rate", "2", "--ttft-ms", "300",
                 "--tpot-ms", "30", "--trace", str(path), "--partial-nodes")  # fmt: skip
     assert r.exit_code == 2
-    assert r.stderr.startswith("error: the workload sends all 40 requests at t = 0 (Mooncake trace burst.jsonl")
+    assert r.stderr.startswith(
+        "error: the workload sends all 40 requests at t = 0 (Mooncake trace burst.jsonl"
+    )
     assert r.stderr.strip().endswith("give a trace whose requests are spread in time, or a synthetic workload "
                                      "(--num-prompts, --input-len, --output-len)")  # fmt: skip
 

@@ -157,7 +157,9 @@ def _cluster(base: PlanRequest, rows: list[Row]) -> TableCluster:
     plan = next((r.plan for r in rows if r.plan is not None), None)
     if plan is None:
         return TableCluster(base.gpu.name, base.gpu.memory_bytes)
-    return TableCluster(base.gpu.name, base.gpu.memory_bytes, plan.cluster, plan.settings.max_model_len)
+    # the context asked for, not the first row's: a first model whose maximum is below it is capped to that
+    context = base.max_model_len or plan.settings.max_model_len
+    return TableCluster(base.gpu.name, base.gpu.memory_bytes, plan.cluster, context)
 
 
 def with_kv_dtype(variants: list[str], kv_cache_dtype: str) -> list[str]:
@@ -220,10 +222,12 @@ def _table_notes(rows: list[Row], cluster: TableCluster, base: PlanRequest) -> l
             f"{base.gpu.pcie_bytes_per_s / 1e9:.0f} GB/s (assumed)"
         )
     capped = {
-        r.model for r in rows if r.plan and r.plan.settings.max_model_len < (cluster.max_model_len or 0)
+        r.model: r.plan.settings.max_model_len
+        for r in rows
+        if r.plan and r.plan.settings.max_model_len < (cluster.max_model_len or 0)
     }
     for m in sorted(capped):
-        notes.append(f"{m}: context capped at its maximum")
+        notes.append(f"{m}: context capped at its maximum, {capped[m]:,} tokens")
     for r in rows:
         if r.error:
             notes.append(f"{r.model} {r.variant}: {r.error}")

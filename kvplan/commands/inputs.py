@@ -719,6 +719,7 @@ def check_log(
         **overrides,
         "max_num_batched_tokens": parse_count(mnbt, "--max-num-batched-tokens") if mnbt else None,
     }
+    _check_log_engine_flags(log.engine or "vllm", overrides)
     try:
         req = request_from_log(log, spec, gpu, overrides)
     except UsageError as exc:
@@ -935,6 +936,11 @@ def solve_query(f: SolveFlags) -> Query:
     dtypes = (
         ENGINE_DTYPES if f.kv_cache_dtype == "any" else tuple(d.strip() for d in f.kv_cache_dtype.split(","))
     )
+    if f.kv_cache_dtype != "any" and "any" in dtypes:
+        raise UsageError(
+            f"--kv-cache-dtype {f.kv_cache_dtype!r}: 'any' already means every dtype the engines serve "
+            f"({', '.join(ENGINE_DTYPES)}); give it alone, or name the dtypes"
+        )
     if not all(dtypes):
         raise UsageError(
             f"--kv-cache-dtype {f.kv_cache_dtype!r}: an empty entry in the list; give dtypes joined by commas"
@@ -987,6 +993,23 @@ def solve_warnings(q: Query) -> list[str]:
         if use is not None and use.warning and use.warning not in out:
             out.append(use.warning)
     return out
+
+
+def _check_log_engine_flags(engine: str, overrides: dict[str, Any]) -> None:
+    """check-log reads the engine from the log: another engine's flag is a mistake to drop (estimate's advice,
+    --engine, is no check-log option)."""
+    from kvplan import engines
+
+    for other in engines.ENGINES.values():
+        if other.name == engine:
+            continue
+        for flag, attr in other.own_flags.items():
+            value = overrides.get(attr)
+            if value not in (None, False, other.own_flag_defaults.get(attr)):
+                raise UsageError(
+                    f"{flag} is {other.display_name}'s flag and this is a {engines.engine_class(engine).display_name} "
+                    "log; drop it"
+                )
 
 
 def _check_engine_kv_dtypes(dtypes: tuple[str, ...]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from kvplan import engines
 from kvplan.engines import vllm_memory as vm
-from kvplan.errors import UsageError, WeightsDoNotFit
+from kvplan.errors import NoKvMemoryLeft, UsageError, WeightsDoNotFit
 from kvplan.formats import normalize_dtype_name
 from kvplan.limits import MAX_GPUS, MAX_TOKENS
 from kvplan.logs.logparse import ParsedLog
@@ -278,6 +278,12 @@ def _release(version: str) -> engines.Version:
 def _version_note(f: dict[str, Any], engine: type[engines.Engine], req: PlanRequest) -> str | None:
     """Where the release kvplan reads the log by is not the one the log names: say which it is."""
     latest = engines.fmt_version(engine.latest)
+    if f.get("version_conflict"):
+        first, then = f["version_conflict"]
+        return (
+            f"the log names {engine.display_name} {first} and then {then} (a log spliced from two startups, or "
+            f"edited?): read by {req.engine_version or first}'s rules; give --engine-version to say which"
+        )
     if f.get("version") is None:
         if req.engine_version is None:
             build = f.get("untagged_version")
@@ -502,6 +508,28 @@ def _weights_refusal(message: str, f: dict[str, Any], exc: WeightsDoNotFit) -> W
     return WeightsDoNotFit(f"{head}{logged}; {why}", **exc.figures)
 
 
+def _kept_reserve(
+    f: dict[str, Any], pred: Plan, req: PlanRequest, measured: int | None, rows: list[Row], notes: list[str]
+) -> tuple[int | None, str]:
+    """(the non-KV memory --save-calibration may keep, or None; why not): not from a log of another GPU, nor a
+    negative or implausible figure; where none is kept, its row no longer promises it."""
+    unmeasured = "the log gives no KV memory figure to calibrate from"
+    negative = "the log's KV memory exceeds what kvplan's budget leaves before any reserve"
+    if measured is not None and (mismatch := _other_gpu(f, pred, req.gpu.name)):
+        notes.append(mismatch)
+        measured, unmeasured = None, "the log's GPU memory is not --gpus'; pass the GPU the log ran on"
+    elif measured is not None and measured < 0:  # said in the notes (_prediction_rows): nothing to keep
+        measured, unmeasured = None, negative
+    elif measured is not None and (why := _weights_off(f, pred) or _implausible_reserve(measured, pred)):
+        notes.append(why)
+        measured, unmeasured = None, why
+    if measured is None:
+        for row in rows:
+            if row.cause.startswith("kvplan's estimate; --save-calibration"):
+                row.cause = "not kept (see the notes)"
+    return measured, unmeasured
+
+
 def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
     f = log.facts
     engine = engines.engine_class(req.engine)
@@ -523,7 +551,15 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
     given = engine.arithmetic_budget(f, pred)
     if given is not None:
         fields, slack = given
-        arith = estimate(dataclasses.replace(req, **fields))
+        try:
+            arith = estimate(dataclasses.replace(req, **fields))
+        except NoKvMemoryLeft:  # the log's KV memory and weights together exceed this GPU: not the log's GPU
+            kv = fields.get("kv_cache_memory_bytes") or 0
+            raise UsageError(
+                f"the log's KV cache memory ({kv / GiB:,.2f} GiB) and kvplan's weights "
+                f"({pred.weight_bytes_per_gpu / GiB:,.2f} GiB) per GPU exceed {req.gpu.name}'s "
+                f"{req.gpu.memory_bytes / GiB:,.2f} GiB: pass the GPU the log ran on (--gpus)"
+            ) from None
         arows = _arithmetic_rows(f, arith, slack, req)
     notes: list[str] = []
     if note := _version_note(f, engine, req):
@@ -536,16 +572,7 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
     if note := _max_model_len_note(f):
         notes.append(note)
     rows, measured = _prediction_rows(f, pred, engine, notes)
-    unmeasured = "the log gives no KV memory figure to calibrate from"
-    if measured is not None and (mismatch := _other_gpu(f, pred, req.gpu.name)):
-        notes.append(mismatch)
-        measured, unmeasured = None, "the log's GPU memory is not --gpus'; pass the GPU the log ran on"
-    elif measured is not None and (why := _weights_off(f, pred) or _implausible_reserve(measured, pred)):
-        notes.append(why)
-        for row in rows:
-            if row.cause.startswith("kvplan's estimate; --save-calibration"):
-                row.cause = "not kept (see the notes)"
-        measured, unmeasured = None, why
+    measured, unmeasured = _kept_reserve(f, pred, req, measured, rows, notes)
     amd = req.gpu.vendor == "amd"
     if engine.name == "vllm" and amd and vm.rocm_loading_device_wide(engine.parse_version(eng.version)):
         notes.append(vm.ROCM_LOADING_NOTE)

@@ -63,11 +63,19 @@ class ParsedLog:
                 f"the log names {key} {self.facts[key]} and then {value} (line {line.strip()[:60]!r}): "
                 "paste one startup's log as the engine printed it"
             )
+        if key == "version" and key in self.facts and _release_of(self.facts[key]) != _release_of(value):
+            # a log spliced from two startups, or edited: read by the first, and check-log says so
+            self.facts.setdefault("version_conflict", (self.facts[key], value))
         if key in self.facts:
             if keep == "first" or (keep == "min" and value >= self.facts[key]):
                 return
         self.facts[key] = value
         self.evidence[key] = line.strip()
+
+
+def _release_of(version: Any) -> tuple[int, ...]:
+    """'0.11.0', 'v0.11.0rc2.dev113+g...' -> (0, 11): the release a version string names."""
+    return tuple(int(x) for x in re.findall(r"\d+", str(version))[:2])
 
 
 # (pattern, fact, converter, keep) for lines that carry one number each
@@ -389,12 +397,14 @@ def _sglang_line(log: ParsedLog, line: str) -> None:
         log.put("version", m.group(1), line)
 
 
-_VLLM_CONFIG = re.compile(r"LLM engine \(v[\d.]+.*\) with config")
+_VLLM_CONFIG = re.compile(r"LLM engine \(v([\d.]+\S*?)\) with config")
 
 
 def _vllm_line(log: ParsedLog, line: str) -> None:
-    if _VLLM_CONFIG.search(line):
+    if m := _VLLM_CONFIG.search(line):
         _config(log, line.split("with config", 1)[1], _KV_PAIR)
+        if not re.match(r"0\.1\.dev\d+", m.group(1)):  # the engine's own release, beside the API server's
+            log.put("version", m.group(1), line)
     if "non-default args" in line:
         _config(log, line, DICT_PAIR)
     m = _VERSION.search(line)

@@ -291,6 +291,8 @@ class Row:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d.pop("plan")
+        # the context this row was planned at: a model whose maximum is below the table's is capped
+        d["max_model_len"] = self.plan.settings.max_model_len if self.plan is not None else None
         return d
 
 
