@@ -258,3 +258,87 @@ def test_solve_kv_dtype_any_in_a_list_is_refused_for_what_it_is():
             f"error: --kv-cache-dtype '{value}': 'any' already means every dtype the engines serve (auto, fp8); "
             "give it alone, or name the dtypes"
         )
+
+
+HF = REPO / "tests" / "fixtures" / "hf" / "corpus"
+
+
+def _edited_config(tmp_path, name: str, **fields) -> str:
+    import json
+
+    cfg = json.loads((HF / name).read_text())
+    cfg.update(fields)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_longrope_model_starts_at_vllms_default_not_the_long_factors_reach(tmp_path):
+    # fuzz 20b F1: a LongRoPE config (Phi-3.5 / Phi-4-mini: max_position_embeddings 131,072, original 4,096) was
+    # planned at 131,072 where vLLM 0.12+ starts at 4,096 when no --max-model-len is given
+    head = 5120 // 40
+    path = _edited_config(
+        tmp_path, "phi-4.json", max_position_embeddings=131072, original_max_position_embeddings=4096,
+        rope_scaling={"type": "longrope", "long_factor": [1.5] * (head // 2), "short_factor": [1.0] * (head // 2)},
+    )  # fmt: skip
+    d = run_cli("estimate", "-m", path, "-g", "H100", "--json").json()
+    assert d["settings"]["max_model_len"] == 4096 and d["model"]["max_context"] == 131072
+    assert any(
+        a.startswith("--max-model-len 4,096: vLLM's default for a LongRoPE model") for a in d["assumptions"]
+    )
+    assert "Maximum concurrency for 4,096 tokens per request" in d["engine"]["log_lines"][1]
+    # vLLM 0.11.0 predates the default (PR #27431); a length given is kept; SGLang serves the model's maximum
+    assert (
+        run_cli("estimate", "-m", path, "-g", "H100", "--engine-version", "0.11", "--json").json()[
+            "settings"
+        ]["max_model_len"]
+        == 131072
+    )
+    for extra in (("--max-model-len", "131072"), ("--engine", "sglang")):
+        assert (
+            run_cli("estimate", "-m", path, "-g", "H100", *extra, "--json").json()["settings"][
+                "max_model_len"
+            ]
+            == 131072
+        ), extra
+
+
+def test_sglang_plans_its_own_context_for_a_yarn_block_it_does_not_scale(tmp_path):
+    # fuzz 20b F3: Qwen's documented YaRN block on Qwen2.5: vLLM derives 32,768 x 4 = 131,072, SGLang 0.5.2's
+    # get_context_length leaves a block naming original_max_position_embeddings unscaled, 32,768; the SGLang plan
+    # (and solve's --context-length) took vLLM's
+    path = _edited_config(
+        tmp_path, "qwen2.5-7b.json", max_position_embeddings=32768,
+        rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+    )  # fmt: skip
+    sglang = run_cli("estimate", "-m", path, "-g", "H100", "--engine", "sglang", "--json").json()
+    assert sglang["settings"]["max_model_len"] == 32768
+    assert any(
+        a.startswith("--max-model-len 32,768: SGLang's default for this model") for a in sglang["assumptions"]
+    )
+    vllm = run_cli("estimate", "-m", path, "-g", "H100", "--json").json()
+    assert vllm["settings"]["max_model_len"] == 131072
+    longer = run_cli("estimate", "-m", path, "-g", "H100", "--engine", "sglang", "--max-model-len", "131072",
+                     "--json").json()  # fmt: skip
+    assert any("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in a for a in longer["assumptions"])
+
+
+def test_compare_drops_a_note_whose_columns_all_left_at_80_columns():
+    # fuzz 20b F4: "KV read/step: ..." stayed though both KV read/step columns were left out at 80 columns; it
+    # stays while one of them is shown
+    from typer.testing import CliRunner
+
+    from kvplan.cli import app
+
+    runner = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1"})
+    both = runner.invoke(
+        app, ["compare", "table", "-m", f"llama3-70b,{HF / 'llama-2-13b.json'}", "--max-model-len", "32K"]
+    )
+    one = runner.invoke(app, ["compare", "table", "-m", "llama3-70b,llama3-8b", "--max-model-len", "8K"])
+    for r in (both, one):
+        assert r.exit_code == 0 and "not shown at 80 columns" in r.stdout
+    left = " ".join(both.stdout.split("not shown at 80 columns")[1].split())
+    assert "KV read/step, 1 req" in left and "KV read/step, all" in left
+    assert "- KV read/step:" not in both.stdout
+    assert "KV read/step, all" not in " ".join(one.stdout.split("not shown at 80 columns")[1].split())
+    assert "- KV read/step:" in one.stdout

@@ -843,6 +843,44 @@ def _chunked_prefill_size(req: PlanRequest, report: EngineReport) -> int | None:
 # --- the composition --------------------------------------------------------------------------
 
 
+def _engine_context(
+    req: PlanRequest, cls: type[Engine], version: tuple[int, int], applied: dict[str, Any], notes: list[str]
+) -> PlanRequest:
+    """The context an engine starts with where it is not the model's maximum (kvplan/specs/hf/rope.py): vLLM
+    0.12+ on a LongRoPE model without --max-model-len, SGLang on a YaRN block whose maximum it derives
+    unscaled; and SGLang's own limit where --max-model-len passes it."""
+    spec = req.model
+    if req.max_model_len is None and not req.max_model_len_auto:
+        if cls.name == "vllm" and spec.vllm_default_context and version >= (0, 12):
+            # vllm/config/model.py _get_and_verify_max_len (PR #27431, first released in 0.11.1)
+            value = spec.vllm_default_context
+            notes.append(
+                f"--max-model-len {value:,}: vLLM's default for a LongRoPE model (original_max_position_embeddings, "
+                f"vllm/config/model.py _get_and_verify_max_len); up to {spec.max_context:,} with the long factors"
+            )
+        elif cls.name == "sglang" and spec.sglang_max_context:
+            value = spec.sglang_max_context
+            notes.append(
+                f"--max-model-len {value:,}: SGLang's default for this model (hf_transformers_utils.py "
+                f"get_context_length: a rope_scaling block naming original_max_position_embeddings is not scaled), "
+                f"where vLLM derives {spec.max_context:,}"
+            )
+        else:
+            return req
+        return dataclasses.replace(req, max_model_len=value)
+    if (
+        cls.name == "sglang"
+        and spec.sglang_max_context
+        and (req.max_model_len or 0) > spec.sglang_max_context
+    ):
+        notes.append(
+            f"--context-length {req.max_model_len:,} is above SGLang's own maximum for this model, "
+            f"{spec.sglang_max_context:,} (rope_scaling not scaled): SGLang starts with it only with "
+            "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
+        )
+    return req
+
+
 def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list[str]]:
     """The request with the engine's defaults filled in where the user gave none (batch sizes, the
     model dtype): (request, {flag: value applied}, assumption lines)."""
@@ -850,6 +888,7 @@ def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list
     version = cls.parse_version(req.engine_version)
     cls.check_architecture(req.model, version)
     req, applied, notes = _model_dtype(req, cls, version)
+    req = _engine_context(req, cls, version, applied, notes)
     if (
         cls.name == "sglang"
         and req.speculative is not None

@@ -106,6 +106,9 @@ def left_out_line(t: SafeTable, width: int) -> str | None:
 
 
 def kept_notes(notes: Sequence[str], t: SafeTable) -> list[str]:
-    """The notes, less those that explain a column the table left out (`name: ...` or `name ...`)."""
+    """The notes, less those that explain a column the table left out (`name: ...` or `name ...`), or a family
+    of columns all left out (`KV read/step: ...` for `KV read/step, 1 req (...)` and `KV read/step, all (...)`)."""
     gone = [" ".join(h.split()).rstrip(" *") for h in t.left_out]
-    return [n for n in notes if not any(n.startswith((f"{g}:", f"{g} ")) for g in gone)]
+    shown = [" ".join(str(c.header).split()) for c in t.columns]
+    stems = {g.split(",")[0] for g in gone if "," in g} - {h.split(",")[0] for h in shown}
+    return [n for n in notes if not any(n.startswith((f"{g}:", f"{g} ")) for g in [*gone, *stems])]

@@ -337,6 +337,11 @@ class ModelSpec(_Strict):
     vocab_size: PositiveInt
     tie_word_embeddings: bool = False
     max_context: PositiveInt
+    # the context vLLM (0.12 and later) starts with when no --max-model-len is given, where it is not max_context
+    # (LongRoPE: original_max_position_embeddings), and SGLang's own maximum where it derives another (YaRN
+    # blocks naming original_max_position_embeddings): kvplan/specs/hf/rope.py
+    vllm_default_context: PositiveInt | None = None
+    sglang_max_context: PositiveInt | None = None
     # MTP layers in the checkpoint (config.json num_nextn_predict_layers): the draft of --speculative-config
     # mtp / SGLang NEXTN, each one decoder layer like the target's (kvplan/plan/draft.py)
     mtp_layers: Annotated[int, Field(ge=0)] = 0

@@ -277,7 +277,8 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     vocab = r.int("vocab_size", "padded_vocab_size")
     length_keys = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
     max_context = r.int(*length_keys)
-    max_context = scaled_max_context(r, next((k for k in length_keys if r.has(k)), None), max_context, notes)
+    rope = scaled_max_context(r, next((k for k in length_keys if r.has(k)), None), max_context, notes)
+    max_context = rope.max_context
     if r.cfg.get("multi_query") is True and not r.has("num_kv_heads"):
         kv_heads = 1
     else:
@@ -367,6 +368,8 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "vocab_size": vocab,
         "tie_word_embeddings": tied,
         "max_context": max_context,
+        "vllm_default_context": rope.vllm_default,
+        "sglang_max_context": rope.sglang_max,
         "moe": moe,
         "weight_dtype": act,
         "checkpoint_weight_bytes": ckpt_bytes,

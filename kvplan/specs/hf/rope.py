@@ -10,6 +10,7 @@ multiplies `original_max_position_embeddings` instead of max_position_embeddings
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from kvplan.limits import MAX_TOKENS
@@ -111,16 +112,28 @@ def _sglang(block: dict, length: int) -> int:
     return int(factor * length)
 
 
-def scaled_max_context(r: Reader, key: str | None, length: Any, notes: list[str]) -> Any:
+@dataclass(frozen=True)
+class RopeContext:
+    max_context: Any  # vLLM's derived maximum (the config's length when nothing scales it)
+    vllm_default: int | None = (
+        None  # what vLLM >= 0.12 starts with when no --max-model-len is given (LongRoPE)
+    )
+    sglang_max: int | None = None  # SGLang's own maximum where it derives another figure
+
+
+def scaled_max_context(r: Reader, key: str | None, length: Any, notes: list[str]) -> RopeContext:
     """The maximum context vLLM derives from `length` (the config's `key`, max_position_embeddings) and the
-    RoPE block; the derivation said in the notes when it changes the figure. Bad RoPE values are r.problems."""
+    RoPE block, with vLLM's LongRoPE default and SGLang's own maximum where they differ; the derivation said in
+    the notes when it changes the figure. Bad RoPE values are r.problems."""
     found = _blocks(r)
     if found is None:
-        return length
+        return RopeContext(length)
     source, blocks = found
     scale, original, what = 1.0, None, f"{source} factor 1"
+    longrope = False
     for where, block in blocks:
         kind, factor = _rope_type(r, where, block), _factor(r, where, block)
+        longrope = longrope or kind == "longrope"
         if kind is None or kind in _UNSCALED:
             continue
         if factor is not None:  # `rp.get("factor", scaling_factor)`: the last scaled block's factor (v0.12.0)
@@ -131,21 +144,37 @@ def scaled_max_context(r: Reader, key: str | None, length: Any, notes: list[str]
                 what = f"{where} factor 1 (yarn, none given)"
     # Gemma 3's max_position_embeddings (128K) is already scaled (v0.11.0: `"gemma3" not in hf_config.model_type`)
     if r.problems or not isinstance(length, int) or "gemma3" in str(r.cfg.get("model_type") or ""):
-        return length
+        return RopeContext(length)
+    if longrope:
+        return RopeContext(length, _longrope_default(r, blocks, length))
     base = original if original is not None else length
     derived = int(base * scale)
     if derived == length:
-        return length
+        return RopeContext(length)
     if not 1 <= derived <= MAX_TOKENS:
         r.bad(key or source, f"{base:,} x {what} gives a maximum context of {derived:,}; fix the factor")
-        return length
+        return RopeContext(length)
     start = f"original_max_position_embeddings {original:,}" if original is not None else f"{key} {length:,}"
     note = f"max context {derived:,}: {start} x {what}, as vLLM derives it"
     if original is not None:
         note += f" ({key} says {length:,})"
     sglang = _sglang(blocks[0][1], length) if source == "rope_scaling" and len(blocks) == 1 else derived
     if sglang != derived:
-        note += f"; SGLang 0.5.2 derives {sglang:,} from the same fields"
-        note += f" (--max-model-len {sglang} plans its default)" if sglang < derived else ""
+        note += (
+            f"; SGLang 0.5.2 derives {sglang:,} from the same fields, its default and its limit (a longer "
+        )
+        note += "--context-length only with SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)"
     notes.append(note)
-    return derived
+    return RopeContext(derived, None, sglang if sglang != derived else None)
+
+
+def _longrope_default(r: Reader, blocks: list[tuple[str, dict]], length: int) -> int | None:
+    """LongRoPE (Phi-3, Phi-3.5, Phi-4-mini): max_position_embeddings is the long factors' reach, and vLLM
+    starts at original_max_position_embeddings when no --max-model-len is given (vllm/config/model.py
+    _get_and_verify_max_len, since PR #27431, merged 2025-10-23, first released in 0.11.1: "For LongRoPE,
+    default to original_max_position_embeddings to avoid performance degradation for shorter sequences")."""
+    block = blocks[0][1]
+    value = r.cfg.get("original_max_position_embeddings", block.get("original_max_position_embeddings"))
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < length:
+        return None
+    return value  # said where a plan takes it (plan.py _engine_context)
