@@ -342,3 +342,53 @@ def test_compare_drops_a_note_whose_columns_all_left_at_80_columns():
     assert "- KV read/step:" not in both.stdout
     assert "KV read/step, all" not in " ".join(one.stdout.split("not shown at 80 columns")[1].split())
     assert "- KV read/step:" in one.stdout
+
+
+def test_max_concurrency_not_divisible_by_the_schedulers_keeps_c_in_flight():
+    # fuzz 20a F1: requests were dealt evenly but the C slots unevenly, so at C = 15 on -dp 8 seven schedulers
+    # drained early and one request was in flight for half the run (8.0 requests/s, below one H100's 10.0)
+    def run(n_gpus: int, cap: int) -> dict:
+        return run_cli("simulate", "-m", "llama3-8b", "-g", f"{n_gpus}xH100", "-tp", "1", "-dp", str(n_gpus),
+                       "--num-prompts", "400", "--max-concurrency", str(cap), "--json").json()  # fmt: skip
+
+    for cap in (9, 15):
+        d = run(8, cap)
+        in_flight = d["request_throughput"] * d["e2el_ms"]["mean"] / 1e3  # Little's law
+        assert cap - 1 < in_flight <= cap + 0.01, (cap, in_flight)
+    assert run(8, 15)["request_throughput"] > run(1, 15)["request_throughput"]
+
+
+def test_idle_attention_dp_ranks_add_no_tokens_to_the_busy_ranks_steps():
+    # fuzz 20a F2: with one request in flight on 8 DP-attention ranks, its step was timed as if all 8 ranks held a
+    # batch like its own (TPOT 15.14 ms at C = 1, 2 and 8 alike)
+    def tpot(cap: int) -> float:
+        return run_cli("simulate", "-m", "deepseek-v3", "-g", "8xH200", "--engine", "sglang", "-tp", "8",
+                       "--enable-dp-attention", "--dp-size", "8", "--max-model-len", "8K", "--num-prompts", "40",
+                       "--max-concurrency", str(cap), "--json").json()["tpot_ms"]["median"]  # fmt: skip
+
+    one, two, eight = tpot(1), tpot(2), tpot(8)
+    assert one < two < eight
+
+
+def test_disaggregated_colocated_answer_is_solves_own(tmp_path):
+    # fuzz 20a F3: the colocated search reused the pools' query narrowed to the decode pool's KV dtype, so it
+    # answered 16 GPUs where solve --request-rate answers 8 (fp8 KV)
+    args = ("-m", "llama3-8b", "--request-rate", "60", "--ttft-ms", "300", "--tpot-ms", "20", "--input-len", "2048",
+            "--output-len", "256", "--max-model-len", "8K")  # fmt: skip
+    alone = run_cli("solve", *args, "--json").json()["answer"]
+    both = run_cli("solve", *args, "--disaggregated", "--json").json()["colocated"]["answer"]
+    assert (both["num_gpus"], both["kv_cache_dtype"]) == (alone["num_gpus"], alone["kv_cache_dtype"])
+
+
+def test_solve_says_when_whole_nodes_not_the_targets_set_the_size():
+    # fuzz 20a F4: 8 GPUs for 1 request/s "limited by the targets", where one GPU meets them and whole nodes set 8
+    base = ("solve", "-m", "llama3-8b", "--max-model-len", "8K", "--request-rate", "1", "--ttft-ms", "500",
+            "--tpot-ms", "30", "--num-prompts", "100", "--json")  # fmt: skip
+    whole = run_cli(*base).json()
+    assert whole["answer"]["num_gpus"] == 8
+    assert whole["limited_by"].startswith(
+        "whole nodes: 8 GPUs is this layout's smallest rental (1 a replica)"
+    )
+    part = run_cli(*base, "--partial-nodes").json()
+    assert part["answer"]["num_gpus"] == 1
+    assert part["limited_by"] == "the smallest deployment of this layout: one replica meets the targets"

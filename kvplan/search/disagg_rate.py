@@ -274,7 +274,7 @@ def solve_disaggregated(
         )
     # the pools hold the KV in one dtype: the connectors move pages as they are (vLLM's NixlConnector refuses a
     # peer whose cache dtype differs, kv_connector/v1/nixl_connector.py compute_nixl_compatibility_hash)
-    user_max = q.max_gpus
+    user_max, asked = q.max_gpus, q
     q = dataclasses.replace(q, max_gpus=left, kv_dtypes=(decode.kv_cache_dtype,), whole_nodes=whole)
     try:
         prefill = rate.min_gpus_at_rate(q, first, pre_targets, req_rate)
@@ -312,9 +312,8 @@ def solve_disaggregated(
     together, verdict = None, None
     if colocated:
         try:
-            together = rate.min_gpus_at_rate(
-                dataclasses.replace(q, max_gpus=q.max_gpus + decode.num_gpus), workload, targets, req_rate
-            )
+            # the user's own question (every KV dtype, the node rule asked), not the pools' narrowed one
+            together = rate.min_gpus_at_rate(asked, workload, targets, req_rate)
         except KvplanError as exc:
             verdict = str(exc).splitlines()[0]
     net = q.network or DEFAULT_NETWORK

@@ -392,7 +392,7 @@ def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: f
     try:
         s = Search(q, workload, targets)
         cands = s.candidates()
-        best: tuple[tuple, Candidate, int, int, int] | None = None
+        best: tuple[tuple, Candidate, int, int, int, str] | None = None
         last_fail: tuple[tuple[int, float], Candidate, int, int, SimResult] | None = None  # the closest miss
         for c in cands:
             replica = c.unit
@@ -422,7 +422,7 @@ def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: f
                 else:
                     lo = mid
             dp, n, nodes = options[hi]
-            best = (rank(options[hi]), c, dp, n, nodes)
+            best = (rank(options[hi]), c, dp, n, nodes, _why_size(c, n, hi))
         if best is None:
             verdict = s.solo_verdict(cands) if cands else None
             figures: dict[str, Any] = {}
@@ -442,10 +442,23 @@ def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: f
                     + f" (targets {targets.ttft_ms:g} / {targets.tpot_ms:g} ms); allow more GPUs or relax the targets"
                 )
             raise NoAnswer(verdict or "no layout meets the targets: " + "; ".join(s.reasons[:3]), **figures)
-        _, c, dp, n, nodes = best
-        return _answer_for(s, c, dp, n, nodes, rate, "min-gpus-at-rate", start, "the targets")
+        _, c, dp, n, nodes, why = best
+        return _answer_for(s, c, dp, n, nodes, rate, "min-gpus-at-rate", start, why)
     finally:
         PLANS.clear()
+
+
+def _why_size(c: Candidate, n: int, index: int) -> str:
+    """What sets the answer's size: the targets (a size smaller misses them), or the smallest rental of the
+    layout, which already meets them."""
+    if index > 0:
+        return "the targets (the next size down misses them)"
+    if n > c.unit:
+        return (
+            f"whole nodes: {n} GPUs is this layout's smallest rental ({c.unit} a replica), and it meets the targets "
+            "with room; --partial-nodes rents part of a node"
+        )
+    return "the smallest deployment of this layout: one replica meets the targets"
 
 
 def max_rate(q: Query, workload: Workload, targets: LoadTargets) -> RateAnswer:

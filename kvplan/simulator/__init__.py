@@ -9,11 +9,13 @@ timed by kvplan's step model.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from kvplan.simulator.deployment import Deployment, from_plan
 from kvplan.simulator.loop import simulate_run
 from kvplan.simulator.result import SimResult, build_result
+from kvplan.simulator.steptime import PlanSteps
 from kvplan.simulator.traces import read_trace
 from kvplan.simulator.workload import Workload, synthetic
 
@@ -29,18 +31,24 @@ def simulate(
 ) -> SimResult:
     """Serve `workload` on `deployment`; the metrics a benchmark client would report. A deployment of N
     schedulers (data-parallel replicas or vLLM DP engine cores, SGLang's attention-DP ranks) is N
-    simulations, scheduler i sent every N-th request from the i-th (round-robin); a client holding C < N
-    requests in flight keeps C of them busy. A --max-concurrency C is shared out so that exactly C are
-    in flight in all."""
+    simulations, scheduler i sent every N-th request from the i-th (round-robin). A --max-concurrency C
+    is shared out so that C are in flight in all: C below N keeps C schedulers busy (SGLang's idle
+    attention-DP ranks add no tokens to the busy ones' steps), and where N does not divide C the
+    schedulers holding one slot more are dealt one request more in each C (the client sends the next
+    request whenever any of its C finishes)."""
     shares = deployment.shares
     cap = workload.max_concurrency
     k = max(1, shares if cap is None else min(shares, cap))
-    if k == 1:
+    if k == 1 and shares == 1:
         run, _ = simulate_run(deployment, workload, progress)
         return build_result([run], deployment, workload, ttft_ms, tpot_ms)
+    deployment = _busy_ranks(deployment, k)
+    # slot s of each cycle of C (or of N without a cap) goes to scheduler s mod k: scheduler i holds
+    # C // k slots, one more for i < C mod k, and is dealt requests in that proportion
+    cycle = cap if cap is not None else k
     parts = []
     for i in range(k):
-        mine = workload.requests[i::k]
+        mine = tuple(r for j, r in enumerate(workload.requests) if (j % cycle) % k == i)
         if mine:
             c = None if cap is None else cap // k + (1 if i < cap % k else 0)
             parts.append(Workload(mine, c, f"{workload.description}; scheduler {i + 1} of {k}"))
@@ -55,6 +63,19 @@ def simulate(
     if progress is not None:
         progress(total, total)
     return build_result(runs, deployment, workload, ttft_ms, tpot_ms)
+
+
+def _busy_ranks(deployment: Deployment, busy: int) -> Deployment:
+    """A replica of SGLang attention-DP ranks of which only `busy` get requests (a --max-concurrency below
+    the ranks): a busy rank's step carries the busy ranks' tokens, not every rank's."""
+    steps = deployment.steps
+    ranks = deployment.attention_ranks
+    per_replica = -(-busy // max(1, deployment.data_parallel_size))
+    if ranks <= 1 or per_replica >= ranks or not isinstance(steps, PlanSteps):
+        return deployment
+    return dataclasses.replace(
+        deployment, steps=dataclasses.replace(steps, ranks=per_replica, _decode_cache={})
+    )
 
 
 def _offset_progress(
