@@ -392,3 +392,11 @@ def test_solve_says_when_whole_nodes_not_the_targets_set_the_size():
     part = run_cli(*base, "--partial-nodes").json()
     assert part["answer"]["num_gpus"] == 1
     assert part["limited_by"] == "the smallest deployment of this layout: one replica meets the targets"
+
+
+def test_solve_messages_about_one_request_say_one():
+    # fuzz 20a F5: "all 1 of the workload's requests sent at once"
+    r = run_cli("solve", "-m", "llama3-8b", "--max-model-len", "8K", "--max-rate", "-g", "1xH100", "--ttft-ms", "500",
+                "--tpot-ms", "30", "--num-prompts", "1", "--kv-cache-dtype", "auto")  # fmt: skip
+    assert r.exit_code == 3 and "the workload's one request sent at once still reaches TTFT" in r.stderr
+    assert "all 1 of" not in r.stderr

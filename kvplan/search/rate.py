@@ -371,9 +371,10 @@ def _check_steady(s: Search, per_replica: float, r: SimResult, replicas: int = 1
         return
     need = _nice_up(n * e2e / span)
     raise UsageError(
-        f"--num-prompts {n}: at {per_replica:,.4g} requests/s per deployment they are all sent within "
-        f"{span:,.3g} s, less than a request's mean {e2e:,.3g} s end to end, so the run is a burst, not a "
-        f"steady load; give --num-prompts {need:,} or more"
+        f"--num-prompts {n}: at {per_replica:,.4g} requests/s per deployment "
+        + ("it is sent at once" if n == 1 else f"they are all sent within {span:,.3g} s")
+        + f", less than a request's mean {e2e:,.3g} s end to end, so the run is a burst, not a steady load; "
+        f"give --num-prompts {need} or more"
     )
 
 
@@ -514,8 +515,13 @@ def _max_rate_of(s: Search, c: Candidate, dp: int, beat: float | None) -> tuple[
     if s.meets(at_once):  # no rate loads the replicas past the targets: the workload is too short to ask
         t, p = s.targets, s.targets.percentile
         raise NoAnswer(
-            f"every rate meets the targets on {c.label}: all {n:,} of the workload's requests sent at once still "
-            f"reach TTFT p{p} {t.of(at_once.ttft_ms):,.0f} ms and TPOT p{p} {t.of(at_once.tpot_ms):,.1f} ms; too "
+            f"every rate meets the targets on {c.label}: "
+            + (
+                "the workload's one request sent at once still reaches"
+                if n == 1
+                else f"all {n:,} of the workload's requests sent at once still reach"
+            )
+            + f" TTFT p{p} {t.of(at_once.ttft_ms):,.0f} ms and TPOT p{p} {t.of(at_once.tpot_ms):,.1f} ms; too "
             f"few to load the GPUs: give --num-prompts {_nice_up(max(1000, 10 * n))} or more (or a longer trace)"
         )
     saturated = at_once.request_throughput

@@ -191,7 +191,7 @@ def _check_steps(deployment: Deployment, workload: Workload) -> None:
     steps = ceil_div(prompt, budget)
     if steps > MAX_SIM_STEPS:
         raise UsageError(
-            f"{flag} {budget:,}: the workload's {prompt:,} prompt tokens need at least {steps:,} engine "
+            f"{flag} {budget:,}: the {prompt:,} prompt tokens one scheduler is dealt need at least {steps:,} engine "
             f"steps, more than the {MAX_SIM_STEPS:,} kvplan simulates (README, Limits); raise {flag} "
             "or simulate fewer or shorter prompts"
         )
