@@ -400,3 +400,33 @@ def test_solve_messages_about_one_request_say_one():
                 "--tpot-ms", "30", "--num-prompts", "1", "--kv-cache-dtype", "auto")  # fmt: skip
     assert r.exit_code == 3 and "the workload's one request sent at once still reaches TTFT" in r.stderr
     assert "all 1 of" not in r.stderr
+
+
+def test_max_context_is_the_smallest_length_key_unless_model_max_length_names_it(tmp_path):
+    # fuzz 20b F5: kvplan read the first of four keys; vLLM takes the smallest of nine (vllm/config.py v0.11.0
+    # _get_and_verify_max_len) and then a config's model_max_length (Command-R / Cohere)
+    seq = _edited_config(tmp_path, "llama-2-13b.json", max_position_embeddings=4096, seq_length=2048)
+    d = run_cli("estimate", "-m", seq, "-g", "H100", "--json").json()
+    assert d["model"]["max_context"] == 2048
+    assert any(a.startswith("max context 2,048 from seq_length (the smallest") for a in d["assumptions"])
+    cohere = _edited_config(
+        tmp_path, "llama-2-13b.json", max_position_embeddings=8192, model_max_length=131072
+    )
+    assert (
+        run_cli("estimate", "-m", cohere, "-g", "8xH100", "--json").json()["model"]["max_context"] == 131072
+    )
+    plain = run_cli("estimate", "-m", str(HF / "llama-2-13b.json"), "-g", "H100", "--json").json()
+    assert plain["model"]["max_context"] == 4096 and not any(
+        a.startswith("max context") for a in plain["assumptions"]
+    )
+
+
+def test_mllama_prefill_charges_causal_attention_in_its_self_attention_layers_only():
+    # fuzz 20b F6: Llama 3.2 Vision's 8 cross-attention layers (attending to the image, skipped without one) were
+    # charged as causal self-attention over the prompt: 40 layers, 44.45 ms where its 32 self-attention layers
+    # take 35.56 ms (an 8,192-token prompt on one H100, at the assumed 50% of the bf16 peak)
+    d = run_cli("estimate", "-m", str(HF / "llama-3.2-11b-vision.json"), "--engine-version", "0.10",
+                "--max-model-len", "8K", "--json").json()  # fmt: skip
+    assert d["prefill"]["work"]["attention_layers"] == 32
+    want = 4 * 8192 * 4096 * 32 * 4096 / (989.4e12 * 0.5) * 1e3  # 4 x T x T/2 x layers x width at 50% of peak
+    assert d["prefill"]["terms"]["attention_ms"] == pytest.approx(want)

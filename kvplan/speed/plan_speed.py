@@ -19,7 +19,15 @@ from kvplan.model.parallel import DEFAULT_NETWORK, Network, Sharding
 from kvplan.model.params import ParamBreakdown
 from kvplan.model.weights import matrix_format_name
 from kvplan.specs.matrices import Matrix, vision_matrices, weight_matrices
-from kvplan.specs.models import GpuSpec, HeadLayer, LatentAttention, ModelSpec, NoCache, SharedKV
+from kvplan.specs.models import (
+    CrossAttention,
+    GpuSpec,
+    HeadLayer,
+    LatentAttention,
+    ModelSpec,
+    NoCache,
+    SharedKV,
+)
 from kvplan.speed import step_model
 from kvplan.speed.prefill import (
     Evidence,
@@ -711,7 +719,10 @@ def prefill_work(
     return PrefillWork(
         active_params=token_gemm_params(spec, params),
         head_params=params.lm_head or params.embedding,  # a tied head is the embedding matrix
-        attention_layers=sum(s.attention_layers for s in inp.stages),
+        # a prompt's causal attention runs in the self-attention layers; Mllama's cross-attention layers attend to
+        # the image's tokens, not the prompt's, and are skipped without an image (mllama.py: cross_attention_states)
+        attention_layers=sum(s.attention_layers for s in inp.stages)
+        - sum(1 for layer in spec.layers if isinstance(layer, CrossAttention)),
         attention_width=attention_width(spec),
         gemm_peak_flops_per_s=peak,
         attention_peak_flops_per_s=gpu.bf16_dense_flops,

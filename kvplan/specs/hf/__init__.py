@@ -257,6 +257,31 @@ def _noted_warnings(notes: list[str], path: Path) -> list[str]:
     return out
 
 
+# vllm/config.py v0.11.0 _get_and_verify_max_len possible_keys (OPT, GPT-2, MPT, ChatGLM2, Command-R, Whisper, others)
+_LENGTH_KEYS = (
+    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
+)  # fmt: skip
+
+
+def _max_length(r: Reader, notes: list[str]) -> tuple[str | None, Any]:
+    """(its key, the model's length before RoPE scaling) as vLLM derives it: the smallest of the length keys the
+    config holds, unless it names model_max_length (Command-R / Cohere: that one); the choice said in the notes
+    where the keys disagree."""
+    present = [k for k in _LENGTH_KEYS if r.has(k)]
+    if not present:
+        return None, r.int(_LENGTH_KEYS[0])  # required: the one-line refusal names the usual key
+    values = {k: r.int(k) for k in present}
+    if any(v is None for v in values.values()):
+        return present[0], None  # a bad value: said in r.problems
+    key = "model_max_length" if "model_max_length" in values else min(present, key=lambda k: values[k])
+    if len(set(values.values())) > 1:
+        rule = "named by Command-R / Cohere configs" if key == "model_max_length" else "the smallest"
+        listed = ", ".join(f"{k} {v:,}" for k, v in values.items())
+        notes.append(f"max context {values[key]:,} from {key} ({rule}, as vLLM derives it) of {listed}")
+    return key, values[key]
+
+
 def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise SpecError(f"{path}: expected a JSON object (a Hugging Face config.json)")
@@ -275,9 +300,8 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
     hidden = r.int("hidden_size", "n_embd", "d_model")
     heads = r.int("num_attention_heads", "n_head", "num_heads")
     vocab = r.int("vocab_size", "padded_vocab_size")
-    length_keys = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
-    max_context = r.int(*length_keys)
-    rope = scaled_max_context(r, next((k for k in length_keys if r.has(k)), None), max_context, notes)
+    length_key, max_context = _max_length(r, notes)
+    rope = scaled_max_context(r, length_key, max_context, notes)
     max_context = rope.max_context
     if r.cfg.get("multi_query") is True and not r.has("num_kv_heads"):
         kv_heads = 1
