@@ -430,3 +430,15 @@ def test_mllama_prefill_charges_causal_attention_in_its_self_attention_layers_on
     assert d["prefill"]["work"]["attention_layers"] == 32
     want = 4 * 8192 * 4096 * 32 * 4096 / (989.4e12 * 0.5) * 1e3  # 4 x T x T/2 x layers x width at 50% of peak
     assert d["prefill"]["terms"]["attention_ms"] == pytest.approx(want)
+
+
+def test_qwen_moe_config_with_no_experts_is_the_dense_model_vllm_builds(tmp_path):
+    # fuzz 20b F7: 'num_experts: must be >= 1, got 0', where vLLM's qwen3_moe.py builds Qwen3MoeMLP at
+    # intermediate_size in every layer (`config.num_experts > 0` fails): 48 x (attention + 3 x 2,048 x 6,144) + the
+    # untied embedding and head
+    path = _edited_config(tmp_path, "qwen3-30b-a3b.json", num_experts=0)
+    d = run_cli("estimate", "-m", path, "-g", "H100", "--max-model-len", "8K", "--json").json()
+    # q, k, v, o (kvplan leaves out the 2 x 128 q/k norm weights a layer)
+    attention = 2048 * (32 * 128) + 2 * 2048 * (4 * 128) + (32 * 128) * 2048
+    layer = attention + 3 * 2048 * 6144 + 2 * 2048  # + the two RMS norms
+    assert d["params_total"] == 48 * layer + 2 * 151936 * 2048 + 2048

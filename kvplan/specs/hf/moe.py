@@ -82,6 +82,7 @@ def _layer_placement(r: Reader) -> tuple[int, int]:
 # families whose layer is a dense MLP when the config has one expert: vllm/model_executor/models/jamba.py v0.11.0
 # JambaDecoderLayer (`if num_experts > 1: JambaMoE`), hunyuan_v1.py v0.11.0 _is_moe (`num_experts > 1`)
 _ONE_EXPERT_IS_DENSE = ("jamba", "hunyuan")
+_ZERO_EXPERTS_IS_DENSE = ("qwen2_moe", "qwen3_moe")
 _EXPERTS = ("num_local_experts", "n_routed_experts", "num_experts")
 _TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k_experts")
 
@@ -92,10 +93,12 @@ def _named(r: Reader, keys: tuple[str, ...]) -> str:
 
 
 def read_moe(r: Reader, top: dict, notes: list[str] | None = None) -> dict | None:
-    experts = r.int(*_EXPERTS, default=None)
+    family = str(r.cfg.get("model_type") or "")
+    # qwen2_moe.py / qwen3_moe.py v0.11.0 build a dense MLP where `config.num_experts > 0` fails: 0 is dense there
+    zero_is_dense = family.startswith(_ZERO_EXPERTS_IS_DENSE)
+    experts = r.int(*_EXPERTS, default=None, minimum=0 if zero_is_dense else 1)
     if not experts or r.cfg.get("enable_moe_block") is False:
         return None
-    family = str(r.cfg.get("model_type") or "")
     if experts == 1 and family.startswith(_ONE_EXPERT_IS_DENSE):
         return None
     top_k = r.int(*_TOP_K)
