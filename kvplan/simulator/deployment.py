@@ -52,7 +52,7 @@ class Deployment:
     assumptions: tuple[str, ...] = ()
     speculative: SpecDecode | None = None  # speculative decoding as the scheduler sees it
     # SGLang DP attention: ranks of one replica, each its own scheduler and KV pool, stepping together
-    # (the MoE layers join them); one rank is simulated (simulator.simulate deals the requests)
+    # (the MoE layers join them); each rank is simulated on its share (simulator.simulate deals the requests)
     attention_ranks: int = 1
     # vLLM: blocks a request holds whatever its length (a hybrid model's recurrent-state pages)
     fixed_blocks: int = 0
