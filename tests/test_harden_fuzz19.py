@@ -442,3 +442,17 @@ def test_qwen_moe_config_with_no_experts_is_the_dense_model_vllm_builds(tmp_path
     attention = 2048 * (32 * 128) + 2 * 2048 * (4 * 128) + (32 * 128) * 2048
     layer = attention + 3 * 2048 * 6144 + 2 * 2048  # + the two RMS norms
     assert d["params_total"] == 48 * layer + 2 * 151936 * 2048 + 2048
+
+
+def test_kv_usage_over_time_spans_the_whole_run_of_every_scheduler(tmp_path):
+    # fuzz 20a F6: the KV chart and mean covered the busiest scheduler's own span, not the run's: on -dp 2, a long
+    # prompt at 0 s (scheduler 1, the busiest) and a short one at 30 s (scheduler 2) charted 0-1 s of a 30 s run
+    trace = tmp_path / "two.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00,7000,10\n"
+                     "2024-05-10 00:00:30,100,10\n")  # fmt: skip
+    d = run_cli("simulate", "-m", "llama3-8b", "-g", "2xH100", "-tp", "1", "-dp", "2", "--max-model-len", "8K",
+                "--trace", str(trace), "--json").json()  # fmt: skip
+    assert d["completed"] == 2 and d["duration_s"] > 30
+    assert d["kv_usage"]["series"][-1]["t_s"] >= d["duration_s"] - 1e-9
+    # the mean is over the whole run: the long prompt's blocks held for about a second of 30
+    assert d["kv_usage"]["mean"] < d["kv_usage"]["peak"] / 10

@@ -125,7 +125,8 @@ def build_result(
     out_tokens = sum(r.num_output for r in done)
     in_tokens = sum(r.spec.prompt_tokens for r in done)
     busiest = max(runs, key=lambda run: kv_series(run.rec.kv, run.now)[1])
-    series, peak, mean = kv_series(busiest.rec.kv, busiest.now)
+    # over the whole run (the last scheduler's end), not the busiest one's own span
+    series, peak, mean = kv_series(busiest.rec.kv, max(run.now for run in runs))
     reqs = [r for run in runs for r in run.reqs]
     failed: dict[str, int] = {}
     for run in runs:
