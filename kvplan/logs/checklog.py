@@ -12,7 +12,6 @@ kvplan's non-KV estimate; it can be saved as a calibration for later estimates.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +20,7 @@ from kvplan.engines import vllm_memory as vm
 from kvplan.errors import NoKvMemoryLeft, UsageError, WeightsDoNotFit
 from kvplan.formats import normalize_dtype_name
 from kvplan.limits import MAX_GPUS, MAX_TOKENS
-from kvplan.logs.logparse import ParsedLog
+from kvplan.logs.logparse import ParsedLog, release_of
 from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.request import Speculative, model_dtype_name
 from kvplan.specs.models import ChunkedAttention, GpuSpec, ModelSpec, SlidingWindow
@@ -259,20 +258,13 @@ def _minor(version: str | None, engine: type[engines.Engine]) -> str | None:
     so); an older one than kvplan reads is refused."""
     if not version:
         return None
-    v = _release(version)
+    v = release_of(version)
     if v < engine.first:
         raise UsageError(
             f"the log is from {engine.display_name} {version}, older than the first release kvplan reads "
             f"({engines.fmt_version(engine.first)})"
         )
     return engines.fmt_version(min(v, engine.latest))
-
-
-def _release(version: str) -> engines.Version:
-    """'0.11.0rc2.dev7+g1a2b' -> (0, 11): the log's version lines hold major.minor first (logparse)."""
-    m = re.match(r"v?(\d+)\.(\d+)", version)
-    assert m is not None, version  # logparse takes only versions that start so
-    return int(m.group(1)), int(m.group(2))
 
 
 def _version_note(f: dict[str, Any], engine: type[engines.Engine], req: PlanRequest) -> str | None:
@@ -294,7 +286,7 @@ def _version_note(f: dict[str, Any], engine: type[engines.Engine], req: PlanRequ
             )
             return f"the log {what}; read by {latest}'s rules (give --engine-version to say which)"
         return None
-    if _release(f["version"]) > engine.latest:
+    if release_of(f["version"]) > engine.latest:
         return (
             f"the log is from {engine.display_name} {f['version']}, newer than the newest release kvplan "
             f"knows; read by {latest}'s rules"

@@ -63,7 +63,7 @@ class ParsedLog:
                 f"the log names {key} {self.facts[key]} and then {value} (line {line.strip()[:60]!r}): "
                 "paste one startup's log as the engine printed it"
             )
-        if key == "version" and key in self.facts and _release_of(self.facts[key]) != _release_of(value):
+        if key == "version" and key in self.facts and release_of(self.facts[key]) != release_of(value):
             # a log spliced from two startups, or edited: read by the first, and check-log says so
             self.facts.setdefault("version_conflict", (self.facts[key], value))
         if key in self.facts:
@@ -73,9 +73,12 @@ class ParsedLog:
         self.evidence[key] = line.strip()
 
 
-def _release_of(version: Any) -> tuple[int, ...]:
-    """'0.11.0', 'v0.11.0rc2.dev113+g...' -> (0, 11): the release a version string names."""
-    return tuple(int(x) for x in re.findall(r"\d+", str(version))[:2])
+def release_of(version: str) -> tuple[int, int]:
+    """'0.11.0', 'v0.11.0rc2.dev113+g...' -> (0, 11): the release a version line names (the lines this
+    module reads a version from hold major.minor first)."""
+    m = re.match(r"v?(\d+)\.(\d+)", str(version))
+    assert m is not None, version
+    return int(m.group(1)), int(m.group(2))
 
 
 # (pattern, fact, converter, keep) for lines that carry one number each

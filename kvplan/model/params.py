@@ -24,6 +24,10 @@ class ParamBreakdown:
     body: int  # everything else: attention, dense MLPs, shared experts, norms, routers
     total_stated: bool  # True when the spec states the total and `body` was solved from it
     active: int  # parameters read per token (MoE: top-k experts only)
+    # the GEMM parameters a prompt token passes through, from the architecture: the body less the vision tower
+    # (it runs per image) and the top-k share of the routed experts; no input embedding (a gather) nor LM head
+    # (run once per prompt); not the stated active figure, whose convention varies (gpt-oss's 3.6B counts its head)
+    per_token_gemm: int = 0
 
     @property
     def total(self) -> int:
@@ -70,12 +74,14 @@ def param_breakdown(spec: ModelSpec) -> ParamBreakdown:
         # Trust the stated total; the architecture only tells how it divides.
         body = max(spec.total_params - embedding - lm_head - routed, 0)
     total = embedding + lm_head + routed + body
+    # the vision tower runs per image, not per generated token; a token reads its top-k routed experts
+    vision = sum(m.params for m in vision_matrices(spec.vision_tower)) if spec.vision_tower else 0
+    top_k = (
+        routed * spec.moe.experts_per_token // spec.moe.num_experts if spec.moe is not None and routed else 0
+    )
+    per_token_gemm = max(0, body - vision) + top_k
     if spec.active_params is not None:
         active = spec.active_params
     else:
-        # the vision tower runs per image, not per generated token
-        vision = sum(m.params for m in vision_matrices(spec.vision_tower)) if spec.vision_tower else 0
-        active = total - vision
-        if spec.moe is not None and routed:
-            active -= routed - routed * spec.moe.experts_per_token // spec.moe.num_experts
-    return ParamBreakdown(embedding, lm_head, routed, body, stated, active)
+        active = total - vision - routed + top_k
+    return ParamBreakdown(embedding, lm_head, routed, body, stated, active, per_token_gemm)

@@ -844,7 +844,7 @@ def _chunked_prefill_size(req: PlanRequest, report: EngineReport) -> int | None:
 
 
 def _engine_context(
-    req: PlanRequest, cls: type[Engine], version: tuple[int, int], applied: dict[str, Any], notes: list[str]
+    req: PlanRequest, cls: type[Engine], version: tuple[int, int], notes: list[str]
 ) -> PlanRequest:
     """The context an engine starts with where it is not the model's maximum (kvplan/specs/hf/rope.py): vLLM
     0.12+ on a LongRoPE model without --max-model-len, SGLang on a YaRN block whose maximum it derives
@@ -888,7 +888,7 @@ def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list
     version = cls.parse_version(req.engine_version)
     cls.check_architecture(req.model, version)
     req, applied, notes = _model_dtype(req, cls, version)
-    req = _engine_context(req, cls, version, applied, notes)
+    req = _engine_context(req, cls, version, notes)
     if (
         cls.name == "sglang"
         and req.speculative is not None

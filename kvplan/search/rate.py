@@ -449,6 +449,14 @@ def min_gpus_at_rate(q: Query, workload: Workload, targets: LoadTargets, rate: f
         PLANS.clear()
 
 
+def _too_short(n: int, what: str) -> NoAnswer:
+    """--max-rate on a workload too short to load the GPUs: what shows it, and how many requests to give."""
+    return NoAnswer(
+        f"{what}; too few to load the GPUs: give --num-prompts {_nice_up(max(1000, 10 * n))} or more "
+        "(or a longer trace)"
+    )
+
+
 def _why_size(c: Candidate, n: int, index: int) -> str:
     """What sets the answer's size: the targets (a size smaller misses them), or the smallest rental of the
     layout, which already meets them."""
@@ -514,16 +522,15 @@ def _max_rate_of(s: Search, c: Candidate, dp: int, beat: float | None) -> tuple[
     at_once = simulate(c.deployment, flood, s.targets.ttft_ms, s.targets.tpot_ms)
     if s.meets(at_once):  # no rate loads the replicas past the targets: the workload is too short to ask
         t, p = s.targets, s.targets.percentile
-        raise NoAnswer(
-            f"every rate meets the targets on {c.label}: "
-            + (
-                "the workload's one request sent at once still reaches"
-                if n == 1
-                else f"all {n:,} of the workload's requests sent at once still reach"
-            )
-            + f" TTFT p{p} {t.of(at_once.ttft_ms):,.0f} ms and TPOT p{p} {t.of(at_once.tpot_ms):,.1f} ms; too "
-            f"few to load the GPUs: give --num-prompts {_nice_up(max(1000, 10 * n))} or more (or a longer trace)"
+        sent = (
+            "the workload's one request sent at once still reaches"
+            if n == 1
+            else f"all {n:,} of the workload's requests sent at once still reach"
         )
+        raise _too_short(
+            n, f"every rate meets the targets on {c.label}: {sent} TTFT p{p} {t.of(at_once.ttft_ms):,.0f} ms and "
+            f"TPOT p{p} {t.of(at_once.tpot_ms):,.1f} ms"
+        )  # fmt: skip
     saturated = at_once.request_throughput
     cap = saturated * dp
     if cap <= 0:
@@ -551,11 +558,10 @@ def _max_rate_of(s: Search, c: Candidate, dp: int, beat: float | None) -> tuple[
         while s.meets(s.run(c, hi / dp, dp)):
             lo, hi = hi, 2 * hi
             if hi > cap * 2**6:
-                raise NoAnswer(
-                    f"every rate up to {lo:,.4g} requests/s meets the targets on {c.label}, {lo / cap:.0f}x what "
-                    f"the replicas get through with all {n:,} requests sent at once: too few to load the GPUs; give "
-                    f"--num-prompts {_nice_up(max(1000, 10 * n))} or more (or a longer trace)"
-                )
+                raise _too_short(
+                    n, f"every rate up to {lo:,.4g} requests/s meets the targets on {c.label}, {lo / cap:.0f}x what "
+                    f"the replicas get through with all {n:,} requests sent at once"
+                )  # fmt: skip
     while hi / lo > 1 + RATE_TOLERANCE:
         mid = math.sqrt(lo * hi)
         if s.meets(s.run(c, mid / dp, dp)):

@@ -18,6 +18,7 @@ from kvplan.simulator.result import SimResult, build_result
 from kvplan.simulator.steptime import PlanSteps
 from kvplan.simulator.traces import read_trace
 from kvplan.simulator.workload import Workload, synthetic
+from kvplan.units import ceil_div
 
 __all__ = ["Deployment", "SimResult", "Workload", "from_plan", "read_trace", "simulate", "synthetic"]
 
@@ -39,7 +40,7 @@ def simulate(
     shares = deployment.shares
     cap = workload.max_concurrency
     k = max(1, shares if cap is None else min(shares, cap))
-    if k == 1 and shares == 1:
+    if shares == 1:
         run, _ = simulate_run(deployment, workload, progress)
         return build_result([run], deployment, workload, ttft_ms, tpot_ms)
     deployment = _busy_ranks(deployment, k)
@@ -70,7 +71,7 @@ def _busy_ranks(deployment: Deployment, busy: int) -> Deployment:
     the ranks): a busy rank's step carries the busy ranks' tokens, not every rank's."""
     steps = deployment.steps
     ranks = deployment.attention_ranks
-    per_replica = -(-busy // max(1, deployment.data_parallel_size))
+    per_replica = ceil_div(busy, max(1, deployment.data_parallel_size))
     if ranks <= 1 or per_replica >= ranks or not isinstance(steps, PlanSteps):
         return deployment
     return dataclasses.replace(

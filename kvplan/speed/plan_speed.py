@@ -18,7 +18,7 @@ from kvplan.model.capacity import AvgContext, Pool
 from kvplan.model.parallel import DEFAULT_NETWORK, Network, Sharding
 from kvplan.model.params import ParamBreakdown
 from kvplan.model.weights import matrix_format_name
-from kvplan.specs.matrices import Matrix, vision_matrices, weight_matrices
+from kvplan.specs.matrices import Matrix, weight_matrices
 from kvplan.specs.models import (
     CrossAttention,
     GpuSpec,
@@ -717,7 +717,7 @@ def prefill_work(
     fp8 = w_fmt.name == "fp8" and gpu.fp8_dense_flops is not None
     peak = gpu.fp8_dense_flops if fp8 and gpu.fp8_dense_flops is not None else gpu.bf16_dense_flops
     return PrefillWork(
-        active_params=token_gemm_params(spec, params),
+        active_params=params.per_token_gemm,
         head_params=params.lm_head or params.embedding,  # a tied head is the embedding matrix
         # a prompt's causal attention runs in the self-attention layers; Mllama's cross-attention layers attend to
         # the image's tokens, not the prompt's, and are skipped without an image (mllama.py: cross_attention_states)
@@ -728,18 +728,6 @@ def prefill_work(
         attention_peak_flops_per_s=gpu.bf16_dense_flops,
         weight_bytes_per_gpu=weight_bytes_per_gpu(inp),
     )
-
-
-def token_gemm_params(spec: ModelSpec, params: ParamBreakdown) -> int:
-    """The GEMM parameters one prompt token passes through: the body (attention, dense MLPs, shared
-    experts, routers) and its top-k share of the routed experts, counted from the architecture. Not
-    the model's stated active figure, whose convention varies (gpt-oss's 3.6B counts the LM head and
-    not the input embedding), nor the vision tower, which runs per image."""
-    vision = sum(m.params for m in vision_matrices(spec.vision_tower)) if spec.vision_tower else 0
-    routed = 0
-    if spec.moe is not None and params.routed_experts:
-        routed = params.routed_experts * spec.moe.experts_per_token // spec.moe.num_experts
-    return max(0, params.body - vision) + routed
 
 
 def prefill_source(pc: PrefillCoefficients) -> str:
