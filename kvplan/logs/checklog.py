@@ -305,6 +305,12 @@ def _max_model_len_note(f: dict[str, Any]) -> str | None:
             else "vLLM --max-model-len auto: the log's context length is the one the engine fitted"
         )
     given, ran = f.get("configured_max_model_len"), f.get("max_model_len")
+    if f.get("max_model_len_conflict"):
+        first, then = f["max_model_len_conflict"]
+        return (
+            f"the log's startup lines give max_model_len {first:,} and then {then:,} (a log spliced from two "
+            f"startups, or edited?): read as {ran:,}; paste one startup's log as the engine printed it"
+        )
     if given is not None and ran is not None and given != ran:
         return (
             f"the engine's arguments give max_model_len {given:,} but its concurrency line {ran:,}; "

@@ -66,6 +66,10 @@ class ParsedLog:
         if key == "version" and key in self.facts and release_of(self.facts[key]) != release_of(value):
             # a log spliced from two startups, or edited: read by the first, and check-log says so
             self.facts.setdefault("version_conflict", (self.facts[key], value))
+        if key == "configured_max_model_len" and self.facts.get(key, value) != value:
+            # vLLM prints its arguments and then the engine config built from them (max_seq_len), SGLang its
+            # ServerArgs once: two lengths in one startup's lines is a log spliced from two, or edited
+            self.facts.setdefault("max_model_len_conflict", (self.facts[key], value))
         if key in self.facts:
             if keep == "first" or (keep == "min" and value >= self.facts[key]):
                 return

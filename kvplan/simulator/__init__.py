@@ -18,6 +18,7 @@ from kvplan.simulator.result import SimResult, build_result
 from kvplan.simulator.steptime import PlanSteps
 from kvplan.simulator.traces import read_trace
 from kvplan.simulator.workload import Workload, synthetic
+from kvplan.speed import step_model as speed
 from kvplan.units import ceil_div
 
 __all__ = ["Deployment", "SimResult", "Workload", "from_plan", "read_trace", "simulate", "synthetic"]
@@ -67,16 +68,29 @@ def simulate(
 
 
 def _busy_ranks(deployment: Deployment, busy: int) -> Deployment:
-    """A replica of SGLang attention-DP ranks of which only `busy` get requests (a --max-concurrency below
-    the ranks): a busy rank's step carries the busy ranks' tokens, not every rank's."""
+    """A deployment of which only `busy` schedulers get requests (a --max-concurrency below the
+    schedulers): a busy SGLang attention-DP rank's step carries the busy ranks' tokens, not every
+    rank's; a busy vLLM DP engine core's MoE layers route the busy cores' tokens, the idle cores
+    stepping with empty (dummy) batches to keep the group in step (vllm/v1/engine/core.py at v0.11.0,
+    DPEngineCoreProc.run_busy_loop: an idle core runs execute_dummy_batch while the group has work)."""
     steps = deployment.steps
+    if not isinstance(steps, PlanSteps):
+        return deployment
     ranks = deployment.attention_ranks
     per_replica = ceil_div(busy, max(1, deployment.data_parallel_size))
-    if ranks <= 1 or per_replica >= ranks or not isinstance(steps, PlanSteps):
-        return deployment
-    return dataclasses.replace(
-        deployment, steps=dataclasses.replace(steps, ranks=per_replica, _decode_cache={})
-    )
+    if ranks > 1 and per_replica < ranks:
+        steps = dataclasses.replace(steps, ranks=per_replica, _decode_cache={})
+    par = steps.inputs.parallel
+    if busy < par.group_tokens:
+        inputs = dataclasses.replace(steps.inputs, parallel=dataclasses.replace(par, group_tokens=busy))
+        parts = steps.parts
+        steps = dataclasses.replace(
+            steps,
+            decode_step=lambda b, kv, ctx: speed.decode_step(inputs, b, kv, ctx, parts),
+            inputs=inputs,
+            _decode_cache={},
+        )
+    return deployment if steps is deployment.steps else dataclasses.replace(deployment, steps=steps)
 
 
 def _offset_progress(

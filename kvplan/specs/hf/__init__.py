@@ -223,6 +223,54 @@ _CLASS_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
         "MixtralConfig (configuration_mixtral.py)",
         {"num_local_experts": 8, "num_experts_per_tok": 2},
     ),
+    "qwen2_moe": (
+        "Qwen2MoeConfig (configuration_qwen2_moe.py)",
+        {
+            "num_experts": 60,
+            "num_experts_per_tok": 4,
+            "moe_intermediate_size": 1408,
+            "shared_expert_intermediate_size": 5632,
+        },
+    ),
+    "qwen3_moe": (
+        "Qwen3MoeConfig (configuration_qwen3_moe.py)",
+        {"num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768},
+    ),
+    "glm4_moe": (
+        "Glm4MoeConfig (configuration_glm4_moe.py)",
+        {
+            "n_routed_experts": 128,
+            "num_experts_per_tok": 8,
+            "n_shared_experts": 1,
+            "moe_intermediate_size": 1408,
+            "first_k_dense_replace": 1,
+        },
+    ),
+    "olmoe": ("OlmoeConfig (configuration_olmoe.py)", {"num_experts": 64, "num_experts_per_tok": 8}),
+    "granitemoe": (
+        "GraniteMoeConfig (configuration_granitemoe.py)",
+        {"num_local_experts": 8, "num_experts_per_tok": 2},
+    ),
+    "phimoe": ("PhimoeConfig (configuration_phimoe.py)", {"num_local_experts": 16, "num_experts_per_tok": 2}),
+    "minimax": (
+        "MiniMaxConfig (configuration_minimax.py)",
+        {"num_local_experts": 8, "num_experts_per_tok": 2},
+    ),
+    "gpt_oss": (
+        "GptOssConfig (configuration_gpt_oss.py)",
+        {"num_local_experts": 128, "num_experts_per_tok": 4},
+    ),
+    "jamba": (
+        "JambaConfig (configuration_jamba.py)",
+        {
+            "num_experts": 16,
+            "num_experts_per_tok": 2,
+            "expert_layer_period": 2,
+            "expert_layer_offset": 1,
+            "attn_layer_period": 8,
+            "attn_layer_offset": 4,
+        },
+    ),
     "gemma3_text": (
         "Gemma3TextConfig (configuration_gemma3.py)",
         {"head_dim": 256, "num_key_value_heads": 4},
