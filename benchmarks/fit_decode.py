@@ -30,6 +30,18 @@ figure measures is stated per source in METRICS, with the words that say so (quo
   batch    one static batch timed from the first prompt to the last token, divided by the output
            tokens: (the batch's prompts in one pass + (output - 1) x step) / output
 
+Pre-registered 2026-12-07 (committed before any fit with it; the outcome is recorded below it whatever it is):
+  cdna3_bandwidth_share. Hypothesis: AMD CDNA3 cards (MI300X, MI325X: GpuSpec.arch "cdna3") stream weights, KV and
+  experts at a smaller share of their datasheet HBM bandwidth than the shares the NVIDIA-dominated dev rows pin
+  (gemm_efficiency fitted, attention_efficiency assumed from FlashInfer's H100 figures). The shipped model's
+  leave-one-source-out biases on CDNA3 rows motivate it (MI300X vLLM dense -17%, MoE -45%; MI325X SGLang MoE -22%);
+  CDNA4 (MI355X: +6%, +2%) is outside it. Form: one coefficient, bounds (0.5, 1.0), multiplying a CDNA3 card's
+  datasheet bandwidth in every term that streams from HBM (weights, KV reads, experts; the prefill's weight stream);
+  fitted with the other coefficients on the dev rows by the same loss. Ships if, against the shipped fit
+  (LOSO 15.5%), the refit's dev leave-one-source-out median |error| does not rise and no CDNA3 bucket's LOSO median
+  |error| rises; otherwise it is held at 1.0 and this note says so. LOSO, the frozen set and serving_check.py are
+  reported either way. No other form is tried on these rows.
+
 Run:  python benchmarks/fit_decode.py            # fit on dev, LOSO, frozen check; write kvplan/data/decode_fit.yaml
       python benchmarks/fit_decode.py --check    # the shipped coefficients and LOSO fits replayed, no fit, no write
       python benchmarks/fit_decode.py --readme   # README.md's accuracy block from decode_fit.yaml
