@@ -172,6 +172,16 @@ def solve(
             raise UsageError(
                 "--request-rate/--max-rate answer by simulation: not with --users or --max-context"
             )
+        # one answer: --top has nothing to choose from; --max-rate's GPUs are the ones given
+        idle = [flag for flag, on in (
+            ("--top", top != 5), ("--max-gpus", max_rate and max_gpus != 64), ("--price", max_rate and price is not None),
+            ("--partial-nodes", max_rate and partial_nodes),
+        ) if on]  # fmt: skip
+        if idle:
+            what = "--max-rate answers for the GPUs given" if max_rate else "--request-rate gives one answer"
+            raise UsageError(
+                f"{', '.join(idle)} would change nothing: {what}; leave {'it' if len(idle) == 1 else 'them'} out"
+            )
         load = inputs.LoadFlags(
             **{k: given[k] for k in load_names},
             input_len=input_len,

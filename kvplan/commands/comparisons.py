@@ -153,6 +153,17 @@ def _models(models: str | None) -> tuple[list[str], list[ModelSpec]]:
     return names, [inputs.load_spec(n) for n in names]
 
 
+def _variants(variants: str) -> list[str]:
+    """--variants as listed: an empty entry or one given twice is refused as --models refuses them."""
+    names = split(variants)
+    if variants.strip() and len(names) != len(variants.split(",")):
+        raise UsageError(f"--variants: an empty entry between commas in {variants!r}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UsageError(f"--variants: {', '.join(twice)} given twice; name each variant once")
+    return names or ["shipped"]
+
+
 def _cluster(base: PlanRequest, rows: list[Row]) -> TableCluster:
     plan = next((r.plan for r in rows if r.plan is not None), None)
     if plan is None:
@@ -188,7 +199,7 @@ def table(
     """One row per model x variant on the flags' cluster (8K tokens per request by default)."""
 
     names, specs = _models(models)
-    vlist = with_kv_dtype(split(variants) or ["shipped"], kv_cache_dtype)
+    vlist = with_kv_dtype(_variants(variants), kv_cache_dtype)
     if not 0 <= offload_gib <= MAX_OFFLOAD_GIB:  # also refuses nan
         raise UsageError(f"--offload-gib must be between 0 and {MAX_OFFLOAD_GIB:,}, got {offload_gib}")
     base = base_request(names[0], flags, flags.max_model_len or "8K")
@@ -284,7 +295,7 @@ def plot(models: str | None, variants: str, flags: ClusterFlags, kv_cache_dtype:
     from kvplan.units import parse_count
 
     names, specs = _models(models)
-    vlist = with_kv_dtype(split(variants) or ["shipped"], kv_cache_dtype)
+    vlist = with_kv_dtype(_variants(variants), kv_cache_dtype)
     base = base_request(names[0], flags, None)
     upper = (
         parse_count(flags.max_model_len, "--max-model-len")

@@ -546,7 +546,14 @@ def read_log(log_file: str | None) -> tuple[str, str]:
             raise UsageError(
                 "give a log file, or pipe the startup log in: vllm serve ... 2>&1 | kvplan check-log"
             )
-        text = sys.stdin.read(MAX_LOG_BYTES + 1)
+        raw = getattr(sys.stdin, "buffer", None)
+        if raw is None:  # a text-only stream (an embedding program's)
+            text = sys.stdin.read(MAX_LOG_BYTES + 1)
+        else:  # bytes, so a UTF-16 log piped from PowerShell reads as it does from a file
+            data = raw.read(MAX_LOG_BYTES + 1)
+            if len(data) > MAX_LOG_BYTES:
+                raise UsageError(f"stdin: the log is over kvplan's limit of {MAX_LOG_BYTES:,} bytes")
+            text = _log_text(data, "stdin")
         if len(text) > MAX_LOG_BYTES:
             raise UsageError(f"stdin: the log is over kvplan's limit of {MAX_LOG_BYTES:,} characters")
         return text, "stdin"
@@ -696,6 +703,34 @@ def _log_named(message: str, log: Any, overrides: dict[str, Any]) -> str:
     return message
 
 
+_LAYOUT_KEYS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+
+
+def _unlogged_layout(
+    log: ParsedLog, gpus: str | None, overrides: dict[str, Any]
+) -> tuple[str | None, dict[str, Any]]:
+    """A log that names no parallel layout (a pasted excerpt without the engine's arguments): TP over the GPUs
+    --gpus names on one node, said in a note; TP 1 where it names no count. (note, overrides)"""
+    if any(k in log.facts for k in _LAYOUT_KEYS):
+        return None, overrides
+    count, nodes = load_cluster(gpus)[1:] if gpus else (None, 1)
+    if count is None or count == 1:
+        return (
+            "the log names no parallel layout (TP, PP, DP): checked on one GPU, TP 1; give --gpus NxGPU if it ran on "
+            "more",
+            overrides,
+        )
+    if nodes > 1:
+        raise UsageError(
+            f"the log names no parallel layout (TP, PP, DP) and --gpus {gpus} spans {nodes} nodes: paste the log "
+            "with the engine's arguments (vLLM's 'non-default args', SGLang's 'server_args')"
+        )
+    note = (
+        f"the log names no parallel layout (TP, PP, DP): checked at TP {count}, the GPUs --gpus {gpus} names"
+    )
+    return note, {**overrides, "tp": count, "num_gpus": count}
+
+
 def check_log(
     log_file: str | None,
     model: str | None,
@@ -720,6 +755,7 @@ def check_log(
         "max_num_batched_tokens": parse_count(mnbt, "--max-num-batched-tokens") if mnbt else None,
     }
     _check_log_engine_flags(log.engine or "vllm", overrides)
+    layout_note, overrides = _unlogged_layout(log, gpus, overrides)
     try:
         req = request_from_log(log, spec, gpu, overrides)
     except UsageError as exc:
@@ -730,7 +766,9 @@ def check_log(
         if (named := _log_named(str(exc), log, overrides)) == str(exc):
             raise
         raise UsageError(f"{source}: {named}") from None
-    if gpus:
+    if layout_note:
+        result.notes.insert(0, layout_note)
+    elif gpus:
         asked = load_cluster(gpus)[1]
         used = result.prediction.cluster.num_gpus
         if asked is not None and asked != used:
@@ -1075,6 +1113,9 @@ def _price(text: str) -> float:
         ) from None
     if not 0 < value < 1e9:  # also refuses nan and inf
         raise UsageError(f"--price: {text.strip()!r} is not a positive price per GPU-hour")
+    if value < 0.01:  # costs print to the cent: every answer would read 0.00
+        raise UsageError(f"--price: {text.strip()!r} is below 0.01 per GPU-hour, which kvplan's costs (to the "
+                         "cent) cannot show; give the price per GPU-hour")  # fmt: skip
     return value
 
 

@@ -597,6 +597,8 @@ def _mixed(text: str) -> bool:
 
 
 def parse(text: str) -> ParsedLog:
+    # a log saved on Windows: CRLF as LF, or a hard-wrapped line's pieces would join with their CRs inside
+    text = text.replace("\r\n", "\n")
     engine = _which_engine(text)
     if engine is not None and _mixed(text):
         raise UsageError(

@@ -20,6 +20,9 @@ class StageWeights:
     bytes_per_gpu: int
     expert_bytes_per_gpu: int = 0  # of which routed MoE experts (a decode step reads only those routed to)
     embedding_bytes_per_gpu: int = 0  # of which the input embedding (gathered by row, not streamed)
+    offloaded_bytes_per_gpu: int = (
+        0  # --cpu-offload-gb: weights kept in CPU memory instead (not in bytes_per_gpu)
+    )
 
 
 def param_bytes(num_params: int, fmt: Format) -> int:

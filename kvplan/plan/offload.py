@@ -39,6 +39,7 @@ def offload_stage(stage: StageWeights, head_bytes: int, limit_bytes: int) -> tup
         replace(
             stage,
             bytes_per_gpu=stage.bytes_per_gpu - moved,
+            offloaded_bytes_per_gpu=moved,
             expert_bytes_per_gpu=stage.expert_bytes_per_gpu * kept_layers // n,
         ),
         moved,

@@ -416,7 +416,8 @@ def _offload(
         moved.append(gone)
     notes.append(
         f"--cpu-offload-gb {req.cpu_offload_gb:g}: {fmt_gib(max(moved))} of weights per GPU in CPU memory "
-        "(whole decoder layers until the limit is reached); decode speed leaves out their transfer over PCIe"
+        "(whole decoder layers until the limit is reached), copied to the GPU in every forward pass: the step times "
+        "include that copy over PCIe"
     )
     return out
 
@@ -1176,7 +1177,8 @@ def _estimate(req: PlanRequest) -> Plan:
     frag = _capped_fragmentation(frag, conc.max_concurrency if bound else None, avg, conc.max_concurrency)
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
                                  tp, req_len, conc.max_concurrency * attn_dp, avg,
-                                 weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value), sh)  # fmt: skip
+                                 weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value), sh,
+                                 tuple(w.offloaded_bytes_per_gpu for w in weights.stages))  # fmt: skip
     if dsa := [layer for layer in spec.layers if getattr(layer, "index_head_dim", None)]:
         topk = getattr(dsa[0], "index_topk", None)
         notes.append(DSA_SPARSE.format(topk=topk) if topk else DSA_DENSE)

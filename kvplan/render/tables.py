@@ -255,11 +255,14 @@ def _render_speed(plan: Plan, console: Console) -> None:
         ("all-to-all", one.all_to_all_ms),
         ("PP hops", one.pp_hop_ms),
         ("launch", one.launch_ms),
+        ("offload copy", one.offload_ms),
         ("overhead", one.overhead_ms),
     ]
     parts = ", ".join(f"{name} {ms:,.2f}" for name, ms in terms if ms)
     console.print(f"batch-1 step (ms): {parts}", highlight=False, markup=False)
     console.print(f"decode: {d.bandwidth_source}", highlight=False, markup=False)
+    if one.offload_ms:
+        console.print(f"offload copy: {one.sources['offload']}", highlight=False, markup=False)
     pf = plan.prefill
     pt = pf.terms
     # the prefill's communication term holds the all-reduces, and the all-to-alls and pipeline hops
@@ -268,7 +271,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
                                    ("PP hops", one.pp_hop_ms)) if ms] or ["all-reduce"]  # fmt: skip
     pf_terms = [("GEMMs", pt.gemm_ms), ("attention", pt.attention_ms), (" + ".join(links), pt.communication_ms),
                 ("MoE acts", pt.moe_activation_ms), ("launch", pt.launch_ms),
-                ("overhead", pt.overhead_ms)]  # fmt: skip
+                ("offload copy", pt.offload_ms), ("overhead", pt.overhead_ms)]  # fmt: skip
     pf_parts = ", ".join(f"{name} {ms:,.1f}" for name, ms in pf_terms if ms)
     console.print(
         f"prefill of one {pf.tokens:,}-token prompt alone (its TTFT): {pf.ms:,.0f} ms ({pf_parts} ms; "

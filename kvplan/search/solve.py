@@ -28,6 +28,7 @@ from typing import Any
 from kvplan import engines
 from kvplan.engines.sglang import Sglang
 from kvplan.engines.sglang import memory_settings as sglang_memory_settings
+from kvplan.engines.vllm import BLOCK_SIZES as VLLM_BLOCK_SIZES
 from kvplan.engines.vllm import default_utilization as vllm_default_utilization
 from kvplan.errors import (
     ContextTooLong,
@@ -430,6 +431,14 @@ def _launch(
                        par, a.max_model_len, extra, per_replica, moe, suffix)  # fmt: skip
 
 
+def _vllm_block_flag(q: Query, a: Answer) -> tuple[str, ...]:
+    """The answer's --block-size for `vllm serve`: the one given, else the planned one where vLLM takes it as a
+    flag; a hybrid model's attention block, which vLLM raises from the configured one itself (above its
+    BlockSize choices), is left to it."""
+    bs = q.block_size or (a.block_size if a.block_size in VLLM_BLOCK_SIZES else None)
+    return (f"--block-size {bs}",) if bs else ()
+
+
 def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str | None, str | None]:
     model = q.model.hf_id or q.model.name
     moe = q.model.moe is not None
@@ -444,9 +453,7 @@ def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str | None, str | 
         # an expert-parallel layout is the searched engine's own; the other engine's line would be a
         # different layout (vLLM's DP cores are GPUs beyond TP, SGLang's DP ranks sit inside TP)
         if q.engine == "vllm":
-            return _launch(
-                "vllm", model, a, per_replica, vllm_extra, moe, (f"--block-size {a.block_size}",)
-            ), None
+            return _launch("vllm", model, a, per_replica, vllm_extra, moe, _vllm_block_flag(q, a)), None
         return None, _launch("sglang", model, a, per_replica, sg_extra, moe)
     # the answer's block size is the searched engine's: SGLang's page size is no vLLM --block-size (vLLM's
     # default is left to it)
@@ -457,7 +464,7 @@ def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str | None, str | 
         per_replica,
         vllm_extra,
         moe,
-        (f"--block-size {a.block_size}",) if q.engine == "vllm" else (),
+        _vllm_block_flag(q, a) if q.engine == "vllm" else (),
     )
     sglang = _launch("sglang", model, a, per_replica, sg_extra)
     return vllm, sglang

@@ -126,8 +126,18 @@ class RadixCache:
     def insert(self, key: tuple[Run, ...]) -> tuple[int, Node]:
         """insert: (tokens of key already in the tree, the node holding key's last token). The
         new tokens are the tree's from now on."""
-        node, present = self.root, 0
-        self._touch(node)
+        self._touch(self.root)
+        return self._insert_below(self.root, key)
+
+    def extend(self, node: Node, rest: tuple[Run, ...]) -> Node:
+        """insert of a key whose tokens up to `node` (locked, so its path is whole) are in the tree already:
+        only `rest`, the tokens after them, is walked and added below it. A chunked prefill's next chunk,
+        without walking its whole prompt again (linear in the chunks, not quadratic). The nodes above `node`
+        keep their access times until the whole key is inserted again (the request's next full insert)."""
+        return self._insert_below(node, rest)[1]
+
+    def _insert_below(self, node: Node, key: tuple[Run, ...]) -> tuple[int, Node]:
+        present = 0
         while key:
             child = node.children.get(first_token(key))
             if child is None:
@@ -151,6 +161,17 @@ class RadixCache:
 
     def lock(self, node: Node) -> None:
         while node is not self.root:
+            if node.lock_ref == 0:
+                self.evictable_tokens -= node.length
+            node.lock_ref += 1
+            assert node.parent is not None
+            node = node.parent
+
+    def relock(self, old: Node, new: Node) -> None:
+        """lock(new) then unlock(old) where `new` is `old` or below it: only the nodes from `new` up to `old`
+        (not `old`) change."""
+        node = new
+        while node is not old:
             if node.lock_ref == 0:
                 self.evictable_tokens -= node.length
             node.lock_ref += 1

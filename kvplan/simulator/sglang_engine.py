@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.simulator.radix import Node, RadixCache, Run
+from kvplan.simulator.radix import Node, RadixCache, Run, take_runs
 from kvplan.simulator.request import SimRequest
 from kvplan.simulator.step import Recorder, SpecDecode, Step, emit_token, emit_tokens
 from kvplan.units import ceil_div
@@ -132,19 +132,26 @@ class SglangEngine:
         self.private_tokens -= req.private_tokens
         req.private_tokens = 0
 
-    def _cache(self, req: SimRequest, num_tokens: int) -> None:
+    def _cache(self, req: SimRequest, num_tokens: int, chunk: bool = False) -> None:
         """cache_unfinished_req / cache_finished_req: the request's first num_tokens go into the
         tree (tokens it held privately become the tree's, duplicates are freed) and its lock
-        moves to the new last node."""
+        moves to the new last node. `chunk`: a chunked prefill's next chunk, added below the node its
+        earlier chunks ended at (RadixCache.extend; the same tree, without re-walking the prompt)."""
         tree = self.tree
         if tree is None:
             return
-        _, node = tree.insert(request_runs(req, num_tokens))
+        old = req.node if isinstance(req.node, Node) else None
+        if chunk and old is not None and 0 < req.prefix_len <= num_tokens:
+            _, rest = take_runs(request_runs(req, num_tokens), req.prefix_len)
+            node = tree.extend(old, rest)
+            tree.relock(old, node)
+        else:
+            _, node = tree.insert(request_runs(req, num_tokens))
+            tree.lock(node)
+            if old is not None:
+                tree.unlock(old)
         self.private_tokens -= req.private_tokens
         req.private_tokens = 0
-        tree.lock(node)
-        if isinstance(req.node, Node):
-            tree.unlock(req.node)
         req.node = node
         req.prefix_len = num_tokens
 
@@ -359,7 +366,7 @@ class SglangEngine:
             req.num_computed += n
             req.prefill_tokens += n
             if req is self.chunked:
-                self._cache(req, req.num_computed)  # cache_unfinished_req(chunked=True)
+                self._cache(req, req.num_computed, chunk=True)  # cache_unfinished_req(chunked=True)
                 continue
             self._cache(req, req.num_computed)  # the prompt joins the tree while it decodes
             self.running.append(req)

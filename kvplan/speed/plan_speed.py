@@ -438,7 +438,10 @@ def decode_inputs(
     network: Network | None = None,
     sh: Sharding | None = None,
     imbalance: float = 1.0,
+    host_bytes: tuple[int, ...] = (),
 ) -> step_model.DecodeInputs:
+    """The step model's view of one replica; `host_bytes`: per stage, the weights --cpu-offload-gb keeps in
+    CPU memory on each of its GPUs."""
     by_layer: dict[int | None, list[Matrix]] = {}
     for m in weight_matrices(spec):
         by_layer.setdefault(m.layer, []).append(m)
@@ -469,9 +472,11 @@ def decode_inputs(
         if sh is None or sh.plain
         else expert_parallel(spec, gpu, sh, gpus_per_node, network, imbalance)
     )
+    if any(host_bytes):
+        stages = tuple(dataclasses.replace(s, host_bytes=b) for s, b in zip(stages, host_bytes, strict=True))
     return step_model.DecodeInputs(
         stages, spec.hidden_size, tp, gpu.hbm_bytes_per_s, gpu.bf16_dense_flops, gpu.fp8_dense_flops,
-        tp_link, pp_links, parallel=parallel,
+        tp_link, pp_links, parallel=parallel, host_link_bytes_per_s=gpu.pcie_bytes_per_s, cdna3=gpu.arch == "cdna3",
     )  # fmt: skip
 
 
@@ -632,6 +637,7 @@ def plan_speed(
     embedding_bytes: int = 0,
     kv_bits: float = 16,
     sh: Sharding | None = None,
+    host_bytes: tuple[int, ...] = (),
 ) -> tuple[Decode, Prefill]:
     """Decode step time at batch 1 and at the planned concurrency (the replica's: every attention-DP
     rank's requests); prefill of one max-length prompt."""
@@ -640,7 +646,7 @@ def plan_speed(
     gpn = req.num_gpus // req.nodes if req.num_gpus and req.nodes > 1 else gpu.gpus_per_node
     per_matrix = bool(spec.weight_formats) and not req.weight_dtype
     inp = decode_inputs(
-        spec, gpu, pool, w_fmt, e_fmt, per_matrix, tp, gpn, req.network, sh, req.moe_imbalance
+        spec, gpu, pool, w_fmt, e_fmt, per_matrix, tp, gpn, req.network, sh, req.moe_imbalance, host_bytes
     )
     parts = parts_of(req, kv_bits)
     ctx, ctx_source = decode_context(req, max_len)
@@ -672,7 +678,7 @@ def plan_speed(
         if full is not None:
             spec_rows.append(spec_step(inp, req.speculative, full.batch, per_req_ctx, ctx, parts))
     decode = Decode(
-        bandwidth_bytes_per_s=gpu.hbm_bytes_per_s * c.gemm_efficiency,
+        bandwidth_bytes_per_s=inp.hbm(c) * c.gemm_efficiency,
         bandwidth_source=bandwidth_source(one, req.decode_bandwidth_source),
         measured=measured,
         inputs=inp,

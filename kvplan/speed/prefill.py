@@ -51,6 +51,7 @@ from kvplan.speed.step_model import (
     allreduce_seconds,
     coefficients,
     moe_prefill_stream_seconds,
+    offload_seconds,
 )
 
 FIT_FILE = "prefill_fit.yaml"
@@ -171,6 +172,7 @@ class PrefillTime:
     total_ms: float
     compute_bound: bool  # GEMM FLOPs, not the weight stream, set gemm_ms
     moe_activation_ms: float = 0.0  # the fused MoE's activation buffers written and read (MoE acts)
+    offload_ms: float = 0.0  # --cpu-offload-gb: the offloaded weights' copy over PCIe, once per forward pass
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -204,13 +206,13 @@ def _work(
         2.0 * (n * (attn_params / attn_tp + (work.active_params - attn_params) / tp) + prompts * work.head_params / tp)
         / (work.gemm_peak_flops_per_s * p.gemm_mfu)
     )  # fmt: skip
-    stream = work.weight_bytes_per_gpu / (c.gemm_efficiency * inp.hbm_bytes_per_s)
+    stream = work.weight_bytes_per_gpu / (c.gemm_efficiency * inp.hbm(c))
     if p.moe_gemm_eff != 1.0:
         # the routed experts' part of each runs at moe_gemm_eff of the rate: 1/eff - 1 more of it
         routed_params, routed_bytes = _routed_per_gpu(inp)
         slower = 1.0 / p.moe_gemm_eff - 1.0
         compute += slower * 2.0 * n * routed_params / (work.gemm_peak_flops_per_s * p.gemm_mfu)
-        stream += slower * routed_bytes / (c.gemm_efficiency * inp.hbm_bytes_per_s)
+        stream += slower * routed_bytes / (c.gemm_efficiency * inp.hbm(c))
     attn_flops = (
         4.0 * prompts * tokens * (cached_tokens + tokens / 2) * work.attention_layers * work.attention_width
     )
@@ -268,7 +270,7 @@ def _moe_acts(inp: DecodeInputs, tokens: int, c: Coefficients) -> float:
             continue
         per_pair = 2 * inp.activation_bytes * (e.gate_up.n + e.down.k + e.down.n)
         total += s.moe_layers * tokens * e.experts_per_token * per_pair
-    return total / (c.gemm_efficiency * inp.hbm_bytes_per_s)
+    return total / (c.gemm_efficiency * inp.hbm(c))
 
 
 def _attention_side_params(inp: DecodeInputs) -> int:
@@ -295,7 +297,9 @@ def prefill_time(
     w = _work(inp, work, prompts, tokens, cached_tokens, c, p)
     gemm = max(w.compute_s, w.stream_s)
     overhead = p.ttft_overhead_s if served else 0.0
-    total = gemm + w.attention_s + w.comm_s + w.launch_s + w.moe_act_s + overhead
+    # the offloaded weights cross PCIe before their layers run, in every stage's pass (step_model.Stage.host_bytes)
+    offload = sum(offload_seconds(s.host_bytes, inp) for s in inp.stages)
+    total = gemm + w.attention_s + w.comm_s + w.launch_s + w.moe_act_s + overhead + offload
     return PrefillTime(
         tokens=tokens,
         cached_tokens=cached_tokens,
@@ -307,6 +311,7 @@ def prefill_time(
         total_ms=total * 1e3,
         compute_bound=w.compute_s >= w.stream_s,
         moe_activation_ms=w.moe_act_s * 1e3,
+        offload_ms=offload * 1e3,
     )
 
 

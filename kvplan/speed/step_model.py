@@ -61,6 +61,7 @@ COEFFICIENTS = (
     "allreduce_latency_s",
     "network_latency_s",
     "network_bytes_per_s",
+    "cdna3_bandwidth_share",
 )
 
 
@@ -78,6 +79,8 @@ class Coefficients:
     allreduce_latency_s: float  # one small-message all-reduce (or send) inside a node
     network_latency_s: float  # the same across nodes
     network_bytes_per_s: float  # one GPU's share of the inter-node network
+    # an AMD CDNA3 card (MI300X, MI325X) streams from HBM at this x the share the other terms give
+    cdna3_bandwidth_share: float = 1.0
     sources: dict[str, str] = field(default_factory=dict)  # per coefficient: what it was fitted to
 
     @staticmethod
@@ -156,6 +159,10 @@ class Stage:
     moe_layers: int
     experts: Experts | None
     kv_share: float  # this stage's share of the binding stage's KV bytes per request
+    # --cpu-offload-gb: weights in CPU memory, copied to the GPU before their layer runs in every forward pass
+    # (vllm/model_executor/models/utils.py v0.11.0 maybe_offload_to_cpu, SGLang offloader.py OffloaderV1:
+    # state_dict().to(device, non_blocking=True) on the compute stream), then streamed from HBM as the rest
+    host_bytes: int = 0
 
 
 # PCIe cards (no NVLink/NVSwitch) all-reduce with NCCL over PCIe, not with a fitted NVLink figure.
@@ -232,6 +239,13 @@ class DecodeInputs:
     pp_links: tuple[Link, ...]  # stage s -> s + 1
     activation_bytes: int = 2  # bf16 activations
     parallel: ExpertParallel = field(default_factory=ExpertParallel)
+    host_link_bytes_per_s: float = 0.0  # the card's PCIe link, one direction (what offloaded weights cross)
+    # an AMD CDNA3 card (GpuSpec.arch): its HBM terms take Coefficients.cdna3_bandwidth_share (1: not shipped)
+    cdna3: bool = False
+
+    def hbm(self, c: Coefficients) -> float:
+        """The datasheet HBM bandwidth the step's streaming terms start from (bytes/s)."""
+        return self.hbm_bytes_per_s * (c.cdna3_bandwidth_share if self.cdna3 else 1.0)
 
     @property
     def pp(self) -> int:
@@ -281,6 +295,7 @@ class StepTime:
     sources: dict[str, str]  # per term: fitted to published runs, or measured on this machine
     all_to_all_ms: float = 0.0  # expert-parallel dispatch + combine (part of tpot_ms)
     attention_batch: int = 0  # requests one attention-DP rank runs (the batch without DP attention)
+    offload_ms: float = 0.0  # --cpu-offload-gb: the offloaded weights' copy over PCIe (part of tpot_ms)
 
     @property
     def memory_ms(self) -> float:
@@ -310,7 +325,7 @@ def gemm_seconds(
         if t is not None:
             return t, True
     eff = c.gemm_efficiency * (c.lowbit_gemm_efficiency if g.lowbit else 1.0)
-    stream = (g.weight_bytes + c.gemm_half_bytes) / (eff * inp.hbm_bytes_per_s)
+    stream = (g.weight_bytes + c.gemm_half_bytes) / (eff * inp.hbm(c))
     peak = inp.fp8_flops if g.dtype == "fp8" and inp.fp8_flops else inp.bf16_flops
     compute = 2.0 * batch * g.k * g.n / (peak * c.gemm_mfu)
     return max(stream, compute), False
@@ -333,7 +348,7 @@ def attention_seconds(
         bw = measured.attention_bytes_per_s(per_call, batch)
         if bw:
             return kv_bytes / bw, True
-    bw = inp.hbm_bytes_per_s * c.attention_efficiency * per_call / (per_call + c.attention_half_bytes)
+    bw = inp.hbm(c) * c.attention_efficiency * per_call / (per_call + c.attention_half_bytes)
     return kv_bytes / bw, False
 
 
@@ -381,13 +396,14 @@ class _Terms:
     comm: float = 0.0
     a2a: float = 0.0
     launch: float = 0.0
+    offload: float = 0.0
     weight_bytes: int = 0
     kv_bytes: int = 0
     measured: set[str] = field(default_factory=set)
 
     @property
     def total(self) -> float:
-        return self.weights + self.attention + self.moe + self.comm + self.a2a + self.launch
+        return self.weights + self.attention + self.moe + self.comm + self.a2a + self.launch + self.offload
 
 
 def _stage_terms(
@@ -426,7 +442,15 @@ def _stage_terms(
     if m1 or m2:
         t.measured.add("communication")
     t.launch = s.layers * c.launch_per_layer_s
+    t.offload = offload_seconds(s.host_bytes, inp)
     return t
+
+
+def offload_seconds(host_bytes: int, inp: DecodeInputs) -> float:
+    """The offloaded weights' copy over the card's PCIe link, at its datasheet rate, once per forward pass."""
+    if not host_bytes:
+        return 0.0
+    return host_bytes / inp.host_link_bytes_per_s
 
 
 def _moe_seconds(
@@ -486,7 +510,7 @@ def moe_prefill_stream_seconds(
         _, decodes_only, _ = _moe_seconds(e, decode_batch, inp, c, None)
         extra_bytes += s.moe_layers * max(0, with_prefill - decodes_only)
     eff = c.gemm_efficiency
-    return extra_bytes / (eff * inp.hbm_bytes_per_s)
+    return extra_bytes / (eff * inp.hbm(c))
 
 
 def _hop_seconds(link: Link, batch: int, inp: DecodeInputs, c: Coefficients) -> float:
@@ -494,6 +518,10 @@ def _hop_seconds(link: Link, batch: int, inp: DecodeInputs, c: Coefficients) -> 
     return link.latency_s(c) + batch * inp.hidden_size * inp.activation_bytes / link.bandwidth(c)
 
 
+OFFLOAD_SOURCE = (
+    "--cpu-offload-gb: each forward pass copies the offloaded layers' weights to the GPU before they run, at "
+    "the card's datasheet PCIe rate, one direction (pinned host-to-device copies reach less: the least it takes)"
+)
 TERMS = ("weights", "attention", "moe", "communication", "pp_hop", "launch", "overhead")
 
 
@@ -531,6 +559,8 @@ def decode_step(
         sources["attention"] = CURVE
     p = inp.parallel
     sources.update(dict(p.sources))  # expert parallelism and DP attention: all_to_all and what they rest on
+    if any(s.host_bytes for s in inp.stages):
+        sources["offload"] = OFFLOAD_SOURCE
     rank = inp.rank_batch(batch)
     return StepTime(
         batch=batch,
@@ -549,4 +579,5 @@ def decode_step(
         sources=sources,
         all_to_all_ms=ms(sum(t.a2a for t in per_stage)),
         attention_batch=rank,
+        offload_ms=ms(sum(t.offload for t in per_stage)),
     )
