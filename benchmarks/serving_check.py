@@ -130,6 +130,8 @@ MODELS = {
     "openai/gpt-oss-20b": ("gpt-oss-20b", ""),
     "deepseek-ai/DeepSeek-R1": ("deepseek-v3", "DeepSeek-R1 as DeepSeek-V3 (same architecture)"),
     "deepseek-ai/DeepSeek-V3.2": ("deepseek-v3.2", ""),
+    "deepseek-ai/DeepSeek-V3.1": ("deepseek-v3", "DeepSeek-V3.1 as DeepSeek-V3 (same architecture)"),
+    "MiniMaxAI/MiniMax-M2.5": ("tests/fixtures/hf/corpus/minimax-m2.5.json", ""),
     "meta-llama/Llama-3.3-70B-Instruct": (
         "llama3.1-70b",
         "Llama-3.3-70B as Llama-3.1-70B (same architecture)",
