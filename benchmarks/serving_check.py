@@ -590,8 +590,9 @@ def readme_block(data: dict[str, Any]) -> str:
     lines = [
         README_MARK[0],
         f"- {data['replayed']} of {data['rows']} published runs replayed; {data['excluded']} excluded by rules "
-        "written before any error was seen (ShareGPT: no length histogram; unstated layout or lengths; EP, DP "
-        "attention, speculative decoding; outputs short without `--ignore-eos`; failed requests), and "
+        "written before any error was seen (ShareGPT: no length histogram; unstated layout or lengths; speculative "
+        "decoding without its method, tokens and acceptance; no GPU spec or model config; outputs short without "
+        "`--ignore-eos`; failed requests), and "
         f"{data['refused']} that kvplan refuses to plan although the engine served them (its memory estimate "
         "leaves no room for the KV cache or for one request).",
         f"- Split by source (fit_decode's frozen rule): dev {dev_all['rows']} rows from {dev_all['sources']} "
@@ -602,7 +603,8 @@ def readme_block(data: dict[str, Any]) -> str:
             else f" (the rule picks {', '.join(data['frozen_sources']) or 'no source'}, none of whose rows can be replayed)."
         ),
         "- Nothing is fitted to these rows: every one is out of sample for the simulator (its decode step "
-        "comes from the decode fit, whose dev sources include gpustack's ShareGPT concurrency-4 rows).",
+        "comes from the decode fit and the prefill model, whose dev sources include gpustack's ShareGPT "
+        "concurrency-4 rows and the SGLang Cookbook's concurrency-1 B200 rows: other runs of those harnesses).",
         "- Each cell: median |error| (median signed error, > 0: simulated higher; rows compared). TTFT and TPOT "
         "as published (mean, else median; median ITL where only ITL is published); output tokens/s.",
         "",
