@@ -21,6 +21,16 @@ if TYPE_CHECKING:
 
 RUNNERS = ("auto", "generate", "pooling")  # vLLM's --runner (vllm/config/model.py RunnerOption)
 USAGES = ("serve", "offline")
+# managers/tp_worker.py: max_req_input_len = max_req_len - 5 (engines/sglang.py request_limits)
+SGLANG_REQ_RESERVE = 5
+
+
+def min_model_len(engine: str) -> int:
+    """The shortest --max-model-len a request fits in: a prompt token and a generated one; SGLang's
+    max_req_input_len = context - 1 - 5 must be above 0 besides."""
+    return 2 + SGLANG_REQ_RESERVE if engine == "sglang" else 2
+
+
 MAX_MOE_IMBALANCE = 64.0  # --moe-imbalance: the busiest EP rank's expert work over the mean  # vLLM's UsageContext: OPENAI_API_SERVER (`vllm serve`) or LLM_CLASS
 
 
@@ -218,6 +228,18 @@ class PlanRequest:
         max_len = spec.max_context if self.max_model_len is None else self.max_model_len
         if max_len < 1:
             raise UsageError("--max-model-len must be >= 1 (leave it out for the model's maximum)")
+        if max_len < 2:  # a prompt token and a generated one: every request would be refused
+            raise UsageError(
+                "--max-model-len 1 holds no request (a prompt token and a generated token need 2); give 2 or more"
+            )
+        if max_len < min_model_len(self.engine):
+            # managers/tp_worker.py: max_req_input_len = min(context_len - 1, pool - 1) - 5 must be > 0, or
+            # SGLang stops at startup ("Memory pool size is too small")
+            raise UsageError(
+                f"--max-model-len {max_len}: SGLang does not start with a context of {1 + SGLANG_REQ_RESERVE} "
+                f"tokens or fewer (max_req_input_len = context - 1 - {SGLANG_REQ_RESERVE} must be above 0); give "
+                f"{2 + SGLANG_REQ_RESERVE} or more"
+            )
         if max_len > spec.max_context:
             raise ContextTooLong(
                 f"--max-model-len {max_len:,} exceeds {spec.name}'s maximum context of "

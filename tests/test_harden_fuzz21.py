@@ -242,3 +242,205 @@ def test_solve_refuses_a_price_below_a_cent():
         ).exit_code
         == 0
     )
+
+
+# --- fuzz pass 22 ---------------------------------------------------------------------------------------------
+
+
+def _index_folder(tmp_path, index: str):
+    import shutil
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(HF / "llama-3.1-70b-instruct-fp8", folder)
+    (folder / "model.safetensors.index.json").write_text(index)
+    return folder
+
+
+@pytest.mark.parametrize("metadata", ["null", "[]", '"abc"'])
+def test_an_index_whose_metadata_is_not_a_mapping_is_one_line(tmp_path, metadata):
+    # fuzz 22 G1: AttributeError traceback
+    folder = _index_folder(tmp_path, f'{{"metadata": {metadata}, "weight_map": {{}}}}')
+    r = run_cli("estimate", "-m", str(folder), "-g", "8xH100", "--max-model-len", "8K")
+    assert r.exit_code == 2
+    assert f"{folder / 'model.safetensors.index.json'}: metadata: expected a mapping" in r.stderr
+
+
+def test_an_index_total_size_out_of_reach_names_the_index_field(tmp_path):
+    # fuzz 22 G13: the messages named a checkpoint_weight_bytes field no file holds (and config.json)
+    index = (
+        _index_folder(tmp_path, '{"metadata": {"total_size": 1}, "weight_map": {}}')
+        / "model.safetensors.index.json"
+    )
+    r = run_cli("estimate", "-m", str(index.parent), "-g", "8xH100", "--max-model-len", "8K")
+    assert r.exit_code == 2 and f"{index}: metadata.total_size 1 is 1.4e-11x" in r.stderr
+    big = _index_folder(
+        tmp_path / "b", '{"metadata": {"total_size": 100000000000000000000000}, "weight_map": {}}'
+    )
+    r = run_cli("estimate", "-m", str(big), "-g", "8xH100", "--max-model-len", "8K")
+    assert r.exit_code == 2 and "model.safetensors.index.json: metadata.total_size: 100,000" in r.stderr
+
+
+@pytest.mark.parametrize(("engine", "length", "refused"), [("vllm", 1, True), ("vllm", 2, False),
+                                                          ("sglang", 6, True), ("sglang", 7, False)])  # fmt: skip
+def test_a_context_no_request_fits_is_refused(engine, length, refused):
+    # fuzz 22 G2: --max-model-len 1 planned 414,464 requests, and SGLang's max_req_input_len came out -5 (SGLang
+    # does not start: managers/tp_worker.py asserts max_req_input_len > 0)
+    r = run_cli("estimate", "-m", "llama3-8b", "--engine", engine, "--max-model-len", str(length), "--json")
+    assert (r.exit_code == 2) == refused, r.stderr
+    if not refused and engine == "sglang":
+        assert r.json()["engine"]["details"]["max_req_input_len"] == 1
+
+
+def test_compare_variants_rewrite_latent_layers_or_refuse_them():
+    # fuzz 22 G3/G4: mha/mqa/mla512 left DeepSeek-V4's compressed layers as they were (an "mha" row at 0.009x of
+    # MHA); mla512 on DeepSeek-V3.2 dropped its DSA indexer; window4096 did nothing to MLA layers
+    def rows(model: str, variants: str) -> dict[str, dict]:
+        d = run_cli("compare", "table", "--models", model, "-g", "8xH200", "--variants", variants, "--max-model-len",
+                    "8K", "--json").json()  # fmt: skip
+        return {r["variant"]: r for r in d["rows"]}
+
+    v4 = rows("deepseek-v4-flash", "shipped,mha,mla512")
+    assert v4["mha"]["ratio_to_mha"] == pytest.approx(1.0)
+    assert (
+        v4["mla512"]["kv_bytes_per_token"] == 61 * 0 + v4["mla512"]["kv_bytes_per_token"]
+    )  # planned, not shipped
+    assert len({v4[k]["kv_bytes_per_token"] for k in v4}) == 3
+    for model in ("deepseek-v3", "deepseek-v3.2"):  # their latent is 512 + 64 already: the same plan
+        r = rows(model, "shipped,mla512")
+        assert r["mla512"]["kv_bytes_per_token"] == r["shipped"]["kv_bytes_per_token"]
+        assert r["mla512"]["max_concurrency"] == r["shipped"]["max_concurrency"]
+    d = run_cli("compare", "table", "--models", "deepseek-v3,llama3-70b", "-g", "8xH200", "--variants",
+                "shipped,window4096", "--max-model-len", "8K", "--json").json()  # fmt: skip
+    w = {(r["model"], r["variant"]): r for r in d["rows"]}  # the row says why; the others stand
+    assert w[("deepseek-v3", "window4096")]["max_concurrency"] is None
+    assert (
+        "not applicable: variant window4096: deepseek-v3's 61 latent (MLA) layers"
+        in w[("deepseek-v3", "window4096")]["error"]
+    )
+    assert (
+        w[("llama3-70b", "window4096")]["max_concurrency"] > w[("llama3-70b", "shipped")]["max_concurrency"]
+    )
+
+
+def _profile(tmp_path, edit) -> str:
+    import yaml
+
+    d = yaml.safe_load((REPO / "benchmarks" / "results" / "h200" / "calibrate_profile.yaml").read_text())
+    edit(d)
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    return str(path)
+
+
+def test_a_profile_point_with_an_unknown_kv_dtype_or_a_rate_in_another_unit_is_refused(tmp_path):
+    # fuzz 22 G7/G8: 'fp4' points were read as 16-bit ones; seconds x 1000 gave a 28.6 s decode step
+    def rename(d):
+        for p in d["points"]:
+            p["kv_dtype"] = "fp4" if p["kv_dtype"] == "fp8" else p["kv_dtype"]
+
+    def millis(d):
+        for p in d["points"]:
+            p["seconds"] *= 1000
+
+    def gemm_millis(d):
+        for p in d["gemm"]:
+            p["seconds"] *= 1000
+
+    base = ("estimate", "-m", "llama3-8b", "-g", "H200", "--max-model-len", "8K", "--calibration-file")
+    assert (
+        run_cli(*base, str(REPO / "benchmarks" / "results" / "h200" / "calibrate_profile.yaml")).exit_code
+        == 0
+    )
+    r = run_cli(*base, _profile(tmp_path, rename))
+    assert r.exit_code == 2 and "kv_dtype: expected one of bf16, fp16, fp8, int8, got 'fp4'" in r.stderr
+    r = run_cli(*base, _profile(tmp_path, millis))
+    assert (
+        r.exit_code == 2 and "points[0].bytes_per_s: 2.096e+11 but bytes / seconds is 2.096e+08" in r.stderr
+    )
+    r = run_cli(*base, _profile(tmp_path, gemm_millis))
+    assert r.exit_code == 2 and "gemm[0].weight_bytes_per_s" in r.stderr
+
+
+def test_a_length_histogram_is_read_by_its_header(tmp_path):
+    # fuzz 22 G9: the columns were read by position whatever the header named
+    swapped = tmp_path / "swapped.csv"
+    swapped.write_text("output_len,input_len,weight\n128,1024,1\n")
+    args = ("simulate", "-m", "llama3-8b", "--max-model-len", "8K", "--num-prompts", "50", "--json")
+    d = run_cli(*args, "--length-histogram", str(swapped)).json()
+    assert d["prefill_tokens"] == 50 * 1024
+    other = tmp_path / "other.csv"
+    other.write_text("a,b,c\n128,1024,1\n")
+    r = run_cli(*args, "--length-histogram", str(other))
+    assert r.exit_code == 2 and "the header must name the columns input_len,output_len,weight" in r.stderr
+
+
+def test_chart_titles_wrap_at_words():
+    # fuzz 22 G12: the title was cut at 120 characters, inside a word
+    from kvplan.simulator.render import _title
+
+    text = "llama3-8b on 1x H100-SXM (TP 1, PP 1), vllm: 1000 random prompts of 1,024 in / 128 out tokens sent 8 " \
+           "requests/s (burstiness 1); seed 0"  # fmt: skip
+    lines = _title(text).split("\n")
+    assert len(lines) == 2 and " ".join(lines) == text and all(len(x) <= 110 for x in lines)
+
+
+def test_an_unknown_short_option_is_named_as_typed():
+    # fuzz 22 G14: `compare ladder -dp 2` said "No such option: -d"
+    r = run_cli("compare", "ladder", "-m", "llama3-8b", "-g", "H100", "-dp", "2")
+    assert r.exit_code == 2 and "No such option: -dp;" in r.stderr
+
+
+def test_solve_load_tells_its_listener_each_simulated_load():
+    # fuzz 22 G15: a 6-9 s --max-rate search showed nothing while it ran; the CLI listens through ON_SIMULATION
+    from kvplan.commands import inputs
+    from kvplan.search.rate import ON_SIMULATION
+
+    seen: list[int] = []
+    token = ON_SIMULATION.set(seen.append)
+    try:
+        inputs.solve_load(
+            inputs.SolveFlags(model="llama3-8b", users=1, max_model_len="8K", gpus="1xH100", tpot_ms=50),
+            inputs.LoadFlags(ttft_ms=500, max_rate=True, num_prompts=300),
+        )
+    finally:
+        ON_SIMULATION.reset(token)
+    assert len(seen) >= 3 and seen == sorted(set(seen))  # the running count, after each load
+
+
+def test_vllm_0_10_0_named_to_the_patch_reads_the_rules_before_0_10_1(tmp_path):
+    # fuzz 22 G5/G6: 0.10.0 got 0.10.1's chunked-local gate and its float32 rule; and one plan said both float16
+    # (the engine's rule) and "served in bf16" (the config reader's)
+    def conc(version: str) -> int:
+        return run_cli("estimate", "-m", "llama4-scout", "-g", "8xH100", "--max-model-len", "64K", "--engine-version",
+                       version, "--json").json()["max_concurrency"]  # fmt: skip
+
+    assert conc("0.10.0") > conc("0.10.1") == conc("0.10")  # the gate (default 0) came with 0.10.1
+    cfg = json.loads((HF / "llama-3.2-3b-instruct.json").read_text())
+    cfg["torch_dtype"] = "float32"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    for version, dtype, word in (("0.10.0", "fp16", "before 0.10.1"), ("0.10.1", "bf16", "from 0.10.1")):
+        d = run_cli(
+            "estimate", "-m", str(path), "--max-model-len", "8K", "--engine-version", version, "--json"
+        ).json()
+        assert d["settings"]["dtype"] == dtype
+        said = [a for a in d["assumptions"] if "float32" in a]
+        assert any(word in a for a in said)
+        assert not any("served in bf16" in a for a in said)
+
+
+def test_a_quantized_checkpoints_weights_are_labelled_as_stored():
+    # fuzz 22 G10: an FP8 checkpoint's weights row said "weights (bf16)"
+    out = run_cli("estimate", "-m", str(HF / "qwen3-32b-fp8-static-pertensor.json"), "-g", "8xH200",
+                  "--max-model-len", "8K").stdout  # fmt: skip
+    assert "- weights (fp8-t32, embedding and LM head bf16)" in out
+    assert "- weights (bf16)" in run_cli("estimate", "-m", "llama3-8b", "--max-model-len", "8K").stdout
+
+
+def test_rows_computed_at_sglangs_capped_request_say_so():
+    # fuzz 22 G11: with --max-total-tokens 100 the rows said "at 8,192 tokens" and were computed at 99
+    out = " ".join(run_cli("estimate", "-m", "llama3-8b", "--max-model-len", "8K", "--max-total-tokens", "100",
+                           "--engine", "sglang").stdout.split())  # fmt: skip
+    assert "per GPU, in whole blocks (at max_req_len 99)" in out
+    assert "max concurrent requests at 99 tokens (SGLang's max_req_len)" in out
+    assert "1 request at 99 tokens" in out

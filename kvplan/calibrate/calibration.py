@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 SCHEMA = "kvplan.calibration/2"
 SCHEMA_V1 = "kvplan.calibration/1"  # the decode kernel only; still read
 GEMM_DTYPES = ("bf16", "fp16", "fp8")
+GEMM_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}  # bytes an element of each
 
 
 @dataclass
@@ -497,8 +498,9 @@ _PROFILE_FIELDS: dict[str, Check] = {
     "gemm_timing": _maybe((lambda v: v in GEMM_TIMINGS, f"one of {', '.join(GEMM_TIMINGS)}")),
 }
 _FIT_FIELDS = {"peak_bytes_per_s": RATE, "half_bytes": HALF_SIZE, "rms_relative_error": ERROR}
+KERNEL_KV_DTYPES = ("bf16", "fp16", "fp8", "int8")  # what calibrate's kernel measures (run.py _kv_dtype)
 _POINT_FIELDS = {
-    "kv_dtype": TEXT,
+    "kv_dtype": (lambda v: v in KERNEL_KV_DTYPES, f"one of {', '.join(KERNEL_KV_DTYPES)}"),
     "batch": COUNT,
     "context": COUNT,
     "bytes": SIZE,
@@ -548,6 +550,24 @@ def _check_list(data: dict, name: str, fields: dict[str, Check], bad: Callable[[
         _check_record(item, f"{name}[{i}].", fields, bad)
 
 
+# a rate calibrate wrote is its bytes / its seconds, rounded to the 4 significant figures the YAML keeps: one
+# that disagrees by more is a hand edit in the wrong unit (milliseconds written as seconds) or a copy gone wrong
+RATE_SLACK = 0.01
+
+
+def _check_rates(data: dict, bad: Callable[[str], SpecError]) -> None:
+    for name, rate, nbytes in (("points", "bytes_per_s", lambda p: p["bytes"]),
+                               ("gemm", "weight_bytes_per_s", lambda p: p["k"] * p["n"] * GEMM_BYTES[p["dtype"]])):  # fmt: skip
+        for i, p in enumerate(data.get(name) or []):
+            implied = nbytes(p) / p["seconds"]
+            if abs(p[rate] / implied - 1) > RATE_SLACK:
+                what = "bytes" if name == "points" else "k x n x the dtype's bytes"
+                raise bad(
+                    f"{name}[{i}].{rate}: {p[rate]:.4g} but {what} / seconds is {implied:.4g} (a time in another "
+                    "unit?)"
+                )
+
+
 def _check_fields(data: dict, v1: bool, bad: Callable[[str], SpecError]) -> None:
     """A corrupt profile is one line naming the field, never a crash in every estimate on that GPU.
     /1 profiles hold the decode kernel's part only, and must; in /2 every part is optional."""
@@ -577,3 +597,4 @@ def _check_fields(data: dict, v1: bool, bad: Callable[[str], SpecError]) -> None
     notes = data.get("notes")
     if notes is not None and not (isinstance(notes, list) and all(isinstance(n, str) for n in notes)):
         raise bad("notes: expected a list of text")
+    _check_rates(data, bad)  # once every field is of its type

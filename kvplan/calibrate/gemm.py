@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kvplan.calibrate.calibration import GemmPoint, Launch
+from kvplan.calibrate.calibration import GEMM_BYTES, GemmPoint, Launch
 
 GEMM_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # (K, N) of typical decode matrices: Llama-3-8B attention/MLP (4096 x 4096, 4096 x 14336),
@@ -26,7 +26,7 @@ GEMM_SHAPES = {
     ("cpu", False): ((256, 256), (512, 1024), (1024, 2048)),
     ("cpu", True): ((256, 256), (1024, 2048)),
 }
-ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+ELEMENT_BYTES = GEMM_BYTES
 L2_FLUSH_BYTES = 256 << 20  # larger than any GPU's L2 (H200: 50 MiB, B200: 126 MiB)
 CPU_POINT_S = 0.05  # a CPU point is timed for about this long
 

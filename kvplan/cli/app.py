@@ -49,6 +49,14 @@ def _one_line(exc: Any, argv: list[str]) -> typer.Exit:
         raise exc
     where = f"; see `{exc.ctx.command_path} --help`" if exc.ctx is not None else ""
     message = f"{exc.format_message().rstrip('.')}{where}"
+    name = getattr(exc, "option_name", None)
+    if type(exc).__name__ == "NoSuchOption" and name and not name.startswith("--"):
+        # click reads an unknown `-dp` as `-d` then `p`: name the option as typed
+        typed = next(
+            (a for a in argv if a.startswith(name) and not a.startswith("--") and len(a) > len(name)), None
+        )
+        if typed is not None:
+            message = f"No such option: {typed}{where}"
     if _argv_wants_json(argv):  # the README's promise: under --json stdout always gets an object
         from kvplan.errors import UsageError
         from kvplan.render.jsonout import to_json

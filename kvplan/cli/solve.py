@@ -218,11 +218,18 @@ def solve(
 
 def _solve_load(f: SolveFlags, load: LoadFlags, plot: str | None, json_out: bool) -> None:
     from kvplan.commands import inputs
+    from kvplan.search.rate import ON_SIMULATION
+    from kvplan.simulator.progress import count_status
     from kvplan.simulator.render import plot_target
 
     if plot is not None:
         plot_target(plot)  # refused before the search, not after it
-    ans = inputs.solve_load(f, load)
+    with count_status("solve: loads", enabled=not json_out) as tick:
+        token = ON_SIMULATION.set(tick)
+        try:
+            ans = inputs.solve_load(f, load)
+        finally:
+            ON_SIMULATION.reset(token)
     if load.disaggregated:
         if json_out:
             from kvplan.render.jsonout import to_json

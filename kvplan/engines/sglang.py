@@ -29,6 +29,7 @@ from kvplan.errors import UsageError
 from kvplan.formats import Format
 from kvplan.model import kv
 from kvplan.model.parallel import Sharding, has_nvls, plain_sharding, with_eplb_rule
+from kvplan.request import SGLANG_REQ_RESERVE
 from kvplan.specs.models import (
     CompressedAttention,
     CompressedLatent,
@@ -310,7 +311,7 @@ def request_limits(context_len: int, max_total_num_tokens: int) -> tuple[int, in
     max_total_num_tokens - 1), max_req_input_len = max_req_len - 5; SGLang starts whenever both are
     > 0 ("Memory pool size is too small" otherwise), so a pool smaller than one request caps it."""
     max_req_len = min(context_len - 1, max_total_num_tokens - 1)
-    return max_req_len, max_req_len - 5
+    return max_req_len, max_req_len - SGLANG_REQ_RESERVE
 
 
 def sglang_report(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +116,13 @@ def vllm_batch_defaults(gpu: GpuSpec, usage: str, version: Version) -> BatchDefa
 # (docs.vllm.ai v0.16.0 vllm.envs: True). Before the gate the manager took chunked layers as they came.
 CHUNKED_HYBRID_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
 CHUNKED_HYBRID_OFF = ((0, 10), (0, 13))  # releases whose default is "0"
+
+
+def before_0_10_1(version: Version, text: str | None) -> Version:
+    """The version the rules that changed at 0.10.1 (this gate; float32 checkpoints served in bfloat16) read:
+    vLLM 0.10.0, named to the patch, is before them; kvplan's other rules are per minor release."""
+    m = re.fullmatch(r"v?0\.10\.0(?:[.+-]\w+)*", (text or "").strip())
+    return (0, 9) if version == (0, 10) and m else version
 
 
 def chunked_hybrid_default(version: Version) -> bool:
@@ -636,8 +644,8 @@ class Vllm(Engine):
         if spec.config_dtype != "fp32":
             return spec.activation_dtype, None
         if version < (0, 10):
-            return "fp16", f"--dtype auto: {fmt_version(version)} serves a float32 checkpoint in float16"
-        return "bf16", None
+            return "fp16", "--dtype auto: vLLM before 0.10.1 serves a float32 checkpoint in float16"
+        return "bf16", "--dtype auto: vLLM from 0.10.1 serves a float32 checkpoint in bfloat16"
 
     @classmethod
     def check_architecture(cls, spec: ModelSpec, version: Version) -> None:
@@ -672,7 +680,8 @@ class Vllm(Engine):
         given = self.env(CHUNKED_HYBRID_ENV)
         if given is not None:
             return env_flag(CHUNKED_HYBRID_ENV, given), "given with --env"
-        return chunked_hybrid_default(self.version), f"{self.label}: {chunked_hybrid_why(self.version)}"
+        v = before_0_10_1(self.version, self.req.engine_version)
+        return chunked_hybrid_default(v), f"{self.label}: {chunked_hybrid_why(v)}"
 
     def env_applied(self, spec: ModelSpec) -> dict[str, str]:
         applied = dict(self.req.env)  # what the user set, then the defaults that shape this plan

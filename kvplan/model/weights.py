@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from kvplan.errors import UsageError
 from kvplan.formats import Format, weight_format
@@ -155,6 +156,15 @@ def matrix_stage_weights(spec: ModelSpec, tp: int, pp: int, lm_head: bool = True
     ]
 
 
+def _checkpoint_field(spec: ModelSpec) -> str:
+    """Where a spec's checkpoint byte count came from: a config.json's model.safetensors.index.json beside it
+    (metadata.total_size), else the spec's own field."""
+    config = next((Path(s) for s in spec.sources if str(s).endswith("config.json")), None)
+    if config is not None and (config.parent / "model.safetensors.index.json").is_file():
+        return f"{config.parent / 'model.safetensors.index.json'}: metadata.total_size"
+    return f"{spec.name}: checkpoint_weight_bytes"
+
+
 def checkpoint_stage_weights(
     spec: ModelSpec, stages: list[StageWeights], tp: int, notes: list[str], mtp_bytes: int = 0
 ) -> list[StageWeights]:
@@ -174,7 +184,7 @@ def checkpoint_stage_weights(
         ckpt -= mtp_bytes
     if not 0.1 <= ckpt / counted <= 5:  # 16-bit weights counted vs a 1.6-bit checkpoint; 5x: fp32 and a tower
         raise UsageError(
-            f"{spec.name}: checkpoint_weight_bytes {ckpt:,} is {ckpt / counted:.2g}x kvplan's count of the "
+            f"{_checkpoint_field(spec)} {ckpt:,} is {ckpt / counted:.2g}x kvplan's count of the "
             f"architecture ({counted:,} bytes): not this model's checkpoint; fix or drop the field"
         )
     diff = ckpt / counted - 1

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from kvplan import engines
 from kvplan.engines import Budget, Engine, EngineDefaults, EngineReport, EngineUnsupported, StageCache
 from kvplan.engines.sglang import state_running_cap
-from kvplan.engines.vllm import V1_DEFAULT
+from kvplan.engines.vllm import V1_DEFAULT, before_0_10_1
 from kvplan.errors import NoKvMemoryLeft, RequestDoesNotFit, UsageError, WeightsDoNotFit
 from kvplan.formats import Format, normalize_dtype_name, weight_format
 from kvplan.model import kv
@@ -950,7 +950,8 @@ def _model_dtype(
     spec = req.model
     given = model_dtype_name(req.dtype) or "auto"
     if given == "auto":
-        dtype, why = cls.auto_dtype(spec, version, req.gpu)
+        rules = before_0_10_1(version, req.engine_version) if cls.name == "vllm" else version
+        dtype, why = cls.auto_dtype(spec, rules, req.gpu)
         notes = [why] if why else []
         applied: dict[str, Any] = {"dtype": dtype}
     else:

@@ -50,6 +50,26 @@ def render_plan(plan: Plan, console: Console, explain: bool = False) -> None:
             console.print(f"    from:    {e.source}", highlight=False, markup=False)
 
 
+_COMPONENT_WORDS = {"routed_experts": "experts", "shared_experts": "shared experts", "dense_mlp": "MLP",
+                    "lm_head": "LM head"}  # fmt: skip
+
+
+def _formats_label(s: Any) -> str:
+    """The weights' formats as stored: the body's, then each component held in another (a quantized
+    checkpoint's bf16 embedding, an MoE's fp8 experts), from settings.weight_formats."""
+    formats = {k: v for k, v in (s.weight_formats or {}).items() if v}
+    if not formats:
+        other = s.expert_weight_dtype
+        return s.weight_dtype + (f", experts {other}" if other and other != s.weight_dtype else "")
+    body = [v for k, v in formats.items() if k not in ("embedding", "lm_head")] or list(formats.values())
+    main = max(dict.fromkeys(body), key=body.count)
+    rest: dict[str, list[str]] = {}
+    for k, v in formats.items():
+        if v != main:
+            rest.setdefault(v, []).append(_COMPONENT_WORDS.get(k, k))
+    return ", ".join([main, *(f"{' and '.join(names)} {v}" for v, names in rest.items())])
+
+
 def _memory_table(plan: Plan, console: Console) -> None:
     c = plan.cluster
     n = c.num_gpus
@@ -57,15 +77,7 @@ def _memory_table(plan: Plan, console: Console) -> None:
     mem = _table("Memory", "", "per GPU", f"cluster ({n} GPU{'s' if n > 1 else ''})")
     est = " (estimated)" if plan.reserve.estimated else " (given)"
     rows: list[tuple[str, int]] = []
-    weights_label = (
-        f"- weights ({s.weight_dtype}"
-        + (
-            f", experts {s.expert_weight_dtype}"
-            if s.expert_weight_dtype and s.expert_weight_dtype != s.weight_dtype
-            else ""
-        )
-        + ")"
-    )
+    weights_label = f"- weights ({_formats_label(s)})"
     r = plan.reserve
     if plan.kv_budget_source == "computed" and s.mem_fraction_static is not None:
         loading = r.weight_loading_bytes  # SGLang takes it out of (memory - in use at startup) x fraction
@@ -137,7 +149,7 @@ def _kv_table(plan: Plan, console: Console) -> None:
     fixed = plan.kv_bytes_per_request_fixed  # recurrent state, image K/V: held per request, not per token
     if fixed:
         kvt.add_row("  of which fixed (state, image K/V)", fmt_bytes(fixed))
-    kvt.add_row("  per GPU, in whole blocks", fmt_bytes(plan.kv_bytes_per_request_per_gpu))
+    kvt.add_row(f"  per GPU, in whole blocks{_capped_at(s)}", fmt_bytes(plan.kv_bytes_per_request_per_gpu))
     kvt.add_row("block (per-token layers, per GPU)" if fixed else "block (all layers, per GPU)",
                 fmt_bytes(plan.block_bytes_per_gpu))  # fmt: skip
     if plan.num_blocks_per_gpu is not None:
@@ -150,6 +162,14 @@ def _kv_table(plan: Plan, console: Console) -> None:
     if c.data_parallel_size > 1:
         kvt.add_row("KV pool, cluster", f"{plan.kv_pool_tokens_cluster:,} tokens")
     console.print(kvt)
+
+
+def _capped_at(s: Any, tokens: bool = True) -> str:
+    """Where SGLang caps each request below --max-model-len (a pool smaller than one request): the rows
+    computed at the cap say so."""
+    if s.max_request_tokens >= s.max_model_len:
+        return ""
+    return f" (at max_req_len {s.max_request_tokens:,})" if tokens else " (SGLang's max_req_len)"
 
 
 def _concurrency_table(plan: Plan, console: Console) -> None:
@@ -168,7 +188,8 @@ def _concurrency_table(plan: Plan, console: Console) -> None:
         if plan.limited_by == "state_pool"
         else ""
     )
-    ct.add_row(f"max concurrent requests at {s.max_model_len:,} tokens{limit}", f"{plan.max_concurrency:,}")
+    ct.add_row(f"max concurrent requests at {s.max_request_tokens:,} tokens{_capped_at(s, False)}{limit}",
+               f"{plan.max_concurrency:,}")  # fmt: skip
     ranks = max(1, c.attention_dp_size)  # SGLang DP attention: each rank holds its own requests' KV
     per = "per attention-DP rank" if ranks > 1 else "per replica"
     ct.add_row(f"  KV blocks / blocks one request holds, {per}", f"{plan.concurrency_factor:,.2f}x")
@@ -206,7 +227,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
     if d.at_max_concurrency:
         rows.append(
             (
-                f"{plural(d.at_max_concurrency.batch, 'request')} at {plan.settings.max_model_len:,} tokens",
+                f"{plural(d.at_max_concurrency.batch, 'request')} at {d.at_max_concurrency.context_tokens:,} tokens",
                 d.at_max_concurrency,
             )
         )

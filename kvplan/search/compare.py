@@ -86,6 +86,10 @@ def _with_layers(spec: ModelSpec, layers: Sequence[Layer], suffix: str) -> Model
     return ModelSpec.model_validate(data)
 
 
+class VariantNotApplicable(UsageError):
+    """A variant with no form for this model's layers (a window over MLA latents): its table row says so."""
+
+
 def _mha_dims(spec: ModelSpec, layer: Layer) -> tuple[int, int]:
     if isinstance(layer, CompressedLatent):  # DeepSeek-V4: per-head K and V of head_dim
         return layer.head_dim, layer.head_dim
@@ -101,7 +105,7 @@ def _heads(spec: ModelSpec, n: int, what: str) -> ModelSpec:
         raise UsageError(f"variant {what}: {n} KV heads must divide {spec.name}'s {h} attention heads")
     out = []
     for layer in spec.layers:
-        if isinstance(layer, (HeadLayer, LatentAttention)):
+        if isinstance(layer, (HeadLayer, LatentAttention, CompressedLatent)):
             k, v = _mha_dims(spec, layer)
             fields = {"num_kv_heads": n, "head_dim": k, "head_dim_v": v if v != k else None}
             if isinstance(layer, HeadLayer) and type(layer) is not FullAttention:
@@ -113,12 +117,15 @@ def _heads(spec: ModelSpec, n: int, what: str) -> ModelSpec:
 
 
 def _mla(spec: ModelSpec, rank: int, what: str) -> ModelSpec:
-    out = [
-        LatentAttention(kv_lora_rank=rank, qk_rope_head_dim=MLA_ROPE_DIM)
-        if isinstance(layer, (HeadLayer, LatentAttention))
-        else layer
-        for layer in spec.layers
-    ]
+    """Every attention layer an MLA latent of `rank` + MLA_ROPE_DIM values; a layer that is MLA already keeps
+    its other parts (its query and value widths, a DSA indexer) and takes the new latent."""
+    out: list[Layer] = []
+    for layer in spec.layers:
+        if isinstance(layer, LatentAttention):
+            layer = layer.model_copy(update={"kv_lora_rank": rank, "qk_rope_head_dim": MLA_ROPE_DIM})
+        elif isinstance(layer, (HeadLayer, CompressedLatent)):
+            layer = LatentAttention(kv_lora_rank=rank, qk_rope_head_dim=MLA_ROPE_DIM)
+        out.append(layer)
     return _with_layers(spec, out, what)
 
 
@@ -127,6 +134,11 @@ def _share(spec: ModelSpec, factor: int, what: str) -> ModelSpec:
     keeps K/V and the others read it."""
     if factor < 2:
         raise UsageError(f"variant {what}: the sharing factor must be >= 2")
+    if any(isinstance(layer, CompressedLatent) for layer in spec.layers):
+        raise VariantNotApplicable(
+            f"variant {what}: {spec.name}'s compressed_mla layers (DeepSeek-V4) have no cross-layer sharing form in "
+            "kvplan"
+        )
     cached = sum(isinstance(layer, (HeadLayer, LatentAttention)) for layer in spec.layers)
     if factor > cached:
         raise UsageError(
@@ -148,6 +160,11 @@ def _share(spec: ModelSpec, factor: int, what: str) -> ModelSpec:
 
 
 def _window(spec: ModelSpec, w: int, what: str) -> ModelSpec:
+    latent = sum(isinstance(layer, (LatentAttention, CompressedLatent)) for layer in spec.layers)
+    if latent:
+        raise VariantNotApplicable(
+            f"variant {what}: {spec.name}'s {latent} latent (MLA) layers have no sliding-window form in kvplan"
+        )
     out = []
     for layer in spec.layers:
         if isinstance(layer, HeadLayer):
@@ -328,7 +345,16 @@ def offload_concurrency(plan: Plan, offload_bytes: int) -> tuple[int, int]:
 
 
 def row(base: PlanRequest, model: ModelSpec, text: str, offload_gib: float = 0.0) -> Row:
-    variant = make_variant(model, text, offload_gib)
+    try:
+        variant = make_variant(model, text, offload_gib)
+    except VariantNotApplicable as exc:  # the other models' rows stand; this one says why it has no figures
+        none: dict[str, Any] = dict.fromkeys(
+            ("kv_cache_dtype", "kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "ratio_to_mha",
+             "kv_bytes_per_request", "state_bytes_per_request", "max_concurrency", "decode_kv_read_ms_one_request",
+             "decode_kv_read_ms", "offload_read_ms")
+        )  # fmt: skip
+        return Row(model=model.name, variant=text, attention=model.attention_summary, offload_bytes_per_gpu=0,
+                   quality="", error=f"not applicable: {exc}", **none)  # fmt: skip
     quality = "; ".join(variant.notes)
     try:
         p = estimate(_request(base, variant))
@@ -435,7 +461,12 @@ def ladder(
         gqa = "shipped"
     else:
         gqa = "gqa8" if spec.num_attention_heads % 8 == 0 else "mqa"
-    mla = "shipped" if any(isinstance(la, LatentAttention) for la in heads) else "mla512"
+    # a model whose attention is a latent already (MLA, DeepSeek-V4's compressed latent) takes its own at this step
+    mla = (
+        "shipped"
+        if any(isinstance(la, (LatentAttention, CompressedLatent)) for la in spec.layers)
+        else "mla512"
+    )
 
     def plan_for(text: str, **kw) -> Plan:
         v = make_variant(spec, text)
@@ -542,7 +573,10 @@ def contexts(upper: int, lower: int = 1024) -> list[int]:
 
 def curve(base: PlanRequest, model: ModelSpec, text: str, ctxs: list[int]) -> list[int | None]:
     """Max concurrency at each context (None where the model cannot serve it)."""
-    variant = make_variant(model, text)
+    try:
+        variant = make_variant(model, text)
+    except VariantNotApplicable:
+        return [None] * len(ctxs)
     out: list[int | None] = []
     for c in ctxs:
         if c > variant.spec.max_context:

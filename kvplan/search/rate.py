@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -252,6 +254,12 @@ def check_lengths(q: Query, workload: Workload) -> None:
         )
 
 
+# told the count of simulated loads after each one (the CLI's progress line); None: nobody listens
+ON_SIMULATION: ContextVar[Callable[[int], None] | None] = ContextVar(
+    "kvplan_rate_on_simulation", default=None
+)
+
+
 class Search:
     """The layouts to try, their deployments, and every simulation run (kept)."""
 
@@ -302,6 +310,8 @@ class Search:
             self.simulations += 1
             w = self.work.solo() if per_replica == 0 else self.work.dealt(per_replica * replicas, replicas)
             c.results[key] = simulate(c.deployment, w, self.targets.ttft_ms, self.targets.tpot_ms)
+            if (hook := ON_SIMULATION.get()) is not None:
+                hook(self.simulations)
         return c.results[key]
 
     def meets(self, r: SimResult) -> bool:

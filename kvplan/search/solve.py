@@ -40,7 +40,7 @@ from kvplan.errors import (
 )
 from kvplan.model.parallel import Network, valid_tps
 from kvplan.plan.plan import Plan, PlanRequest, estimate
-from kvplan.request import SGLANG_ALGORITHM, Speculative
+from kvplan.request import SGLANG_ALGORITHM, Speculative, min_model_len
 from kvplan.specs.models import GpuSpec, ModelSpec
 from kvplan.speed import plan_speed, step_model
 from kvplan.units import ceil_div, plural
@@ -218,7 +218,7 @@ def layouts(q: Query, gpu: GpuSpec, dtype: str) -> list[tuple[int, int]]:
     if not tps:
         return []
     top = max(tps)
-    length = q.max_model_len or 1  # --max-context: whether the weights fit at all
+    length = q.max_model_len or min_model_len(q.engine)  # --max-context: whether the weights fit at all
     try:
         fits = _replica(q, gpu, top, 1, dtype, length).max_concurrency_per_replica >= 1
     except InfeasibleError:
@@ -277,7 +277,7 @@ def ep_layouts(q: Query, gpu: GpuSpec, dtype: str) -> list[tuple[int, Parallel]]
     if experts < 2 or not tps or q.engine not in ("vllm", "sglang"):
         return []
     gpn = gpu.gpus_per_node
-    length = q.max_model_len or 1
+    length = q.max_model_len or min_model_len(q.engine)
     for nodes in range(1, MAX_EP_NODES + 1):
         unit = nodes * gpn
         if unit > (q.fixed_num_gpus or q.max_gpus) or unit > experts:
@@ -788,7 +788,7 @@ def _longest_context(
             return None
         return p
 
-    lo, hi, best = 1, q.model.max_context, None
+    lo, hi, best = min_model_len(q.engine), q.model.max_context, None
     while lo <= hi:  # capacity falls as the context grows: binary search the last length that fits
         mid = (lo + hi) // 2
         p = fits(mid)
@@ -798,7 +798,7 @@ def _longest_context(
             hi = mid - 1
     if best is None:
         bounds.reasons.append(
-            f"{gpu.name} {_label(q, tp, pp, par)} x DP {dp} ({dtype}): not even 1 token each"
+            f"{gpu.name} {_label(q, tp, pp, par)} x DP {dp} ({dtype}): not even {lo} tokens each"
         )
         return None
     n = q.fixed_num_gpus
@@ -865,7 +865,8 @@ def _weights_gpus(q: Query) -> tuple[int, str] | None:
         layouts = [(tp, 1) for tp in tps] + [(tps[-1], pp) for pp in range(2, MAX_PP + 1)] if tps else []
         for tp, pp in layouts:
             try:
-                _replica(q, gpu, tp, pp, q.kv_dtypes[0], min(q.max_model_len or 1, q.model.max_context))
+                shortest = q.max_model_len or min_model_len(q.engine)
+                _replica(q, gpu, tp, pp, q.kv_dtypes[0], min(shortest, q.model.max_context))
             except WeightsDoNotFit:
                 continue
             except InfeasibleError:

@@ -33,3 +33,33 @@ def progress_bar(enabled: bool = True, after_s: float = 1.0) -> Iterator[Callabl
     finally:
         if "bar" in state:
             state["bar"].stop()
+
+
+@contextlib.contextmanager
+def count_status(
+    what: str, enabled: bool = True, after_s: float = 1.0
+) -> Iterator[Callable[[int], None] | None]:
+    """A one-line status on stderr ("solve: 12 loads simulated, 3 s") for work longer than a second whose
+    total is not known beforehand (a bisection); transient, never under --json."""
+    if not enabled:
+        yield None
+        return
+    start = time.perf_counter()
+    state: dict[str, Any] = {}
+
+    def update(done: int) -> None:
+        elapsed = time.perf_counter() - start
+        if "status" not in state:
+            if elapsed < after_s:
+                return
+            from rich.console import Console
+
+            state["status"] = Console(stderr=True).status("")
+            state["status"].start()
+        state["status"].update(f"{what}: {done:,} simulated so far, {elapsed:,.0f} s")
+
+    try:
+        yield update
+    finally:
+        if "status" in state:
+            state["status"].stop()

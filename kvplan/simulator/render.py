@@ -20,6 +20,13 @@ CHART_ROWS = 8
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
+def _title(text: str, width: int = 110) -> str:
+    """A chart title wrapped at word boundaries, never cut inside a word or a number."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False))
+
+
 def kv_chart(result: SimResult, width: int = 60) -> list[str]:
     """KV usage over time as one line of block characters per level band, `width` columns."""
     series = result.kv_usage
@@ -158,7 +165,7 @@ def plot(result: SimResult, path: str) -> str:
     ax2.legend()
     d = result.deployment
     fig.suptitle(
-        f"{d['model']} on {d['gpus']}, {d['engine']}: {result.workload['description']}"[:120], fontsize=9
+        _title(f"{d['model']} on {d['gpus']}, {d['engine']}: {result.workload['description']}"), fontsize=9
     )
     fig.tight_layout()
     return _save(plt, fig, out, path)
@@ -183,6 +190,6 @@ def plot_load(
         ax.set_ylabel(f"{name} p{percentile} (ms)")
         ax.set_yscale("log")
         ax.legend()
-    fig.suptitle(title[:120], fontsize=9)
+    fig.suptitle(_title(title), fontsize=9)
     fig.tight_layout()
     return _save(plt, fig, out, path)

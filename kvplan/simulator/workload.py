@@ -82,21 +82,32 @@ def uniform_lengths(
     return [(rng.randint(in_lo, in_hi), rng.randint(out_lo, out_hi)) for _ in range(n)]
 
 
+HISTOGRAM_COLUMNS = ("input_len", "output_len", "weight")
+
+
 def read_histogram(path: Path) -> list[tuple[int, int, float]]:
-    """A length histogram: CSV lines `input_len,output_len,weight` (a header line is allowed)."""
+    """A length histogram: CSV lines `input_len,output_len,weight`; a header line naming those three columns
+    (in any order) says which column is which."""
     text = read_regular(path, MAX_HISTOGRAM_BYTES).decode("utf-8-sig", errors="replace")
     rows: list[tuple[int, int, float]] = []
+    order = [0, 1, 2]  # the columns of input_len, output_len, weight
     for i, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         parts = [p.strip() for p in line.split(",")]
         if i == 1 and not _numeric(parts[0]):
-            continue  # header
+            names = [p.lower() for p in parts]
+            if sorted(names) != sorted(HISTOGRAM_COLUMNS):
+                raise UsageError(
+                    f"{path}:1: the header must name the columns {','.join(HISTOGRAM_COLUMNS)}, got {line[:60]!r}"
+                )
+            order = [names.index(c) for c in HISTOGRAM_COLUMNS]
+            continue
         try:
             if len(parts) != 3:
                 raise ValueError
-            inp, out, w = int(parts[0]), int(parts[1]), float(parts[2])
+            inp, out, w = int(parts[order[0]]), int(parts[order[1]]), float(parts[order[2]])
         except ValueError:
             raise UsageError(
                 f"{path}:{i}: expected input_len,output_len,weight (integers and a weight), got {line[:60]!r}"

@@ -379,7 +379,10 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         act = "bf16"
     config_dtype = None
     if act == "fp32":
-        notes.append("checkpoint is float32; served in bf16 as engines do by default")
+        notes.append(
+            "checkpoint is float32 (its torch_dtype): served in 16 bits by the engine's --dtype auto (bf16 unless its "
+            "release or the GPU says float16; settings.dtype is the one planned)"
+        )
         act, config_dtype = "bf16", "fp32"
     quant, quant_where = q.quant_config(top, cfg, path)
     scheme = q.read_scheme(quant, quant_where, 16 if act != "fp32" else 32, notes)

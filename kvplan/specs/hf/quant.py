@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.errors import SpecError
-from kvplan.limits import MAX_INDEX_FILE_BYTES
+from kvplan.limits import MAX_BYTES, MAX_INDEX_FILE_BYTES
 from kvplan.specs.io import load_json_text, read_text
 from kvplan.specs.matrices import Matrix, weight_matrices
 from kvplan.specs.models import ModelSpec
@@ -491,9 +491,18 @@ def checkpoint_weight_bytes(path: Path) -> int | None:
     if not index.is_file():
         return None
     data = read_sidecar(index)
-    total = data.get("metadata", {}).get("total_size") if isinstance(data, dict) else None
+    meta = data.get("metadata", {}) if isinstance(data, dict) else None
+    if not isinstance(meta, dict):
+        raise SpecError(
+            f"{index}: metadata: expected a mapping, got {type(meta).__name__ if meta is not None else 'null'}"
+        )
+    total = meta.get("total_size")
     if isinstance(total, str) and total.isdigit():  # some exporters write it as a string
         total = int(total)
     if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
         raise SpecError(f"{index}: metadata.total_size: expected a positive integer, got {total!r}")
+    if total > MAX_BYTES:
+        raise SpecError(
+            f"{index}: metadata.total_size: {total:,} is over kvplan's limit of {MAX_BYTES:,} (README, Limits)"
+        )
     return total
