@@ -444,3 +444,15 @@ def test_rows_computed_at_sglangs_capped_request_say_so():
     assert "per GPU, in whole blocks (at max_req_len 99)" in out
     assert "max concurrent requests at 99 tokens (SGLang's max_req_len)" in out
     assert "1 request at 99 tokens" in out
+
+
+def test_vllm_0_10_0_is_named_to_the_patch_in_the_plan():
+    # fuzz 22 G5: settings.engine_version said 0.10 for 0.10.0 and 0.10.1 alike, though they plan differently
+    d = run_cli(
+        "estimate", "-m", "llama3-8b", "--max-model-len", "8K", "--engine-version", "0.10.0", "--json"
+    ).json()
+    assert d["settings"]["engine_version"] == d["engine"]["version"] == "0.10.0"
+    d = run_cli(
+        "estimate", "-m", "llama3-8b", "--max-model-len", "8K", "--engine-version", "0.10.2", "--json"
+    ).json()
+    assert d["settings"]["engine_version"] == "0.10"

@@ -253,7 +253,13 @@ class Engine(ABC):
 
     @property
     def label(self) -> str:
-        return f"{self.display_name} {fmt_version(self.version)}"
+        return f"{self.display_name} {self.version_text}"
+
+    @property
+    def version_text(self) -> str:
+        """The release as planned: major.minor, kvplan's rules being per minor release (an engine whose rules
+        change within one names the patch)."""
+        return fmt_version(self.version)
 
     @abstractmethod
     def check_flags(self) -> None:

@@ -675,6 +675,13 @@ class Vllm(Engine):
                 "use --dtype half"
             )
 
+    @property
+    def version_text(self) -> str:
+        # 0.10.0, named to the patch, plans by the rules before 0.10.1 (before_0_10_1): said so
+        if before_0_10_1(self.version, self.req.engine_version) != self.version:
+            return "0.10.0"
+        return super().version_text
+
     def chunked_hybrid(self) -> tuple[bool, str]:
         """Whether chunked-local layers get the hybrid KV cache manager, and where that comes from."""
         given = self.env(CHUNKED_HYBRID_ENV)
@@ -1171,6 +1178,7 @@ class Vllm(Engine):
         report = vllm_report(
             self.layout, budgets, block_bytes, max_len, self.version, self.req.num_gpu_blocks_override
         )
+        report = dataclasses.replace(report, version=self.version_text)
         if not self.state_lines:
             return report
         return dataclasses.replace(report, log_lines=[*self.state_lines, *report.log_lines])

@@ -1241,7 +1241,7 @@ def _estimate(req: PlanRequest) -> Plan:
             kv_bits_per_value=float(fmt.bits_per_value),
             block_size=bs,
             engine=req.engine,
-            engine_version=engines.fmt_version(engine.version),
+            engine_version=engine.version_text,
             gpu_memory_utilization=budget.gpu_memory_utilization,
             mem_fraction_static=budget.mem_fraction_static,
             max_num_batched_tokens=req.batched_tokens,
