@@ -231,7 +231,8 @@ def main() -> None:
     )
     est = llmd_estimate()
     print(
-        f"estimate --disaggregated on llm-d's layout: the {est['binding_pool']} pool binds at "
+        f"estimate --disaggregated on llm-d's layout: the {est['binding_pool']} "
+        f"{'' if est['binding_pool'] == 'link' else 'pool '}binds at "
         f"{est['requests_per_s']:.1f} req/s against {est['published_requests_per_s']:.1f} measured "
         f"({est['error']:+.0%}: a bare forward pass a prompt, no serving overhead)"
     )

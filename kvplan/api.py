@@ -301,6 +301,8 @@ def compare(
 
     if models is not None and not str(joined(models)).strip():
         raise UsageError("compare: models is empty; give model names, or leave it out for the default four")
+    if variants is not None and not str(joined(variants)).strip():
+        raise UsageError("compare: variants is empty; give variant names, or leave it out for shipped")
 
     cluster = comparisons.ClusterFlags(
         gpus,
@@ -384,6 +386,64 @@ def check_log(
     return CheckLogResult(checked.result, checked.source, str(checked.saved) if checked.saved else None)
 
 
+def _workload_of(
+    trace: str | None, num_prompts: int | None, input_len: Any, output_len: Any, range_ratio: float,
+    request_rate: float, burstiness: float, max_concurrency: int | None, length_histogram: str | None, seed: int,
+) -> Workload:  # fmt: skip
+    """simulate's workload from its flags: a trace, or random lengths (fixed, ranged or a histogram)."""
+    from pathlib import Path
+
+    from kvplan import simulator as sim
+    from kvplan.commands import inputs
+
+    if trace is not None:
+        inputs.check_trace_flags(
+            {"--input-len": input_len is not None, "--output-len": output_len is not None,
+             "--range-ratio": range_ratio != 0.0, "--length-histogram": length_histogram is not None,
+             "--request-rate": request_rate != float("inf"), "--burstiness": burstiness != 1.0,
+             "--seed": seed != 0}
+        )  # fmt: skip
+        return sim.read_trace(trace, max_concurrency, num_prompts)
+    if length_histogram is not None:
+        given = [f for f, on in (("--input-len", input_len is not None), ("--output-len", output_len is not None),
+                                 ("--range-ratio", range_ratio != 0.0)) if on]  # fmt: skip
+        if given:
+            raise UsageError(
+                f"--length-histogram gives each request's lengths: {', '.join(given)} does not apply with it; drop it"
+            )
+    inp, out = inputs.lengths(input_len, output_len)
+    return sim.synthetic(
+        num_prompts=1000 if num_prompts is None else num_prompts,
+        input_len=inp,
+        output_len=out,
+        range_ratio=range_ratio,
+        request_rate=request_rate,
+        burstiness=burstiness,
+        max_concurrency=max_concurrency,
+        seed=seed,
+        histogram=Path(length_histogram) if length_histogram is not None else None,
+    )
+
+
+def _no_workload_flags(
+    trace: Any, num_prompts: Any, input_len: Any, output_len: Any, range_ratio: float, request_rate: float,
+    burstiness: float, max_concurrency: Any, length_histogram: Any, seed: int,
+) -> None:  # fmt: skip
+    """A prepared workload already holds its requests: its flags beside it would be ignored, so they are refused."""
+    given = [name for name, on in (
+        ("trace", trace is not None), ("num_prompts", num_prompts is not None), ("input_len", input_len is not None),
+        ("output_len", output_len is not None), ("range_ratio", range_ratio != 0.0),
+        ("request_rate", request_rate != float("inf")), ("burstiness", burstiness != 1.0),
+        ("max_concurrency", max_concurrency is not None), ("length_histogram", length_histogram is not None),
+        ("seed", seed != 0),
+    ) if on]  # fmt: skip
+    if given:
+        raise UsageError(
+            f"simulate: give either a workload or its flags ({', '.join(given)}), not both: a prepared workload "
+            "already holds its requests"
+        )
+
+
 def simulate(
     model: str | None = None,
     *,
@@ -416,7 +476,6 @@ def simulate(
     deployment once (kvplan.simulator.from_plan) and the workload once, and pass them.
     """
     _check_args(simulate, locals(), "simulate")
-    from pathlib import Path
 
     from kvplan import simulator as sim
     from kvplan.commands import inputs
@@ -449,36 +508,12 @@ def simulate(
         deployment = sim.from_plan(run_estimate(req), req)
     elif flags or model is not None:
         raise UsageError("simulate: give either a deployment or a model with its flags, not both")
-    if workload is None:
-        if trace is not None:
-            inputs.check_trace_flags(
-                {"--input-len": input_len is not None, "--output-len": output_len is not None,
-                 "--range-ratio": range_ratio != 0.0, "--length-histogram": length_histogram is not None,
-                 "--request-rate": request_rate != float("inf"), "--burstiness": burstiness != 1.0,
-                 "--seed": seed != 0}
-            )  # fmt: skip
-            workload = sim.read_trace(trace, max_concurrency, num_prompts)
-        else:
-            if length_histogram is not None:
-                given = [f for f, on in (("--input-len", input_len is not None), ("--output-len", output_len is not None),
-                                         ("--range-ratio", range_ratio != 0.0)) if on]  # fmt: skip
-                if given:
-                    raise UsageError(
-                        f"--length-histogram gives each request's lengths: {', '.join(given)} does not apply with "
-                        "it; drop it"
-                    )
-            inp, out = inputs.lengths(input_len, output_len)
-            workload = sim.synthetic(
-                num_prompts=1000 if num_prompts is None else num_prompts,
-                input_len=inp,
-                output_len=out,
-                range_ratio=range_ratio,
-                request_rate=request_rate,
-                burstiness=burstiness,
-                max_concurrency=max_concurrency,
-                seed=seed,
-                histogram=Path(length_histogram) if length_histogram is not None else None,
-            )
+    if workload is not None:  # a prepared workload already holds its requests
+        _no_workload_flags(trace, num_prompts, input_len, output_len, range_ratio, request_rate, burstiness,
+                           max_concurrency, length_histogram, seed)  # fmt: skip
+    else:
+        workload = _workload_of(trace, num_prompts, input_len, output_len, range_ratio, request_rate, burstiness,
+                                max_concurrency, length_histogram, seed)  # fmt: skip
     result = sim.simulate(deployment, workload, ttft_ms, tpot_ms, progress)
     if result.completed == 0 and result.failed:
         why = "; ".join(f"{reason}: {n:,}" for reason, n in result.failed.items())

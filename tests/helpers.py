@@ -51,3 +51,17 @@ def load_benchmark(name: str) -> ModuleType:
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def draft_for(model: str, folder: Path) -> str:
+    """The EAGLE draft fixture (tests/fixtures/draft/eagle-llama3-8b.json) at `model`'s hidden size and vocabulary,
+    as an EAGLE head for that target must be (it runs on the target's hidden states); its attention keeps the
+    fixture's 8 KV heads of 128, so its KV pages differ from most targets' and form a KV-cache group of their own."""
+    import json
+
+    spec = load_model(model)
+    cfg = json.loads((REPO / "tests" / "fixtures" / "draft" / "eagle-llama3-8b.json").read_text())
+    cfg.update(hidden_size=spec.hidden_size, vocab_size=spec.vocab_size, head_dim=128)
+    path = folder / f"eagle-for-{spec.name}.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)

@@ -60,7 +60,7 @@ def test_line_rate_transfer_is_faster_than_measured_and_says_so(records):
     assert "2 x the model's 192,512 bytes" in notes
     assert repr(d) == (
         "Disaggregated(qwen3-235b-a22b: prefill 8xH20, decode 8xH20; 32,768 in / 128 out; KV moved 12.62 GB "
-        f"a request in 63.1 ms; prefill pool binds at {d.requests_per_s:,.2f} req/s)"
+        f"a request in 63.1 ms; the prefill pool binds at {d.requests_per_s:,.2f} req/s)"
     )
     with pytest.raises(UsageError, match="need disaggregated=True"):
         kvplan.estimate("qwen3-8b", prefill_gpus="8xH20", decode_gpus="8xH20")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import draft_for, run_cli
 
 
 def _shared_prefix_trace(path: Path, n: int, seed: int, gap_ms: int) -> Path:
@@ -101,12 +101,12 @@ def test_shipped_qwen35_specs_keep_their_mtp_layer():
     assert r.json()["speculative_memory"]["layers"] == 1
 
 
-def test_review_a_draft_in_a_kv_group_of_its_own_is_split_off_the_budget():
+def test_review_a_draft_in_a_kv_group_of_its_own_is_split_off_the_budget(tmp_path):
     # review: qwen3-next's EAGLE draft (a Llama head, another page size) forms a KV-cache group of its own that no
     # target layer's charge carried: kvplan said 89 requests (vLLM's own figure 79.8) and the draft's KV 0 bytes
     r = run_cli("estimate", "-m", "qwen3-next-80b-a3b", "-g", "2xH200", "--max-model-len", "32K",
                 "--speculative-config", '{"method":"eagle","num_speculative_tokens":3}', "--speculative-draft-config",
-                str(Path(__file__).parent / "fixtures" / "draft" / "eagle-llama3-8b.json"), "--acceptance-length",
+                draft_for("qwen3-next-80b-a3b", tmp_path), "--acceptance-length",
                 "2", "--json").json()  # fmt: skip
     assert r["max_concurrency"] <= int(r["engine"]["max_concurrency"])
     assert r["speculative_memory"]["kv_bytes_per_gpu"] > 0
@@ -136,14 +136,13 @@ def test_review_the_prefix_caching_row_counts_every_attention_rank():
         ("gpt-oss-20b", "2xH100", "2", "1"),
     ],
 )
-def test_round13_a_separate_draft_group_under_pp_is_held_to_vllms_count(layout):
+def test_round13_a_separate_draft_group_under_pp_is_held_to_vllms_count(layout, tmp_path):
     # R1: PP 2 with an EAGLE draft whose layers form a KV-cache group of their own: kvplan said 37 / 194 / 560
     # requests where vLLM's (blocks - 1) // held gives 18 / 118 / 280
     model, gpus, pp, tp = layout
     r = run_cli("estimate", "-m", model, "-g", gpus, "-pp", pp, "-tp", tp, "--max-model-len", "8K",
                 "--speculative-config", '{"method":"eagle","num_speculative_tokens":2}', "--acceptance-length", "2",
-                "--speculative-draft-config", str(Path(__file__).parent / "fixtures" / "draft" / "eagle-llama3-8b.json"),
-                "--json").json()  # fmt: skip
+                "--speculative-draft-config", draft_for(model, tmp_path), "--json").json()  # fmt: skip
     d = r["engine"]["details"]
     assert (
         r["max_concurrency_per_replica"]

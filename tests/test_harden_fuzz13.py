@@ -10,7 +10,7 @@ import pytest
 from kvplan.model.params import param_breakdown
 from kvplan.specs.matrices import vision_matrices
 from kvplan.specs.registry import load_model
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, draft_for, run_cli
 
 CORPUS = REPO / "tests" / "fixtures" / "hf" / "corpus"
 MLLAMA_11B = str(CORPUS / "llama-3.2-11b-vision.json")
@@ -159,10 +159,12 @@ def test_solve_max_context_plans_the_server_its_launch_line_starts():
         ["-m", "gpt-oss-120b", "-g", "8xH100", "-pp", "2", "-tp", "4", "--max-model-len", "32K"],
     ],
 )  # fmt: skip
-def test_preallocation_never_holds_more_than_paging_at_max_model_len(args):
+def test_preallocation_never_holds_more_than_paging_at_max_model_len(args, tmp_path):
     # R2: "preallocating max-model-len (no paging)" held 260 (427) against the headline's 118 (426): it divided the
     # whole KV budget, before the null block, the draft's own group and the engine's caps. A request reserved at
     # max-model-len each holds at most what paged blocks hold at max-model-len.
+    if "--speculative-draft-config" in args:  # an EAGLE head at the target's width (helpers.draft_for)
+        args = [draft_for(args[1], tmp_path) if a.endswith("eagle-llama3-8b.json") else a for a in args]
     d = run_cli("estimate", *args, "--avg-context", "4K", "--json").json()
     head = d["max_concurrency_per_replica"]
     frag = d["fragmentation"]

@@ -251,19 +251,19 @@ def test_sglang_speculative_decoding_caps_running_requests_at_48():
         "--json",
     )
     plain = run_cli(*base).json()
-    ngram = run_cli(*base, "--speculative-algorithm", "NGRAM", "--speculative-num-steps", "5", "--acceptance-length",
+    ngram = run_cli(*base, "--speculative-algorithm", "NGRAM", "--acceptance-length",
                     "2").json()  # fmt: skip
     assert plain["max_concurrency"] > 48 and ngram["max_concurrency"] == 48
     assert any(
         a.startswith("--max-running-requests 48: SGLang's default under speculative")
         for a in ngram["assumptions"]
     )
-    given = run_cli(*base, "--speculative-algorithm", "NGRAM", "--speculative-num-steps", "5", "--acceptance-length",
+    given = run_cli(*base, "--speculative-algorithm", "NGRAM", "--acceptance-length",
                     "2", "--max-running-requests", "100").json()  # fmt: skip
     assert given["max_concurrency"] == 100
     # solve states --max-running-requests in its launch lines, so it plans without the default
     solved = run_cli("solve", "-m", "llama3.1-8b", "--engine", "sglang", "--max-model-len", "2K", "--users", "500", "-g",
-                     "H100", "--speculative-algorithm", "NGRAM", "--speculative-num-steps", "5", "--acceptance-length",
+                     "H100", "--speculative-algorithm", "NGRAM", "--acceptance-length",
                      "2", "--json").json()  # fmt: skip
     assert (
         solved["answers"][0]["num_gpus"] == 8
@@ -275,7 +275,7 @@ def test_sglang_ngram_draft_tokens_are_its_own_not_eagles_rule():
     # W2: NGRAM's draft tokens default to speculative_ngram_max_match_window_size (12) and may be any count; the
     # steps + 1 rule is EAGLE's at top-k 1 (server_args.py)
     base = ("estimate", "-m", "llama3.1-8b", "-g", "H100", "--engine", "sglang", "--max-model-len", "2K",
-            "--speculative-algorithm", "NGRAM", "--speculative-num-steps", "5", "--acceptance-length", "2", "--json")  # fmt: skip
+            "--speculative-algorithm", "NGRAM", "--acceptance-length", "2", "--json")  # fmt: skip
     for extra, verify in (((), 12), (("--speculative-num-draft-tokens", "8"), 8)):
         r = run_cli(*base, *extra)
         assert r.exit_code == 0, r.stderr
@@ -297,9 +297,9 @@ def test_check_log_reads_sglang_ngram_draft_tokens():
 def test_sglang_refuses_ngram_under_dp_attention():
     # server_args.py _handle_speculative_decoding: 'Currently ngram speculative decoding does not support dp attention.'
     r = run_cli("estimate", "-m", "qwen3-235b-a22b", "-g", "8xH200", "--engine", "sglang", "--max-model-len", "8K",
-                "--enable-dp-attention", "--dp-size", "8", "--speculative-algorithm", "NGRAM", "--speculative-num-steps",
-                "5", "--acceptance-length", "2")  # fmt: skip
+                "--enable-dp-attention", "--dp-size", "8", "--speculative-algorithm", "NGRAM", "--acceptance-length",
+                "2")  # fmt: skip
     assert r.exit_code == 2 and "does not run n-gram speculative decoding under DP attention" in r.stderr
     ok = run_cli("estimate", "-m", "qwen3-235b-a22b", "-g", "8xH200", "--engine", "sglang", "--max-model-len", "8K",
-                 "--speculative-algorithm", "NGRAM", "--speculative-num-steps", "5", "--acceptance-length", "2")  # fmt: skip
+                 "--speculative-algorithm", "NGRAM", "--acceptance-length", "2")  # fmt: skip
     assert ok.exit_code == 0, ok.stderr

@@ -456,3 +456,92 @@ def test_vllm_0_10_0_is_named_to_the_patch_in_the_plan():
         "estimate", "-m", "llama3-8b", "--max-model-len", "8K", "--engine-version", "0.10.2", "--json"
     ).json()
     assert d["settings"]["engine_version"] == "0.10"
+
+
+# --- fuzz pass 23 ---------------------------------------------------------------------------------------------
+
+
+def test_disaggregated_rate_is_bound_by_the_kv_link_when_it_carries_fewer_requests():
+    # fuzz 23 H1: the link carried 46.6 req/s and the headline said the prefill pool binds at 63.75
+    d = run_cli("estimate", "-m", "llama3-8b", "--max-model-len", "8K", "--disaggregated", "--input-len", "4K",
+                "--output-len", "256", "--prefill-gpus", "8xH100", "--prefill-tp", "1", "--decode-gpus", "8xH100",
+                "--network", "25G", "--json").json()["disaggregated"]  # fmt: skip
+    assert d["binding_pool"] == "link"
+    assert d["requests_per_s"] == pytest.approx(d["transfer_requests_per_s"])
+    assert d["requests_per_s"] < d["prefill"]["requests_per_s"]
+
+
+def test_a_request_beyond_sglangs_capped_length_is_refused_as_infeasible_by_both_paths():
+    # fuzz 23 H2/H3: --avg-context 100K planned a batch-1 decode at 102,400 tokens though SGLang caps requests at
+    # 23,799; the disaggregated decode pool refused the same with exit 2 under SGLang and 3 under vLLM
+    r = run_cli("estimate", "-m", "llama3.1-8b", "--engine", "sglang", "--max-model-len", "128K", "-g", "L4",
+                "--avg-context", "100K")  # fmt: skip
+    assert r.exit_code == 3 and "--avg-context 102,400 is above SGLang's max_req_len 23,799" in r.stderr
+    args = ("estimate", "-m", "llama3.1-8b", "--max-model-len", "128K", "--disaggregated", "--input-len", "100K",
+            "--output-len", "256", "--prefill-gpus", "1xH100", "--decode-gpus", "1xL4")  # fmt: skip
+    assert run_cli(*args, "--engine", "sglang").exit_code == run_cli(*args).exit_code == 3
+
+
+def test_moe_imbalance_is_at_most_the_ep_size():
+    # fuzz 23 H4: --moe-imbalance 64 on EP 2 made the MoE term 4x the physical worst case (one rank doing it all)
+    base = (
+        "estimate",
+        "-m",
+        "mixtral-8x7b",
+        "-g",
+        "2xH100",
+        "--enable-expert-parallel",
+        "--max-model-len",
+        "8K",
+    )
+    r = run_cli(*base, "--moe-imbalance", "64")
+    assert r.exit_code == 2 and "--moe-imbalance 64 is above the EP size 2" in r.stderr
+    assert run_cli(*base, "--moe-imbalance", "2").exit_code == 0
+
+
+def test_a_prepared_workload_takes_no_workload_flags_beside_it():
+    # fuzz 23 H5: kvplan.simulate(workload=w, max_concurrency=1, trace="/nonexistent") ignored them all
+    import kvplan
+    from kvplan.errors import UsageError
+    from kvplan.simulator import synthetic
+
+    w = synthetic(num_prompts=20, request_rate=4)
+    with pytest.raises(UsageError, match=r"give either a workload or its flags \(trace, max_concurrency\)"):
+        kvplan.simulate(
+            "llama3-8b", max_model_len="8K", workload=w, trace="/nonexistent.jsonl", max_concurrency=1
+        )
+    assert kvplan.simulate("llama3-8b", max_model_len="8K", workload=w).completed == 20
+
+
+def test_an_eagle_draft_of_another_width_is_refused(tmp_path):
+    # fuzz 23 H6: a draft config with hidden_size 8192 was sized beside llama3-8b (hidden 4096)
+    d = json.loads((REPO / "tests" / "fixtures" / "draft" / "eagle-llama3-8b.json").read_text())
+    path = tmp_path / "eagle.json"
+    path.write_text(json.dumps(dict(d, hidden_size=8192, num_attention_heads=64, intermediate_size=28672)))
+    args = ("estimate", "-m", "llama3-8b", "--max-model-len", "8K", "--speculative-config",
+            '{"method":"eagle","num_speculative_tokens":3}', "--acceptance-length", "2.5",
+            "--speculative-draft-config")  # fmt: skip
+    r = run_cli(*args, str(path))
+    assert r.exit_code == 2 and "hidden_size 8,192 differs from llama3-8b's 4,096" in r.stderr
+    assert run_cli(*args, str(REPO / "tests" / "fixtures" / "draft" / "eagle-llama3-8b.json")).exit_code == 0
+
+
+def test_empty_variants_are_refused_as_empty_models_are():
+    # fuzz 23 H7: --variants "" (and variants=[] in the API) gave the shipped row alone
+    import kvplan
+    from kvplan.errors import UsageError
+
+    r = run_cli("compare", "table", "--models", "llama3-8b", "--variants", "")
+    assert r.exit_code == 2 and "--variants is empty" in r.stderr
+    with pytest.raises(UsageError, match="variants is empty"):
+        kvplan.compare(models="llama3-8b", variants=[])
+
+
+def test_sglang_ngram_needs_no_draft_steps_and_refuses_them():
+    # fuzz 23 H8: NGRAM required --speculative-num-steps, which then changed nothing but the echoed draft_steps
+    base = ("estimate", "-m", "llama3-8b", "--max-model-len", "8K", "--engine", "sglang", "--speculative-algorithm",
+            "NGRAM", "--acceptance-length", "2")  # fmt: skip
+    d = run_cli(*base, "--json").json()["decode"]["speculative"][0]
+    assert (d["draft_steps"], d["verify_tokens"]) == (11, 12)
+    r = run_cli(*base, "--speculative-num-steps", "20")
+    assert r.exit_code == 2 and "--speculative-num-steps would change nothing for NGRAM" in r.stderr

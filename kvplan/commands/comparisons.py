@@ -156,7 +156,11 @@ def _models(models: str | None) -> tuple[list[str], list[ModelSpec]]:
 def _variants(variants: str) -> list[str]:
     """--variants as listed: an empty entry or one given twice is refused as --models refuses them."""
     names = split(variants)
-    if variants.strip() and len(names) != len(variants.split(",")):
+    if not variants.strip():
+        raise UsageError(
+            "--variants is empty; give variant names (e.g. shipped,int8), or leave it out for shipped"
+        )
+    if len(names) != len(variants.split(",")):
         raise UsageError(f"--variants: an empty entry between commas in {variants!r}")
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

@@ -225,18 +225,25 @@ def _sglang_speculative(f: EstimateFlags | SolveFlags) -> Any:
     algo = str(f.speculative_algorithm).upper()
     if algo not in SGLANG_SPEC:
         raise UsageError(f"--speculative-algorithm must be {', '.join(SGLANG_SPEC)}, got {algo!r}")
+    steps, tokens = f.speculative_num_steps, f.speculative_num_draft_tokens
+    if algo == "NGRAM":
+        # server_args.py _handle_speculative_decoding: NGRAM's top-k is speculative_ngram_max_bfs_breadth and its
+        # draft tokens default to speculative_ngram_max_match_window_size (12); the steps + 1 rule is EAGLE's.
+        # Its draft is a lookup in the prompt, no draft passes: the tokens proposed are draft tokens - 1
+        if steps is not None:
+            raise UsageError(
+                "--speculative-num-steps would change nothing for NGRAM (its draft is a lookup, no draft passes); "
+                "give --speculative-num-draft-tokens, or leave both out for SGLang's 12"
+            )
+        verify = SGLANG_NGRAM_DRAFT_TOKENS if tokens is None else tokens
+        return Speculative.make(
+            "ngram", max(1, verify - 1), verify, f.acceptance_length, "--speculative-algorithm",
+            _draft_config(f, "ngram"), "--speculative-num-draft-tokens",
+        )  # fmt: skip
     if f.speculative_num_steps is None:
         raise UsageError(
             "--speculative-num-steps: give the draft steps (kvplan does not pick SGLang's default)"
         )
-    steps, tokens = f.speculative_num_steps, f.speculative_num_draft_tokens
-    if algo == "NGRAM":
-        # server_args.py _handle_speculative_decoding: NGRAM's top-k is speculative_ngram_max_bfs_breadth and its
-        # draft tokens default to speculative_ngram_max_match_window_size (12); the steps + 1 rule is EAGLE's
-        return Speculative.make(
-            "ngram", f.speculative_num_steps, SGLANG_NGRAM_DRAFT_TOKENS if tokens is None else tokens,
-            f.acceptance_length, "--speculative-algorithm", _draft_config(f, "ngram"), "--speculative-num-steps",
-        )  # fmt: skip
     if tokens is not None and isinstance(steps, int) and steps >= 1 and tokens != steps + 1:
         # SGLang server_args.py: with speculative_eagle_topk 1 (the one kvplan models) the draft tokens are
         # adjusted to speculative_num_steps + 1, with a warning

@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kvplan.errors import KvplanError, UsageError
+from kvplan.errors import KvplanError, RequestDoesNotFit, UsageError
 from kvplan.model.parallel import DEFAULT_NETWORK, Network
 from kvplan.plan.plan import Plan, PlanRequest, estimate
 from kvplan.speed.plan_speed import NETWORK_UNUSED
@@ -69,7 +69,9 @@ class Disaggregated:
     prefill: PrefillPool
     decode: DecodePool
     prefill_to_decode_ratio: float  # prefill rate / decode rate: < 1 prefill binds, > 1 decode binds
-    binding_pool: str  # prefill or decode
+    binding_pool: (
+        str  # prefill, decode, or link: the KV transfers, when they carry fewer requests than either pool
+    )
     requests_per_s: float  # the smaller of the two pools' rates
     assumptions: list[str]
     prefill_plan: Plan
@@ -82,8 +84,12 @@ class Disaggregated:
         return (
             f"Disaggregated({self.prefill_plan.model.name}: prefill {p.gpus}, decode {d.gpus}; "
             f"{self.input_tokens:,} in / {self.output_tokens:,} out; KV moved {self.kv_bytes_per_request / 1e9:,.2f} GB "
-            f"a request in {self.transfer_ms:,.1f} ms; {self.binding_pool} pool binds at {self.requests_per_s:,.2f} req/s)"
+            f"a request in {self.transfer_ms:,.1f} ms; {self.binding_words} binds at {self.requests_per_s:,.2f} req/s)"
         )
+
+    @property
+    def binding_words(self) -> str:
+        return "the KV link" if self.binding_pool == "link" else f"the {self.binding_pool} pool"
 
     def to_dict(self) -> dict[str, Any]:
         skip = ("prefill", "decode", "prefill_plan", "decode_plan")
@@ -179,8 +185,9 @@ def disaggregate(
     assert d.avg_context is not None  # set above
     conc = d.avg_context.max_concurrency_per_replica
     if conc < 1:
-        raise UsageError(
-            f"--decode-gpus {decode_gpus}: no request of {inp + out:,} tokens fits the decode pool"
+        raise RequestDoesNotFit(
+            f"--decode-gpus {decode_gpus}: no request of {inp + out:,} tokens fits the decode pool",
+            request_tokens=inp + out,
         )
     d_replicas = d.cluster.data_parallel_size
     step_ms = d.decode.step(conc, d.decode.kv_bytes_per_request_per_gpu, d.decode.context_tokens).tpot_ms
@@ -225,6 +232,7 @@ def disaggregate(
     caveat = prefill_caveat(p.decode.inputs.kind, "the prefill pool's rate is", rate=True)
     if caveat:
         notes.append(f"prefill: {caveat}")
+    link_rate = p.cluster.data_parallel_size * ranks / transfer_s
     return Disaggregated(
         input_tokens=inp,
         output_tokens=out,
@@ -235,7 +243,7 @@ def disaggregate(
         link_bytes_per_s=link,
         link_source=how,
         transfer_ms=transfer_s * 1e3,
-        transfer_requests_per_s=p.cluster.data_parallel_size * ranks / transfer_s,
+        transfer_requests_per_s=link_rate,
         link_gpus=request_gpus(p),
         attention_ranks=ranks,
         prefill=PrefillPool(
@@ -262,8 +270,9 @@ def disaggregate(
             spec_how,
         ),
         prefill_to_decode_ratio=ratio,
-        binding_pool="prefill" if prefill_rate < decode_rate else "decode",
-        requests_per_s=min(prefill_rate, decode_rate),
+        # every request's KV crosses the link: the deployment runs at the slowest of the three
+        binding_pool=min((prefill_rate, "prefill"), (decode_rate, "decode"), (link_rate, "link"))[1],
+        requests_per_s=min(prefill_rate, decode_rate, link_rate),
         assumptions=notes,
         prefill_plan=p,
         decode_plan=d,

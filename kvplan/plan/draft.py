@@ -54,6 +54,18 @@ def draft_memory(
             f"{spec.flag} {spec.method}: give --speculative-draft-config PATH (the draft checkpoint's config.json); "
             "kvplan sizes the draft's weights and KV from it"
         )
+    if spec.method == "eagle":
+        # an EAGLE head runs on the target's hidden states and shares its embedding and LM head (vLLM
+        # llama_eagle.py: fc over [embedding, hidden] of the target's width): a draft of another width or
+        # vocabulary cannot load beside this target
+        for what, mine, theirs in (("hidden_size", spec.draft.hidden_size, model.hidden_size),
+                                   ("vocab_size", spec.draft.vocab_size, model.vocab_size)):  # fmt: skip
+            if mine != theirs:
+                raise UsageError(
+                    f"--speculative-draft-config {spec.draft.name}: {what} {mine:,} differs from {model.name}'s "
+                    f"{theirs:,} (an EAGLE head runs on the target's hidden states and shares its embedding); give "
+                    "the draft trained for this model"
+                )
     return _eagle(spec.method, spec.draft, fmt, tp, kv_tp)
 
 

@@ -699,6 +699,24 @@ def _draft_apart_cap(
     )  # fmt: skip
 
 
+def _check_within_cap(req: PlanRequest, req_len: int, max_len: int) -> None:
+    """Where the engine caps each request below --max-model-len (SGLang with a pool smaller than one request),
+    a context or request the flags describe beyond the cap is one no request can reach: refused, as one beyond
+    --max-model-len is."""
+    if req_len >= max_len:
+        return
+    longest = [(f, v) for f, v in (("--input-len + --output-len", (req.input_len or 0) + (req.output_len or 0)),
+                                   ("--avg-context", req.avg_context_tokens))
+               if v and v > req_len]  # fmt: skip
+    if longest:
+        flag, value = longest[0]
+        raise RequestDoesNotFit(
+            f"{flag} {value:,} is above SGLang's max_req_len {req_len:,}, the longest request its KV pool holds "
+            f"at --max-model-len {max_len:,} on these GPUs; give a shorter context, more GPUs or more KV memory",
+            max_req_len=req_len,
+        )
+
+
 def _capped_avg(avg: AvgContext | None, caps: list[int | None], attn_dp: int, dp: int) -> AvgContext | None:
     """--avg-context's requests, no more than the engine runs at once (a flag's cap, SGLang's state pool; each an
     attention rank's)."""
@@ -1103,6 +1121,13 @@ def _estimate(req: PlanRequest) -> Plan:
             "--moe-imbalance needs expert parallelism (vLLM --enable-expert-parallel, SGLang --ep-size > 1): "
             "under TP every GPU holds a slice of every expert"
         )
+    if (
+        req.moe_imbalance > sh.ep
+    ):  # the mean is the total over EP ranks: the busiest carries at most all of it
+        raise UsageError(
+            f"--moe-imbalance {req.moe_imbalance:g} is above the EP size {sh.ep}: the busiest of {sh.ep} ranks "
+            f"carries at most all the routed-expert work, {sh.ep}x the mean; give {sh.ep} or less"
+        )
     kv_tp, attn_dp = sh.attn_tp, sh.attn_dp
     ex: list[Explain] = []
     notes: list[str] = list(default_notes)
@@ -1149,6 +1174,7 @@ def _estimate(req: PlanRequest) -> Plan:
     source = _budget_source(req, engine, budget, tp, pp, notes)
     conc = _concurrency(req, engine, pool, max_len, notes, attn_dp)
     req_len = conc.request_tokens  # max_len, or the engine's cap when one request overflows the pool
+    _check_within_cap(req, req_len, max_len)
     binding = pool.stages[conc.binding_stage]
     split = any(c.engine_budget_bytes not in (None, c.kv_budget_bytes) for c in caches)
     _explain_pool(ex, engine, budget, gpu, source, pool, conc, dp, max_len, split)

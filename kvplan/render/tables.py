@@ -821,7 +821,7 @@ def render_disaggregated(r: Disaggregated, console: Console) -> None:
         (
             "prefill / decode rate",
             f"{r.prefill_to_decode_ratio:,.2f}",
-            f"the {r.binding_pool} pool binds at {r.requests_per_s:,.2f} req/s",
+            f"{r.binding_words} binds at {r.requests_per_s:,.2f} req/s",
         ),
     ]
     # the label and the value are never cut; the explanation wraps (issue 24: no number cut at 80 columns)

@@ -237,7 +237,8 @@ def unit_gpus(q: Query, tp: int, pp: int, par: Parallel = PLAIN) -> int:
 def _parallel_fields(q: Query, par: Parallel) -> dict[str, Any]:
     if not par.on:
         return {}
-    imbalance = {"moe_imbalance": q.moe_imbalance} if par.ep > 1 else {}
+    # a layout of fewer EP ranks than the factor: its busiest rank carries at most all the work, ep x the mean
+    imbalance = {"moe_imbalance": min(q.moe_imbalance, float(par.ep))} if par.ep > 1 else {}
     if q.engine == "vllm":
         return {"data_parallel_size": par.dp, "enable_expert_parallel": par.ep > 1, **imbalance}
     return {"data_parallel_size": par.dp, "enable_dp_attention": par.dp > 1, "ep_size": par.ep, **imbalance}
@@ -414,7 +415,9 @@ def speculative_flags(engine: str, spec: Speculative | None) -> list[str]:
         return [f"--speculative-config '{{{cfg}}}'"]
     out = [
         f"--speculative-algorithm {SGLANG_ALGORITHM[spec.method]}",
-        f"--speculative-num-steps {spec.draft_steps}",
+        *(
+            [] if spec.method == "ngram" else [f"--speculative-num-steps {spec.draft_steps}"]
+        ),  # NGRAM: a lookup
         f"--speculative-num-draft-tokens {spec.verify_tokens}",
     ]
     if needs_draft:
