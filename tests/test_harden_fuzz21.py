@@ -545,3 +545,66 @@ def test_sglang_ngram_needs_no_draft_steps_and_refuses_them():
     assert (d["draft_steps"], d["verify_tokens"]) == (11, 12)
     r = run_cli(*base, "--speculative-num-steps", "20")
     assert r.exit_code == 2 and "--speculative-num-steps would change nothing for NGRAM" in r.stderr
+
+
+# --- fuzz pass 24 ---------------------------------------------------------------------------------------------
+
+
+def test_solves_sglang_line_states_the_fraction_its_users_figure_rests_on():
+    # fuzz 24 K1: for a VLM the line said --mem-fraction-static 0.852 (before SGLang's VLM adjustment) beside "holds
+    # 67 users" (at the adjusted 0.775); SGLang takes a given fraction as it is, so the copied line ran 74
+    a = run_cli("solve", "-m", "gemma3-27b", "--users", "50", "--max-model-len", "32K", "-g", "B200", "--top", "1",
+                "--json").json()["answers"][0]  # fmt: skip
+    assert (a["num_gpus"], a["tensor_parallel_size"], a["data_parallel_size"]) == (8, 8, 1)
+    fraction = a["sglang_flags"].split("--mem-fraction-static ")[1].split()[0]
+    assert fraction != "0.852"
+    d = run_cli("estimate", "-m", "gemma3-27b", "-g", "8xB200", "--engine", "sglang", "--max-model-len", "32K",
+                "--mem-fraction-static", fraction, "--json").json()  # fmt: skip
+    assert d["max_concurrency"] == a["sglang_max_concurrency"] == 67
+
+
+def test_every_gpus_count_is_bounded_before_any_search():
+    # fuzz 24 K2: solve --max-context -g 999999999999999999999xH100 printed a table (estimate refused 4,097)
+    for g in ("4097xH100", "999999999999999999999xH100"):
+        r = run_cli("solve", "-m", "llama3-8b", "--users", "10", "--max-context", "-g", g)
+        assert r.exit_code == 2 and "--gpus (GPU count) must be at most 4,096" in r.stderr
+
+
+def test_check_log_refuses_flags_that_contradict_the_log():
+    # fuzz 24 K4: --kv-cache-dtype bf16 on an fp8 log halved the arithmetic's tokens without a word
+    real = str(REAL_LOGS / "vllm_0.10.0_qwen3-32b_h100_tp8.log")
+    r = run_cli("check-log", real, "-m", "qwen3-32b", "-g", "H100", "--kv-cache-dtype", "bf16")
+    assert (
+        r.exit_code == 2
+        and "--kv-cache-dtype bf16, but the log ran with fp8; drop --kv-cache-dtype" in r.stderr
+    )
+    assert (
+        run_cli("check-log", real, "-m", "qwen3-32b", "-g", "H100", "--kv-cache-dtype", "fp8").exit_code == 0
+    )
+    sglang = str(REPO / "tests" / "fixtures" / "logs" / "sglang_v05_llama3_8b_h100.log")
+    r = run_cli("check-log", sglang, "-g", "H100", "--page-size", "16")
+    assert r.exit_code == 2 and "--page-size 16, but the log ran with 1" in r.stderr
+    # fuzz 24 K6: SGLang's step budget is its chunked_prefill_size: --max-num-batched-tokens was kept in the saved
+    # calibration's key, which no estimate could then match
+    r = run_cli("check-log", sglang, "-g", "H100", "--max-num-batched-tokens", "4096")
+    assert r.exit_code == 2 and "--max-num-batched-tokens is vLLM's flag and this is a SGLang log" in r.stderr
+
+
+def test_compare_ladder_refuses_a_zero_context():
+    # fuzz 24 K5: --max-model-len 0 was taken as the model's maximum
+    r = run_cli("compare", "ladder", "-m", "llama3-8b", "--max-model-len", "0")
+    assert r.exit_code == 2 and "--max-model-len must be >= 1" in r.stderr
+
+
+def test_a_second_saved_calibration_says_what_it_replaces(tmp_path, monkeypatch):
+    # fuzz 24 K7: a measured 2.20 GiB was replaced by 6.31 GiB without a word
+    monkeypatch.setenv("KVPLAN_DATA_DIR", str(tmp_path / "data"))
+    log = REPO / "tests" / "fixtures" / "logs" / "vllm_v011_llama31_8b_h100.log"
+    first = run_cli("check-log", str(log), "-g", "H100", "--save-calibration", "--json").json()
+    assert not any("replaces" in n for n in first["notes"])
+    edited = tmp_path / "edited.log"
+    edited.write_text(log.read_text().replace("54.11 GiB", "50.00 GiB").replace("443,264 tokens", "409,600 tokens")
+                      .replace("13.53x", "12.50x"))  # fmt: skip
+    second = run_cli("check-log", str(edited), "-g", "H100", "--save-calibration", "--json").json()
+    said = [n for n in second["notes"] if n.startswith("--save-calibration replaces 2.20 GiB measured from")]
+    assert len(said) == 1

@@ -260,6 +260,8 @@ def ladder(
     from kvplan.units import parse_count
 
     base = base_request(model, flags, flags.max_model_len)
+    if base.max_model_len is not None and base.max_model_len < 1:  # as estimate and compare table refuse it
+        raise UsageError("--max-model-len must be >= 1 (leave it out for the model's maximum)")
     length = base.max_model_len or base.model.max_context
     base = dataclasses.replace(base, max_model_len=length)
     if not avg_context and length < 4:  # the defaults below name no flag the user gave

@@ -36,6 +36,13 @@ def parse_gpus(text: str, flag: str = "--gpus") -> tuple[int | None, int | None,
     a, b, name = m.group(1), m.group(2), m.group(3)
     if a is not None and int(a) < 1 or b is not None and int(b) < 1:
         raise UsageError(f"{flag}: GPU and node counts must be >= 1 in {text!r}")
+    from kvplan.limits import MAX_GPUS, MAX_NODES
+
+    total = int(a) * (int(b) if b is not None else 1) if a is not None else None
+    if total is not None and total > MAX_GPUS:  # every command, before any plan or search (README, Limits)
+        raise UsageError(f"{flag} (GPU count) must be at most {MAX_GPUS:,}, got {total:,}")
+    if b is not None and int(a) > MAX_NODES:
+        raise UsageError(f"{flag} (node count) must be at most {MAX_NODES:,}, got {int(a):,}")
     if b is not None:
         return int(a) * int(b), int(a), name
     if a is not None:
@@ -1044,6 +1051,13 @@ def _check_log_engine_flags(engine: str, overrides: dict[str, Any]) -> None:
     """check-log reads the engine from the log: another engine's flag is a mistake to drop (estimate's advice,
     --engine, is no check-log option)."""
     from kvplan import engines
+
+    if engine == "sglang" and overrides.get("max_num_batched_tokens") is not None:
+        # SGLang's step budget is its chunked_prefill_size, read from the log's ServerArgs
+        raise UsageError(
+            "--max-num-batched-tokens is vLLM's flag and this is a SGLang log (its chunked_prefill_size is read "
+            "from the log); drop it"
+        )
 
     for other in engines.ENGINES.values():
         if other.name == engine:

@@ -172,6 +172,7 @@ def request_from_log(
                 "drop --engine-version"
             )
     kw.update(_log_caching_and_drafts(f))
+    _check_overrides_agree(f, model, overrides, engine.name)
     if f.get("max_model_len_auto"):  # vLLM --max-model-len auto: kvplan fits it as vLLM does
         kw["max_model_len"], kw["max_model_len_auto"] = None, True
     kw.update({k: v for k, v in overrides.items() if v is not None})
@@ -183,6 +184,40 @@ def request_from_log(
             "pass the model's own config.json with --model"
         )
     return PlanRequest(model=model, gpu=gpu, **kw)
+
+
+# check-log flags that fill a setting in, and the log's fact for it: a flag may fill what the log lacks, not
+# contradict what it states (the check would then be of another deployment, its arithmetic no longer the log's)
+_LOGGED_SETTINGS = (
+    ("kv_cache_dtype", "--kv-cache-dtype"),
+    ("block_size", "--block-size"),
+    ("gpu_memory_utilization", "--gpu-memory-utilization"),
+    ("mem_fraction_static", "--mem-fraction-static"),
+    ("max_num_batched_tokens", "--max-num-batched-tokens"),
+)
+
+
+def _check_overrides_agree(
+    f: dict[str, Any], model: ModelSpec, overrides: dict[str, Any], engine: str
+) -> None:
+    for key, flag in _LOGGED_SETTINGS:
+        given, logged = overrides.get(key), f.get(key)
+        if given is None or logged is None:
+            continue
+        if key == "kv_cache_dtype":
+            if str(given) == "auto":
+                continue
+            logged_name = (
+                model.activation_dtype if str(logged) == "auto" else normalize_dtype_name(str(logged))
+            )
+            if normalize_dtype_name(str(given)) == logged_name:
+                continue
+        elif given == logged:
+            continue
+        name = "--page-size" if key == "block_size" and engine == "sglang" else flag
+        raise UsageError(
+            f"{name} {given}, but the log ran with {logged}; drop {name} (check-log checks what the log ran)"
+        )
 
 
 def _settings_for(model: ModelSpec, settings: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import yaml
 from kvplan.errors import SpecError, UsageError
 from kvplan.limits import MAX_BYTES
 from kvplan.specs.io import load_yaml_text, read_text
-from kvplan.units import printable
+from kvplan.units import GiB, printable
 from kvplan.userdata import locked, overheads_path, present, write_atomic
 
 if TYPE_CHECKING:
@@ -117,16 +117,19 @@ def find(
     return None
 
 
-def save(path: Path, entry: Overhead) -> None:
-    """Add or replace the entry with the same key; the file is rewritten atomically."""
+def save(path: Path, entry: Overhead) -> Overhead | None:
+    """Add or replace the entry with the same key; the file is rewritten atomically. The entry replaced, if any."""
     with locked(path.parent):  # two runs saving at once: each reads the other's entry
-        entries = [e for e in load(path) if e.key != entry.key]
+        old = load(path)
+        replaced = next((e for e in old if e.key == entry.key), None)
+        entries = [e for e in old if e.key != entry.key]
         entries.append(entry)
         data: dict[str, Any] = {
             "schema": SCHEMA,
             "entries": [{f: getattr(e, f) for f in REQUIRED} for e in entries],
         }
         write_atomic(path, yaml.safe_dump(data, sort_keys=False))
+    return replaced
 
 
 def save_measured(result: CheckResult, model: str, gpu: str, source: str) -> Path:
@@ -153,5 +156,10 @@ def save_measured(result: CheckResult, model: str, gpu: str, source: str) -> Pat
         measured_on=datetime.date.today().isoformat(),
         source=printable(source),
     )
-    save(path, entry)
+    replaced = save(path, entry)
+    if replaced is not None and replaced.reserve_bytes != entry.reserve_bytes:
+        result.notes.append(
+            f"--save-calibration replaces {replaced.reserve_bytes / GiB:,.2f} GiB measured from {replaced.source} on "
+            f"{replaced.measured_on} for this model, GPU, engine and layout"
+        )
     return path

@@ -22,6 +22,7 @@ engine runs one. Units of such a layout are replicated as separate deployments.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -501,9 +502,14 @@ def solve(q: Query) -> tuple[list[Answer], _Bounds]:
         top = answers[: q.top]
         for a in top:
             if a.expert_parallel_size == 1 and a.attention_dp_size == 1:
-                a.sglang_max_concurrency, a.sglang_refused = _sglang_concurrency(q, a)
+                a.sglang_max_concurrency, a.sglang_refused, fraction = _sglang_concurrency(q, a)
                 if a.sglang_refused:  # no launch line for a layout SGLang does not start
                     a.sglang_flags = None
+                elif fraction is not None and a.sglang_flags:
+                    # the fraction SGLang's accounting used (a VLM's is lowered for its encoder): SGLang takes a
+                    # given fraction as it is, so the line states the one the users figure rests on
+                    a.sglang_flags = re.sub(r"--mem-fraction-static \S+", f"--mem-fraction-static {fraction:g}",
+                                            a.sglang_flags)  # fmt: skip
     finally:
         _PLANS.clear()
     return top, bounds
@@ -550,11 +556,11 @@ def check_query(q: Query) -> None:
         )
 
 
-def _sglang_concurrency(q: Query, a: Answer) -> tuple[int | None, str | None]:
+def _sglang_concurrency(q: Query, a: Answer) -> tuple[int | None, str | None, float | None]:
     """The same layout under SGLang's accounting, for its launch line: the users it holds, or None and
-    why SGLang does not serve it (or serves none of these requests)."""
+    why SGLang does not serve it (or serves none of these requests); and the fraction it planned with."""
     if engines.engine_class(q.engine) is Sglang:
-        return a.max_concurrency, None
+        return a.max_concurrency, None, None
     try:
         sg = estimate(
             dataclasses.replace(
@@ -572,9 +578,12 @@ def _sglang_concurrency(q: Query, a: Answer) -> tuple[int | None, str | None]:
             )
         )
     except KvplanError as exc:
-        return None, str(exc).splitlines()[0].split("; ")[0]  # the reason, not advice for estimate
+        return None, str(exc).splitlines()[0].split("; ")[0], None  # the reason, not advice for estimate
     users = sg.max_concurrency_per_replica * a.data_parallel_size
-    return (users, None) if users else (None, "not one request of this length fits its KV pool")
+    fraction = sg.settings.mem_fraction_static
+    return (
+        (users, None, fraction) if users else (None, "not one request of this length fits its KV pool", None)
+    )
 
 
 def _cost(q: Query, gpu: GpuSpec, n: int) -> float:
