@@ -44,7 +44,8 @@ Pre-registered 2026-12-07 (committed before any fit with it; the outcome is reco
   Outcome (2026-12-07, the fit's whole output in benchmarks/results/decode_fit_cdna3_not_shipped.txt): fitted 0.5598
   (the other coefficients refitted beside it); dev LOSO 15.5% -> 11.9%; CDNA3 buckets MI300X vLLM MoE 44.9% -> 24.8%,
   MI325X SGLang MoE 22.2% -> 7.9%, MI300X vLLM dense 17.0% -> 17.3%; frozen set 31.3% -> 39.0%. A CDNA3 bucket rose:
-  NOT SHIPPED, held at 1.0 (ASSUMED below; the shipped coefficients are the fit before it).
+  NOT SHIPPED: the fit before it is restored and the term taken out of kvplan (re-adding it for new CDNA3 rows
+  is a new pre-registration, judged by the same rule).
 
 Run:  python benchmarks/fit_decode.py            # fit on dev, LOSO, frozen check; write kvplan/data/decode_fit.yaml
       python benchmarks/fit_decode.py --check    # the shipped coefficients and LOSO fits replayed, no fit, no write
@@ -142,13 +143,6 @@ ASSUMED = {
         25.0e-6,
         "assumed: one small-message NCCL all-reduce/send across nodes over InfiniBand/RoCE; no published "
         "row crosses nodes",
-    ),
-    "cdna3_bandwidth_share": (
-        1.0,
-        "assumed 1, a fit not shipped: pre-registered 2026-12-07 (benchmarks/fit_decode.py), fitted 0.5598 on the dev rows; dev "
-        "leave-one-source-out 15.5% -> 11.9% and MI300X vLLM MoE 44.9% -> 24.8%, MI325X SGLang MoE 22.2% -> 7.9%, but "
-        "MI300X vLLM dense 17.0% -> 17.3% (and the frozen set 31.3% -> 39.0%): held at 1 by the rule written before "
-        "the fit",
     ),
     "network_bytes_per_s": (
         50.0e9,

@@ -174,7 +174,8 @@ def solve(
             )
         # one answer: --top has nothing to choose from; --max-rate's GPUs are the ones given
         idle = [flag for flag, on in (
-            ("--top", top != 5), ("--max-gpus", max_rate and max_gpus != 64), ("--price", max_rate and price is not None),
+            ("--top", top != inputs.SolveFlags.top), ("--max-gpus", max_rate and max_gpus != inputs.SolveFlags.max_gpus),
+            ("--price", max_rate and price is not None),
             ("--partial-nodes", max_rate and partial_nodes),
         ) if on]  # fmt: skip
         if idle:

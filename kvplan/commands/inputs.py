@@ -38,16 +38,13 @@ def parse_gpus(text: str, flag: str = "--gpus") -> tuple[int | None, int | None,
         raise UsageError(f"{flag}: GPU and node counts must be >= 1 in {text!r}")
     from kvplan.limits import MAX_GPUS, MAX_NODES
 
-    total = int(a) * (int(b) if b is not None else 1) if a is not None else None
-    if total is not None and total > MAX_GPUS:  # every command, before any plan or search (README, Limits)
-        raise UsageError(f"{flag} (GPU count) must be at most {MAX_GPUS:,}, got {total:,}")
-    if b is not None and int(a) > MAX_NODES:
-        raise UsageError(f"{flag} (node count) must be at most {MAX_NODES:,}, got {int(a):,}")
-    if b is not None:
-        return int(a) * int(b), int(a), name
-    if a is not None:
-        return int(a), None, name
-    return None, None, name
+    nodes = int(a) if b is not None else None
+    count = None if a is None else int(a) * (int(b) if b is not None else 1)
+    # every command, before any plan or search (README, Limits)
+    for what, value, high in (("GPU count", count, MAX_GPUS), ("node count", nodes, MAX_NODES)):
+        if value is not None and value > high:
+            raise UsageError(f"{flag} ({what}) must be at most {high:,}, got {value:,}")
+    return count, nodes, name
 
 
 def load_gpu_as(name: str, flag: str) -> GpuSpec:

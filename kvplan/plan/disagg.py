@@ -69,10 +69,9 @@ class Disaggregated:
     prefill: PrefillPool
     decode: DecodePool
     prefill_to_decode_ratio: float  # prefill rate / decode rate: < 1 prefill binds, > 1 decode binds
-    binding_pool: (
-        str  # prefill, decode, or link: the KV transfers, when they carry fewer requests than either pool
-    )
-    requests_per_s: float  # the smaller of the two pools' rates
+    # prefill, decode, or link: the KV transfers, when they carry fewer requests a second than either pool
+    binding_pool: str
+    requests_per_s: float  # the smallest of the three rates
     assumptions: list[str]
     prefill_plan: Plan
     decode_plan: Plan
@@ -233,6 +232,8 @@ def disaggregate(
     if caveat:
         notes.append(f"prefill: {caveat}")
     link_rate = p.cluster.data_parallel_size * ranks / transfer_s
+    # every request's KV crosses the link: the deployment runs at the slowest of the three
+    rate, binding = min((prefill_rate, "prefill"), (decode_rate, "decode"), (link_rate, "link"))
     return Disaggregated(
         input_tokens=inp,
         output_tokens=out,
@@ -270,9 +271,8 @@ def disaggregate(
             spec_how,
         ),
         prefill_to_decode_ratio=ratio,
-        # every request's KV crosses the link: the deployment runs at the slowest of the three
-        binding_pool=min((prefill_rate, "prefill"), (decode_rate, "decode"), (link_rate, "link"))[1],
-        requests_per_s=min(prefill_rate, decode_rate, link_rate),
+        binding_pool=binding,
+        requests_per_s=rate,
         assumptions=notes,
         prefill_plan=p,
         decode_plan=d,

@@ -1121,9 +1121,8 @@ def _estimate(req: PlanRequest) -> Plan:
             "--moe-imbalance needs expert parallelism (vLLM --enable-expert-parallel, SGLang --ep-size > 1): "
             "under TP every GPU holds a slice of every expert"
         )
-    if (
-        req.moe_imbalance > sh.ep
-    ):  # the mean is the total over EP ranks: the busiest carries at most all of it
+    # the mean is the total over the EP ranks: the busiest carries at most all of it, EP x the mean
+    if req.moe_imbalance > sh.ep:
         raise UsageError(
             f"--moe-imbalance {req.moe_imbalance:g} is above the EP size {sh.ep}: the busiest of {sh.ep} ranks "
             f"carries at most all the routed-expert work, {sh.ep}x the mean; give {sh.ep} or less"

@@ -22,7 +22,6 @@ engine runs one. Units of such a layout are replicated as separate deployments.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -505,11 +504,10 @@ def solve(q: Query) -> tuple[list[Answer], _Bounds]:
                 a.sglang_max_concurrency, a.sglang_refused, fraction = _sglang_concurrency(q, a)
                 if a.sglang_refused:  # no launch line for a layout SGLang does not start
                     a.sglang_flags = None
-                elif fraction is not None and a.sglang_flags:
+                elif fraction is not None:
                     # the fraction SGLang's accounting used (a VLM's is lowered for its encoder): SGLang takes a
                     # given fraction as it is, so the line states the one the users figure rests on
-                    a.sglang_flags = re.sub(r"--mem-fraction-static \S+", f"--mem-fraction-static {fraction:g}",
-                                            a.sglang_flags)  # fmt: skip
+                    a.sglang_flags = _flags(q, a, a.plan, fraction)[1]
     finally:
         _PLANS.clear()
     return top, bounds

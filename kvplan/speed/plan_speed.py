@@ -476,7 +476,7 @@ def decode_inputs(
         stages = tuple(dataclasses.replace(s, host_bytes=b) for s, b in zip(stages, host_bytes, strict=True))
     return step_model.DecodeInputs(
         stages, spec.hidden_size, tp, gpu.hbm_bytes_per_s, gpu.bf16_dense_flops, gpu.fp8_dense_flops,
-        tp_link, pp_links, parallel=parallel, host_link_bytes_per_s=gpu.pcie_bytes_per_s, cdna3=gpu.arch == "cdna3",
+        tp_link, pp_links, parallel=parallel, host_link_bytes_per_s=gpu.pcie_bytes_per_s,
     )  # fmt: skip
 
 
@@ -678,7 +678,7 @@ def plan_speed(
         if full is not None:
             spec_rows.append(spec_step(inp, req.speculative, full.batch, per_req_ctx, ctx, parts))
     decode = Decode(
-        bandwidth_bytes_per_s=inp.hbm(c) * c.gemm_efficiency,
+        bandwidth_bytes_per_s=gpu.hbm_bytes_per_s * c.gemm_efficiency,
         bandwidth_source=bandwidth_source(one, req.decode_bandwidth_source),
         measured=measured,
         inputs=inp,

@@ -206,13 +206,13 @@ def _work(
         2.0 * (n * (attn_params / attn_tp + (work.active_params - attn_params) / tp) + prompts * work.head_params / tp)
         / (work.gemm_peak_flops_per_s * p.gemm_mfu)
     )  # fmt: skip
-    stream = work.weight_bytes_per_gpu / (c.gemm_efficiency * inp.hbm(c))
+    stream = work.weight_bytes_per_gpu / (c.gemm_efficiency * inp.hbm_bytes_per_s)
     if p.moe_gemm_eff != 1.0:
         # the routed experts' part of each runs at moe_gemm_eff of the rate: 1/eff - 1 more of it
         routed_params, routed_bytes = _routed_per_gpu(inp)
         slower = 1.0 / p.moe_gemm_eff - 1.0
         compute += slower * 2.0 * n * routed_params / (work.gemm_peak_flops_per_s * p.gemm_mfu)
-        stream += slower * routed_bytes / (c.gemm_efficiency * inp.hbm(c))
+        stream += slower * routed_bytes / (c.gemm_efficiency * inp.hbm_bytes_per_s)
     attn_flops = (
         4.0 * prompts * tokens * (cached_tokens + tokens / 2) * work.attention_layers * work.attention_width
     )
@@ -270,7 +270,7 @@ def _moe_acts(inp: DecodeInputs, tokens: int, c: Coefficients) -> float:
             continue
         per_pair = 2 * inp.activation_bytes * (e.gate_up.n + e.down.k + e.down.n)
         total += s.moe_layers * tokens * e.experts_per_token * per_pair
-    return total / (c.gemm_efficiency * inp.hbm(c))
+    return total / (c.gemm_efficiency * inp.hbm_bytes_per_s)
 
 
 def _attention_side_params(inp: DecodeInputs) -> int:

@@ -61,7 +61,6 @@ COEFFICIENTS = (
     "allreduce_latency_s",
     "network_latency_s",
     "network_bytes_per_s",
-    "cdna3_bandwidth_share",
 )
 
 
@@ -79,8 +78,6 @@ class Coefficients:
     allreduce_latency_s: float  # one small-message all-reduce (or send) inside a node
     network_latency_s: float  # the same across nodes
     network_bytes_per_s: float  # one GPU's share of the inter-node network
-    # an AMD CDNA3 card (MI300X, MI325X) streams from HBM at this x the share the other terms give
-    cdna3_bandwidth_share: float = 1.0
     sources: dict[str, str] = field(default_factory=dict)  # per coefficient: what it was fitted to
 
     @staticmethod
@@ -240,12 +237,6 @@ class DecodeInputs:
     activation_bytes: int = 2  # bf16 activations
     parallel: ExpertParallel = field(default_factory=ExpertParallel)
     host_link_bytes_per_s: float = 0.0  # the card's PCIe link, one direction (what offloaded weights cross)
-    # an AMD CDNA3 card (GpuSpec.arch): its HBM terms take Coefficients.cdna3_bandwidth_share (1: not shipped)
-    cdna3: bool = False
-
-    def hbm(self, c: Coefficients) -> float:
-        """The datasheet HBM bandwidth the step's streaming terms start from (bytes/s)."""
-        return self.hbm_bytes_per_s * (c.cdna3_bandwidth_share if self.cdna3 else 1.0)
 
     @property
     def pp(self) -> int:
@@ -325,7 +316,7 @@ def gemm_seconds(
         if t is not None:
             return t, True
     eff = c.gemm_efficiency * (c.lowbit_gemm_efficiency if g.lowbit else 1.0)
-    stream = (g.weight_bytes + c.gemm_half_bytes) / (eff * inp.hbm(c))
+    stream = (g.weight_bytes + c.gemm_half_bytes) / (eff * inp.hbm_bytes_per_s)
     peak = inp.fp8_flops if g.dtype == "fp8" and inp.fp8_flops else inp.bf16_flops
     compute = 2.0 * batch * g.k * g.n / (peak * c.gemm_mfu)
     return max(stream, compute), False
@@ -348,7 +339,7 @@ def attention_seconds(
         bw = measured.attention_bytes_per_s(per_call, batch)
         if bw:
             return kv_bytes / bw, True
-    bw = inp.hbm(c) * c.attention_efficiency * per_call / (per_call + c.attention_half_bytes)
+    bw = inp.hbm_bytes_per_s * c.attention_efficiency * per_call / (per_call + c.attention_half_bytes)
     return kv_bytes / bw, False
 
 
@@ -510,7 +501,7 @@ def moe_prefill_stream_seconds(
         _, decodes_only, _ = _moe_seconds(e, decode_batch, inp, c, None)
         extra_bytes += s.moe_layers * max(0, with_prefill - decodes_only)
     eff = c.gemm_efficiency
-    return extra_bytes / (eff * inp.hbm(c))
+    return extra_bytes / (eff * inp.hbm_bytes_per_s)
 
 
 def _hop_seconds(link: Link, batch: int, inp: DecodeInputs, c: Coefficients) -> float:
