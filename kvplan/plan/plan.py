@@ -173,6 +173,9 @@ class Plan:
     max_concurrency_per_replica: int
     max_concurrency: int
     limited_by: str
+    pool_max_concurrency_per_replica: (
+        int  # what memory alone holds, before --max-num-seqs/--max-running-requests
+    )
     avg_context: AvgContext | None
     prefix_caching: PrefixCaching | None
     fragmentation: Fragmentation
@@ -187,6 +190,11 @@ class Plan:
 
     def __repr__(self) -> str:  # the whole dataclass (a calibration profile inside) ran to 52,000 characters
         return plan_summary(self)
+
+    @property
+    def pool_max_concurrency(self) -> int:
+        """Whole requests at max_model_len that memory alone holds, all replicas: no flag's cap."""
+        return self.pool_max_concurrency_per_replica * self.cluster.data_parallel_size
 
     @property
     def engine_kv_cache_tokens(self) -> int | None:
@@ -617,6 +625,9 @@ class Concurrency:
     max_concurrency: int  # per replica
     limited_by: str
     request_tokens: int  # the longest request served: max_model_len, or the engine's cap to the pool
+    pool_limit: (
+        int  # per replica: what memory alone allows (KV pool, state pool, vLLM's draft count), no flag's cap
+    )
 
 
 def _concurrency(
@@ -652,7 +663,14 @@ def _concurrency(
     capped = cap is not None and cap < kv_limit
     max_conc = min(kv_limit, cap) if cap is not None else kv_limit
     return Concurrency(
-        conc_factor, usable_factor, bind, per_req, max_conc, "max_num_seqs" if capped else "kv_cache", max_len
+        conc_factor,
+        usable_factor,
+        bind,
+        per_req,
+        max_conc,
+        "max_num_seqs" if capped else "kv_cache",
+        max_len,
+        kv_limit,
     )
 
 
@@ -666,6 +684,7 @@ def _state_pool_cap(
     if slots is None:
         return conc, None
     cap = state_running_cap(slots, radix)
+    conc = dataclasses.replace(conc, pool_limit=min(conc.pool_limit, cap))
     if cap >= conc.max_concurrency:
         return conc, cap
     notes.append(
@@ -685,6 +704,7 @@ def _draft_apart_cap(
     if not engine.draft_apart or not isinstance(d, engines.VllmDetails) or not report.num_blocks:
         return conc
     held = (report.num_blocks - engine.null_blocks) // max(d.held_blocks_per_request, 1)
+    conc = dataclasses.replace(conc, pool_limit=min(conc.pool_limit, held))
     if held >= conc.max_concurrency:
         return conc
     notes.append(
@@ -1329,6 +1349,7 @@ def _estimate(req: PlanRequest) -> Plan:
         max_concurrency_per_replica=conc.max_concurrency * attn_dp,
         max_concurrency=conc.max_concurrency * attn_dp * dp,
         limited_by=conc.limited_by,
+        pool_max_concurrency_per_replica=conc.pool_limit * attn_dp,
         avg_context=avg,
         prefix_caching=prefix,
         fragmentation=frag,

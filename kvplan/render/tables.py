@@ -182,7 +182,7 @@ def _concurrency_table(plan: Plan, console: Console) -> None:
         else "--max-num-seqs"
     )
     limit = (
-        f" (capped by {cap_flag})"
+        f" (capped by {cap_flag}; memory holds {plan.pool_max_concurrency:,})"
         if plan.limited_by == "max_num_seqs"
         else " (capped by SGLang's state pool)"
         if plan.limited_by == "state_pool"

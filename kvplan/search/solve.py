@@ -687,7 +687,9 @@ def _answer(
     nodes: int,
     par: Parallel = PLAIN,
 ) -> Answer:
-    conc = p.max_concurrency * dp
+    # the users memory holds at this context, whatever --max-num-seqs the launch line caps them to
+    # (--max-context plans the server it launches, capped at its users; the other modes the engine's default)
+    conc = p.pool_max_concurrency * dp
     mfs = sglang_memory_settings(gpu.memory_bytes, tp, pp).mem_fraction_static
     if q.engine == "sglang" and p.settings.mem_fraction_static:
         mfs = p.settings.mem_fraction_static  # the plan's own (DP attention reserves more)
