@@ -132,6 +132,11 @@ MODELS = {
     "deepseek-ai/DeepSeek-V3.2": ("deepseek-v3.2", ""),
     "deepseek-ai/DeepSeek-V3.1": ("deepseek-v3", "DeepSeek-V3.1 as DeepSeek-V3 (same architecture)"),
     "MiniMaxAI/MiniMax-M2.5": ("tests/fixtures/hf/corpus/minimax-m2.5.json", ""),
+    "MiniMaxAI/MiniMax-M2": ("tests/fixtures/hf/corpus/minimax-m2.json", ""),
+    "zai-org/GLM-4.7-Flash": (
+        "tests/fixtures/hf/corpus/glm-4.7-flash.json",
+        "GLM-4.7-Flash's config as aiconfigurator abridges it (every shape kvplan reads)",
+    ),
     "meta-llama/Llama-3.3-70B-Instruct": (
         "llama3.1-70b",
         "Llama-3.3-70B as Llama-3.1-70B (same architecture)",
@@ -370,7 +375,8 @@ def _engine_flags(r: dict[str, str], engine: str) -> dict[str, Any]:
 def _case(line: int, r: dict[str, str]) -> Case:
     notes: list[str] = []
     model_id = r["model"]
-    model, twin = next(v for p, v in MODELS.items() if model_id.startswith(p))
+    # the longest prefix names the model: MiniMax-M2 is a prefix of MiniMax-M2.5
+    model, twin = MODELS[max((p for p in MODELS if model_id.startswith(p)), key=len)]
     if twin:
         notes.append(twin)
     engine = "sglang" if r["engine"].lower().startswith("sglang") else "vllm"
