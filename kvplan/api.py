@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from kvplan.errors import InfeasibleError, UsageError
+from kvplan.units import plural
 
 if TYPE_CHECKING:
     from kvplan.commands.comparisons import TableResult
@@ -171,13 +172,13 @@ class SolveResult:
     def __repr__(self) -> str:
         """The answers, one line each, as `kvplan solve` lists them (not the whole query)."""
         lines = [
-            f"solve {self.query.model.name} for {self.query.users:,} users: {len(self.answers)} answer(s)"
+            f"solve {self.query.model.name} for {plural(self.query.users, 'user')}: {len(self.answers)} answer(s)"
         ]
         for i, a in enumerate(self.answers, 1):
             lines.append(
                 f"#{i} {a.num_gpus}x {a.gpu} (TP {a.tensor_parallel_size} x PP {a.pipeline_parallel_size} x "
                 f"DP {a.data_parallel_size}), KV {a.kv_cache_dtype}, context {a.max_model_len:,}: "
-                f"max {a.max_concurrency:,} users, TPOT at load {a.tpot_ms:,.1f} ms"
+                f"max {plural(a.max_concurrency, 'user')}, TPOT at load {a.tpot_ms:,.1f} ms"
             )
         return "\n".join(lines)
 
@@ -505,6 +506,10 @@ def simulate(
         if model is None:
             raise UsageError("simulate: give a model (or a prepared deployment)")
         req = inputs.plan_request(_flags(inputs.EstimateFlags, {"model": model, **flags}, "simulate"))
+        for warning in req.model.warnings:
+            warnings.warn(warning, stacklevel=2)
+        if req.calibration_use is not None and req.calibration_use.warning:
+            warnings.warn(req.calibration_use.warning, stacklevel=2)
         deployment = sim.from_plan(run_estimate(req), req)
     elif flags or model is not None:
         raise UsageError("simulate: give either a deployment or a model with its flags, not both")

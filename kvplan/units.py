@@ -93,6 +93,14 @@ def fmt_bytes(num_bytes: float) -> str:
     raise AssertionError("unreachable")
 
 
+def fmt_rate(value: float, digits: int) -> str:
+    """A rate with `digits` decimals, or with two significant figures where those would print a non-zero
+    rate as 0 (0.001 req/s, not 0.00)."""
+    if 0 < abs(value) < 10**-digits * 0.5:
+        return f"{value:.2g}"
+    return f"{value:,.{digits}f}"
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

@@ -116,9 +116,10 @@ def test_cpu_pipeline_measures_every_part_saves_and_estimate_reads_it(tmp_path):
     # call reads (32 layers), and its measured GEMMs and launch floor replace the fitted weight and
     # launch terms: the round trip
     kv = one["kv_bytes_read"]
-    assert one["sources"]["attention"] == "measured on this machine"
+    forced_label = f"measured on {j['calibration']['device_name']}, used for this GPU by --force-calibration"
+    assert one["sources"]["attention"] == forced_label
     assert one["attention_ms"] == pytest.approx(32 * prof.attention_seconds(16, 1, kv / 32) * 1e3, rel=1e-6)
-    assert one["sources"]["weights"] == "measured on this machine"
+    assert one["sources"]["weights"] == forced_label
     # the launch floor (one trivial op) is not a layer's small ops: the fitted per-layer cost stays
     assert one["sources"]["launch"] == "fitted to published runs"
     # CPU GEMMs run as plain ops, as a CPU engine would: taken (gemm_timing: cpu)

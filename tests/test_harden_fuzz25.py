@@ -35,3 +35,200 @@ def test_estimate_capped_concurrency_names_what_memory_holds():
     text = run_cli(*args).stdout
     cells = " ".join(part.strip(" │") for part in text.splitlines())  # the row wraps inside its cell
     assert f"capped by --max-num-seqs; memory holds {held})" in " ".join(cells.split())
+
+
+# --- fuzz pass 25 (P1-P11) ---
+
+
+def test_decode_rows_time_the_batch_the_scheduler_forms_not_what_memory_holds():
+    # P1: --avg-context 110 on 8x H100 timed a batch of 38,874; vLLM runs at most its default --max-num-seqs
+    # (1,024 for `vllm serve` on this card) at once, and the disaggregated decode pool the same
+    args = (
+        "estimate",
+        "-m",
+        "llama3.1-8b",
+        "-g",
+        "8xH100",
+        "--avg-context",
+        "110",
+        "--no-calibration",
+        "--json",
+    )
+    j = run_cli(*args).json()
+    assert j["avg_context"]["max_concurrency_per_replica"] > 30_000  # what memory holds stays the figure
+    assert j["decode"]["at_avg_context"]["batch"] == 1024
+    assert any("decode speed at 1,024 running requests" in a for a in j["assumptions"])
+    sg = run_cli(*args, "--engine", "sglang").json()
+    assert sg["decode"]["at_avg_context"]["batch"] == 4096  # model_runner.py's request pool, at most 4,096
+    d = run_cli("estimate", "-m", "llama3.1-8b", "--disaggregated", "--prefill-gpus", "8xH100", "--decode-gpus",
+                "H100", "-tp", "1", "--input-len", "50", "--output-len", "200", "--kv-cache-dtype", "fp8",
+                "--no-calibration", "--json").json()["disaggregated"]  # fmt: skip
+    dec = d["decode"]
+    assert dec["concurrency_per_replica"] == 1024
+    assert any("memory holds 3,562 at 250 tokens" in a for a in d["assumptions"])
+
+
+def test_sglang_state_pool_of_no_request_refuses_as_sglang_does():
+    # P2: 0 state slots (3 a request with the radix cache) printed 1 concurrent request
+    r = run_cli("estimate", "-m", "nemotron-h-56b", "-g", "H200", "--engine", "sglang", "--max-model-len", "4K",
+                "--mem-fraction-static", "0.765", "--no-calibration")  # fmt: skip
+    assert r.exit_code != 0 and "max_running_request is zero" in r.stderr and len(r.stderr.splitlines()) == 1
+    ok = run_cli("estimate", "-m", "nemotron-h-56b", "-g", "H200", "--engine", "sglang", "--max-model-len", "4K",
+                 "--mem-fraction-static", "0.8", "--no-calibration", "--json").json()  # fmt: skip
+    assert ok["max_concurrency"] == 1 and ok["limited_by"] == "state_pool"
+
+
+def test_draft_pass_pays_no_share_of_the_targets_offload_copy():
+    # P3: with --cpu-offload-gb 30 each MTP pass was charged 1/61 of the target's 514 ms copy (0.35 -> 17.2 ms)
+    def draft(gb: str) -> dict:
+        return run_cli("estimate", "-m", "deepseek-v3", "-g", "8xH200", "--no-calibration", "--cpu-offload-gb", gb,
+                       "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}',
+                       "--json").json()["decode"]["speculative"][0]  # fmt: skip
+
+    off, on = draft("0"), draft("30")
+    assert on["draft_ms"] == pytest.approx(off["draft_ms"], rel=1e-6)
+    assert on["verify_ms"] > 10 * off["verify_ms"]  # the target still pays its copy
+
+
+REPEATED = """INFO 11-28 10:01:05 [api_server.py:1805] vLLM API server version 0.11.0
+INFO 11-28 10:01:05 [utils.py:233] non-default args: {'model_tag': 'meta-llama/Llama-3.1-8B-Instruct', 'model': 'meta-llama/Llama-3.1-8B-Instruct', 'max_model_len': 32768}
+INFO 11-28 10:01:20 [gpu_model_runner.py:2602] Model loading took 14.9889 GiB and 4.12 seconds
+INFO 11-28 10:01:30 [gpu_worker.py:298] Available KV cache memory: 54.11 GiB
+INFO 11-28 10:01:30 [kv_cache_utils.py:1087] GPU KV cache size: 443,264 tokens
+INFO 11-28 10:01:30 [kv_cache_utils.py:1091] Maximum concurrency for 32,768 tokens per request: 13.53x
+INFO 11-28 10:05:30 [gpu_worker.py:298] Available KV cache memory: 30.00 GiB
+INFO 11-28 10:05:30 [kv_cache_utils.py:1087] GPU KV cache size: 245,760 tokens
+"""  # the fuzz report's log: KV lines repeated with other figures, one concurrency line
+
+
+def test_check_log_never_pairs_a_concurrency_with_another_pool(tmp_path):
+    # P4: the 30 GiB pool was set beside the 54 GiB pool's 13.53x: a -44.6% "mismatch" and wrong advice
+    log = tmp_path / "rep.log"
+    log.write_text(REPEATED)
+    r = run_cli("check-log", str(log), "-g", "H100", "-m", "llama3.1-8b")
+    assert r.exit_code == 0, r.stderr
+    flat = " ".join(r.stdout.split())
+    assert "maximum concurrency" not in flat and "-44.6%" not in flat
+    assert "2 'GPU KV cache size' lines with different figures but 1 'Maximum concurrency' line(s)" in flat
+    once = REPEATED.replace("30.00 GiB", "54.11 GiB").replace("245,760", "443,264")  # the same pool twice
+    log.write_text(once)
+    assert "maximum concurrency" in run_cli("check-log", str(log), "-g", "H100", "-m", "llama3.1-8b").stdout
+
+
+def test_an_sglang_line_above_a_vllm_log_is_named_not_a_missing_kv_line(tmp_path):
+    # P5: "no vLLM or SGLang KV-cache lines found" though vLLM's were there
+    log = tmp_path / "mix.log"
+    args = "ServerArgs(model_path='meta-llama/Llama-3.1-8B-Instruct', tp_size=1)"
+    log.write_text(f"[2025-01-23 19:34:55] server_args={args}\n{REPEATED}")
+    r = run_cli("check-log", str(log), "-g", "H100", "-m", "llama3.1-8b")
+    assert r.exit_code == 2 and "SGLang's lines (ServerArgs(...)) and vLLM's KV-cache lines" in r.stderr
+
+
+def test_trace_timestamp_past_any_clock_is_refused(tmp_path):
+    # P6: 1e300 ms was accepted and printed as 300 digits
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp":1e300,"input_length":100,"output_length":5,"hash_ids":[0]}\n' * 2)
+    r = run_cli("simulate", "-m", "llama3.1-8b", "--max-model-len", "8K", "--trace", str(trace))
+    assert r.exit_code == 2 and f"{trace}:1: timestamp 1e+300 ms is past any trace's clock" in r.stderr
+    trace.write_text('{"timestamp":1764000000000,"input_length":100,"output_length":5,"hash_ids":[0]}\n')
+    assert (
+        run_cli("simulate", "-m", "llama3.1-8b", "--max-model-len", "8K", "--trace", str(trace)).exit_code
+        == 0
+    )
+
+
+def test_burstiness_without_a_rate_is_refused():
+    # P7: ignored without a word under --request-rate inf
+    r = run_cli("simulate", "-m", "llama3.1-8b", "--max-model-len", "8K", "--num-prompts", "50", "--burstiness",
+                "0.05", "--no-calibration")  # fmt: skip
+    assert r.exit_code == 2 and "--burstiness 0.05 shapes the gaps between arrivals" in r.stderr
+
+
+def test_meta_llama_3_1_instruct_repo_names_are_aliases():
+    # P8: a real SGLang log names meta-llama/Meta-Llama-3.1-8B-Instruct, the repo's original name
+    from kvplan.specs.registry import load_model
+
+    for size in ("8B", "70B", "405B"):
+        assert load_model(f"meta-llama/Meta-Llama-3.1-{size}-Instruct").name == f"llama3.1-{size.lower()}"
+
+
+def test_disaggregated_output_names_the_offload_it_times():
+    # P9: prefill 18 -> 86 ms and decode 44 -> 100 ms with no word of offload
+    out = run_cli("estimate", "-m", "llama3.1-8b", "--cpu-offload-gb", "4", "--disaggregated", "--prefill-gpus",
+                  "2xH100", "--decode-gpus", "4xH100", "--input-len", "1000", "--output-len", "100",
+                  "--no-calibration").stdout  # fmt: skip
+    flat = " ".join(out.split())
+    assert "- prefill pool: --cpu-offload-gb 4:" in flat and "- decode pool: --cpu-offload-gb 4:" in flat
+
+
+def test_sglang_refusals_name_sglangs_flag_and_weights_refusal_names_offload():
+    # P10: SGLang errors said "raise --gpu-memory-utilization" and "one kept as the null block"
+    kv = run_cli("estimate", "-m", "nemotron-h-56b", "-g", "H200", "--engine", "sglang", "--max-model-len", "4K",
+                 "--mem-fraction-static", "0.755", "--no-calibration").stderr  # fmt: skip
+    assert (
+        "raise --mem-fraction-static" in kv and "null block" not in kv and "gpu-memory-utilization" not in kv
+    )
+    w = run_cli("estimate", "-m", "llama3.1-70b", "-g", "2xH100", "--engine", "sglang", "--max-model-len", "8K",
+                "--no-calibration").stderr  # fmt: skip
+    assert "or --cpu-offload-gb to keep some in CPU memory" in w
+    assert run_cli("estimate", "-m", "llama3.1-70b", "-g", "2xH100", "--engine", "sglang", "--max-model-len", "8K",
+                   "--cpu-offload-gb", "1", "--no-calibration").exit_code == 0  # fmt: skip
+
+
+def test_small_throughputs_keep_their_digits():
+    # P11: "0.00 req/s" and "0 tok/s" for a run that served 384 tokens
+    out = run_cli("simulate", "-m", "llama3.1-8b", "--max-model-len", "8K", "--num-prompts", "3", "--request-rate",
+                  "0.001", "--no-calibration").stdout  # fmt: skip
+    assert "0.001 req/s" in out and "0.13 tok/s" in out and "0.00 req/s" not in out
+
+
+# --- issue 24 audit (2026-12-07) ---
+
+
+def test_one_request_one_user_read_as_such():
+    sim = run_cli(
+        "simulate", "-m", "llama3-8b", "--max-model-len", "8K", "--num-prompts", "1", "--no-calibration"
+    )
+    assert "completed 1 request in" in sim.stdout
+    solve = run_cli("solve", "-m", "llama3-8b", "-u", "1", "--max-model-len", "8K").stdout
+    assert "for 1 user," in solve and "1 users" not in solve
+
+
+def test_simulate_says_once_that_a_profile_is_forced_onto_another_gpu(tmp_path):
+    from kvplan.calibrate import calibration
+    from tests.test_calibration_profile import _profile
+
+    path = tmp_path / "h200.yaml"
+    calibration.save(_profile(), path)
+    r = run_cli("simulate", "-m", "llama3-8b", "-g", "H100", "--max-model-len", "8K", "--num-prompts", "20",
+                "--calibration-file", str(path), "--force-calibration")  # fmt: skip
+    assert r.exit_code == 0
+    assert r.stderr.count("warning: calibration") == 1 and "used for H100-SXM" in r.stderr
+    assert "measured on NVIDIA H200, used for this GPU by --force-calibration" in " ".join(r.stdout.split())
+
+
+def test_solve_takes_calibration_both_ways():
+    on = run_cli(
+        "solve", "-m", "llama3-8b", "-u", "10", "--max-model-len", "8K", "--calibration", "--top", "1"
+    )
+    off = run_cli(
+        "solve", "-m", "llama3-8b", "-u", "10", "--max-model-len", "8K", "--no-calibration", "--top", "1"
+    )
+    assert on.exit_code == off.exit_code == 0
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_quant_sidecar_that_is_no_file_is_refused(tmp_path, kind):
+    # a directory or FIFO named hf_quant_config.json was passed over: the model planned in bf16 without a word
+    import os
+    import shutil
+
+    from tests.helpers import REPO
+
+    shutil.copy(
+        REPO / "tests" / "fixtures" / "hf" / "corpus" / "llama-3.1-70b.json", tmp_path / "config.json"
+    )
+    side = tmp_path / "hf_quant_config.json"
+    side.mkdir() if kind == "directory" else os.mkfifo(side)
+    r = run_cli("estimate", "-m", str(tmp_path), "-g", "2xH100")
+    assert r.exit_code == 2 and str(side) in r.stderr and len(r.stderr.splitlines()) == 1

@@ -28,11 +28,12 @@ def _simulate_trace(tmp_path, stamps: list[str]):
     return run_cli("simulate", "-m", "qwen3-8b", "--max-model-len", "8K", "--trace", str(p))
 
 
-def test_a_trace_spanning_1e300_ms_prints_its_days_in_a_few_digits(tmp_path):
-    r = _simulate_trace(tmp_path, ["0", "1e300"])
+def test_a_trace_spanning_years_prints_its_days_in_a_few_digits(tmp_path):
+    # (a 1e300 ms timestamp is refused on its own line since fuzz 25: test_harden_fuzz25)
+    r = _simulate_trace(tmp_path, ["0", "1e13"])
     assert r.exit_code == 2
     line = r.stderr.strip()
-    assert "sends its requests over 1.16e+292 days, more than the 30 days" in line and len(line) < 250, line
+    assert "sends its requests over 115,740.7 days, more than the 30 days" in line and len(line) < 250, line
 
 
 def test_a_nan_timestamp_is_called_nan_not_inf(tmp_path):

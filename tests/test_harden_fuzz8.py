@@ -27,7 +27,7 @@ def test_sglang_divides_max_running_requests_over_dp_attention_ranks():
     text = run_cli(
         "estimate", *DSV3, "--enable-dp-attention", "--dp-size", "8", "--max-running-requests", "16"
     )
-    assert "(capped by --max-running-requests)" in text.stdout
+    assert "(capped by --max-running-requests; memory holds" in " ".join(text.stdout.split())
     sim = run_cli("simulate", *DSV3, "--enable-dp-attention", "--dp-size", "8", "--max-running-requests", "16",
                   "--num-prompts", "4", "--json").json()  # fmt: skip
     assert sim["deployment"]["max_num_seqs"] * sim["deployment"]["attention_dp_ranks"] == 16

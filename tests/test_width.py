@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -44,9 +46,9 @@ def test_no_cell_is_cut(width, args):
     if args == ("models",):
         assert "deepseek-v3" in out and "growing" in out
     if args == ("gpus",):
-        # every shipped GPU name whole on one line; aliases shown only where they fit
+        # every shipped GPU name whole on one line; the aliases beside them, or below them at 80 columns
         assert "A100-80GB-PCIe" in out and "H100-SXM" in out
-        assert ("NVIDIA A100-PCIE-40GB" in out) == (width >= 110)
+        assert "NVIDIA A100-PCIE-40GB" in out and ("(continued)" in out) == (width < 110)
     if "--price" in args:
         assert "in the unit of --price" in out
 
@@ -119,32 +121,22 @@ def test_usage_error_is_one_line():
     assert len(lines) == 1 and lines[0].startswith("error: Missing option '--model' / '-m'; see `"), lines
 
 
-def test_left_out_columns_are_said_and_not_footnoted():
-    """Issue 24: at 80 columns solve dropped `users margin` while its footnote still explained it."""
-    out = _run(
-        80,
-        "solve",
-        "-m",
-        "llama3-70b",
-        "-u",
-        "100",
-        "--max-model-len",
-        "8K",
-        "-g",
-        "H100,H200",
-        "--price",
-        "2,3",
-        "--tpot-ms",
-        "50",
-    ).stdout
-    assert "not shown at 80 columns: users margin, TPOT margin" in out
-    assert "users margin: max users" not in out
-    wide = _run(
-        200, "solve", "-m", "llama3-70b", "-u", "100", "--max-model-len", "8K", "--tpot-ms", "50"
-    ).stdout
-    assert "not shown" not in wide and "users margin: max users" in wide
+def test_narrow_tables_stack_their_columns_and_lose_none():
+    """Issue 24: at 80 columns solve and compare table dropped columns (users margin, KV/token/GPU), gpus the
+    aliases and models the HF ids; now the columns that do not fit follow in a table of their own."""
+    args = ("solve", "-m", "llama3-70b", "-u", "100", "--max-model-len", "8K", "-g", "H100,H200",
+            "--price", "2,3", "--tpot-ms", "50")  # fmt: skip
+    narrow, wide = _run(80, *args).stdout, json.loads(_run(200, *args, "--json").stdout)
+    assert "(continued)" in narrow and "users margin: max users" in narrow
+    assert max(len(line.rstrip()) for line in narrow.split("\n\n")[0].splitlines()) <= 80
+    for a in wide["answers"]:  # every margin printed, as a whole percentage
+        assert f"{a['margins']['users']:+.0%}" in narrow and f"{a['margins']['tpot']:+.0%}" in narrow
     table = _run(80, "compare", "table", "-m", "qwen3-8b,llama3-70b", "--variants", "mla,gqa2").stdout
-    assert "not shown at 80 columns: KV/token/GPU" in table
+    assert "KV/token/GPU" in table and "18 KiB" in table and "(continued)" in table
+    gpus = _run(80, "gpus").stdout
+    assert "NVIDIA H100 80GB HBM3" in gpus and "A100-SXM" in gpus
+    models = _run(80, "models").stdout
+    assert "deepseek-ai/DeepSeek-V2-Lite" in models
 
 
 @pytest.mark.parametrize("width", [80, 120])

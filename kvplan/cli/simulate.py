@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated
 
 import typer
@@ -104,8 +105,13 @@ def simulate(
     if plot is not None:
         plot_target(plot)  # a bad --plot is refused before the run, not after it
 
-    with progress_bar(enabled=not json_out) as progress:
+    with warnings.catch_warnings(record=True) as said, progress_bar(enabled=not json_out) as progress:
+        warnings.simplefilter("always")
         result = api.simulate(progress=progress, **flags)
+    for warning in dict.fromkeys(
+        str(w.message) for w in said
+    ):  # the spec's and a forced profile's, once each
+        typer.echo(f"warning: {warning}", err=True)
     chart = None
     if plot is not None:
         from kvplan.simulator.render import plot as write_plot

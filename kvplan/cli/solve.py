@@ -61,13 +61,13 @@ def solve(
     block_size: o.BlockSize = None,
     gpu_memory_utilization: o.GpuMemoryUtilization = None,
     top: Annotated[int, typer.Option("--top", help="How many answers to show.")] = 5,
-    no_calibration: Annotated[
+    calibration: Annotated[
         bool,
         typer.Option(
-            "--no-calibration",
-            help="Ignore the GPUs' saved `kvplan calibrate` profiles (else decode is timed with them).",
+            "--calibration/--no-calibration",
+            help="Time decode with the GPUs' saved `kvplan calibrate` profiles (the default), or not.",
         ),
-    ] = False,
+    ] = True,
     calibration_file: Annotated[
         str | None,
         typer.Option(
@@ -157,10 +157,7 @@ def solve(
     given = dict(locals())
     load_names = ("request_rate", "max_rate", "ttft_ms", "percentile", "num_prompts", "range_ratio",
                   "burstiness", "trace", "seed", "disaggregated")  # fmt: skip
-    flags = {
-        k: v for k, v in given.items() if k not in ("json_out", "gpu", "no_calibration", "plot", *load_names)
-    }
-    flags["calibration"] = not no_calibration
+    flags = {k: v for k, v in given.items() if k not in ("json_out", "gpu", "plot", *load_names)}
     from kvplan.commands import inputs
     from kvplan.errors import UsageError
 

@@ -42,7 +42,7 @@ from kvplan.specs.models import (
     RecurrentState,
     SlidingWindow,
 )
-from kvplan.units import GiB, MiB, ceil_div, fmt_gib
+from kvplan.units import GiB, MiB, ceil_div, fmt_gib, plural
 
 # server_args.py _handle_speculative_decoding (0.5.x): --max-running-requests when not given under speculative decoding
 SPECULATIVE_MAX_RUNNING = 48
@@ -215,10 +215,19 @@ class MambaPool:
         return state_running_cap(self.slots, radix)
 
 
+def max_running_requests(pool_tokens: int, context_len: int, given: int | None) -> int:
+    """The requests one scheduler runs at once: tp_worker.py min(--max-running-requests (already // dp_size under
+    DP attention), else max_total_num_tokens // 2, the request pool); model_runner.py sizes the request pool
+    min(max(pool / context_len x 512, 2048), 4096) (0.5.x)."""
+    req_pool = min(max(int(pool_tokens / max(context_len, 1) * 512), 2048), 4096)
+    return max(1, min(pool_tokens // 2 if given is None else given, req_pool))
+
+
 def state_running_cap(slots: int, radix: bool) -> int:
     """model_runner.py: max_num_reqs <= max_mamba_cache_size // 3 with the radix cache on (a request may hold
-    3 state slots), // 1 with it off: the requests SGLang runs at once for a model with recurrent states."""
-    return max(1, slots // (MAMBA_SLOTS_PER_REQUEST if radix else 1))
+    3 state slots), // 1 with it off: the requests SGLang runs at once for a model with recurrent states (0: it
+    refuses to start, tp_worker.py asserting "max_running_request is zero")."""
+    return slots // (MAMBA_SLOTS_PER_REQUEST if radix else 1)
 
 
 def _mamba_pool(
@@ -748,7 +757,7 @@ class Sglang(Engine):
             )
         if isinstance(d, SglangDetails) and d.mamba_cache_slots is not None:
             notes.append(
-                f"SGLang keeps recurrent states in a pool of their own ({d.mamba_cache_slots:,} sequences, "
+                f"SGLang keeps recurrent states in a pool of their own ({plural(d.mamba_cache_slots, 'sequence')}, "
                 f"--mamba-full-memory-ratio {MAMBA_FULL_MEMORY_RATIO:g}; {MAMBA_SLOTS_PER_REQUEST} per running "
                 "request with the radix cache); kvplan pools states with the KV"
             )

@@ -46,7 +46,7 @@ from kvplan.specs.models import (
     SharedKV,
     SlidingWindow,
 )
-from kvplan.units import GiB, ceil_div, fmt_gib
+from kvplan.units import GiB, ceil_div, fmt_gib, plural
 
 if TYPE_CHECKING:
     from kvplan.request import PlanRequest
@@ -1010,7 +1010,7 @@ class Vllm(Engine):
             notes = [
                 f"activation/workspace reserve per GPU estimated at {fmt_gib(r.total)} "
                 f"({how} the forward pass over {req.batched_tokens:,} batched tokens and the sampler over "
-                f"{self.profile_num_seqs(gpu):,} sequences{path}; NCCL/cuBLAS"
+                f"{plural(self.profile_num_seqs(gpu), 'sequence')}{path}; NCCL/cuBLAS"
                 + (", CUDA graphs" if r.cuda_graph_bytes else "")
                 + "); override with --reserve-memory or calibrate with check-log"
             ]

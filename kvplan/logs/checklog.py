@@ -604,6 +604,13 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
         )
     if note := _max_model_len_note(f):
         notes.append(note)
+    if f.get("unpaired_kv_lines"):
+        pools, shares = f["unpaired_kv_lines"]
+        notes.append(
+            f"the log prints {pools} 'GPU KV cache size' lines with different figures but {shares} 'Maximum "
+            "concurrency' line(s), which vLLM prints beside each: which concurrency goes with the pool read (the "
+            "smallest) is unknown, so none is compared; paste one startup's log as the engine printed it"
+        )
     rows, measured = _prediction_rows(f, pred, engine, notes)
     measured, unmeasured = _kept_reserve(f, pred, req, measured, rows, notes)
     amd = req.gpu.vendor == "amd"

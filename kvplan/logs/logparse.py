@@ -606,6 +606,12 @@ def parse(text: str) -> ParsedLog:
         )
     if engine is None:
         return _parse(text, engine)
+    if engine == "sglang" and not _KV_REPORTS["sglang"].search(text) and _KV_REPORTS["vllm"].search(text):
+        # an SGLang line (ServerArgs(...)) above vLLM's KV-cache lines: a log spliced from two engines
+        raise UsageError(
+            "the log holds SGLang's lines (ServerArgs(...)) and vLLM's KV-cache lines; check one engine's startup "
+            "log at a time"
+        )
     begins = _startups(text, engine) or [0]
     parts = [_parse(text[a:b], engine) for a, b in zip(begins, [*begins[1:], len(text)], strict=True)]
     log, start = parts[-1], begins[-1]
@@ -617,6 +623,8 @@ def parse(text: str) -> ParsedLog:
             log, start = _parse(text, engine), 0
     if (read_text := _FORMATS[engine][1]) is not None:
         read_text(log, text[start:])
+    if engine == "vllm":
+        _check_pairs(log, text[start:])
     _check_pool(log)
     _check_auto_fit(log)
     return log
@@ -631,6 +639,21 @@ _EMPTY_POOL = (
     ("available_kv_bytes", "KV cache memory", "0.00 GiB"),
     ("max_concurrency", "maximum concurrency", "0.00x"),
 )
+
+
+_KV_TOKENS = re.compile(r"GPU KV cache size: " + _NUM + r" tokens")
+
+
+def _check_pairs(log: ParsedLog, text: str) -> None:
+    """vLLM prints 'GPU KV cache size' and 'Maximum concurrency' together, once per KV-cache config
+    (kv_cache_utils.py): a startup's lines holding different pools but not as many concurrency lines cannot say
+    which concurrency goes with the pool read (the smallest), so none is read and check-log says why."""
+    tokens = [_count(m.group(1)) for m in _KV_TOKENS.finditer(text)]
+    shares = len(_CONCURRENCY.findall(text))
+    if tokens and shares and len(tokens) != shares and len(set(tokens)) > 1:
+        log.facts.pop("max_concurrency", None)
+        log.evidence.pop("max_concurrency", None)
+        log.facts["unpaired_kv_lines"] = (len(tokens), shares)
 
 
 def _check_pool(log: ParsedLog) -> None:

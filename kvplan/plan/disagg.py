@@ -182,7 +182,11 @@ def disaggregate(
     prefill_rate = p_replicas / (pt.total_ms / 1e3)
 
     assert d.avg_context is not None  # set above
-    conc = d.avg_context.max_concurrency_per_replica
+    held = d.avg_context.max_concurrency_per_replica
+    at = (
+        d.decode.at_avg_context
+    )  # timed at the batch the scheduler forms: its running cap, a flag's or its default
+    conc = min(held, at.batch) if at is not None else held
     if conc < 1:
         raise RequestDoesNotFit(
             f"--decode-gpus {decode_gpus}: no request of {inp + out:,} tokens fits the decode pool",
@@ -228,6 +232,13 @@ def disaggregate(
         f"decode rate: the requests that fit at input + output = {inp + out:,} tokens each, stepping at the "
         f"mean context {d.decode.context_tokens:,} (decode_fit.yaml), each emitting {out:,} tokens",
     ]
+    if conc < held:
+        notes.append(
+            f"decode concurrency {conc:,} a replica: the engine runs no more at once (--max-num-seqs / "
+            f"--max-running-requests, or its default); memory holds {held:,} at {inp + out:,} tokens"
+        )
+    for pool, plan in (("prefill", p), ("decode", d)):  # the weights' copy over PCIe is in that pool's times
+        notes += [f"{pool} pool: {a}" for a in plan.assumptions if a.startswith("--cpu-offload-gb")]
     caveat = prefill_caveat(p.decode.inputs.kind, "the prefill pool's rate is", rate=True)
     if caveat:
         notes.append(f"prefill: {caveat}")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from kvplan import engines
 from kvplan.engines import Budget, Engine, EngineDefaults, EngineReport, EngineUnsupported, StageCache
-from kvplan.engines.sglang import state_running_cap
+from kvplan.engines.sglang import MAMBA_SLOTS_PER_REQUEST, max_running_requests, state_running_cap
 from kvplan.engines.vllm import V1_DEFAULT, before_0_10_1
 from kvplan.errors import NoKvMemoryLeft, RequestDoesNotFit, UsageError, WeightsDoNotFit
 from kvplan.formats import Format, normalize_dtype_name, weight_format
@@ -472,7 +472,14 @@ def _stage_budget(
         raise WeightsDoNotFit(
             f"weights need {fmt_gib(weights.bytes_per_gpu)} per GPU (stage {weights.stage}, TP {tp}, PP {pp}) "
             f"but {budget.usable_label} gives {fmt_gib(budget.requested_bytes)}; "
-            "use more GPUs (-tp/-pp), a smaller --weight-dtype, or a larger GPU",
+            "use more GPUs (-tp/-pp), a smaller --weight-dtype, a larger GPU"
+            # offered where a quarter of the weights or less is over: that much kept in CPU memory starts the engine
+            + (
+                ", or --cpu-offload-gb to keep some in CPU memory (copied over PCIe every step)"
+                if not req.cpu_offload_gb
+                and weights.bytes_per_gpu - budget.requested_bytes <= weights.bytes_per_gpu / 4
+                else ""
+            ),
             requested_bytes_per_gpu=budget.requested_bytes,
             **figures,
         )
@@ -684,6 +691,14 @@ def _state_pool_cap(
     if slots is None:
         return conc, None
     cap = state_running_cap(slots, radix)
+    if cap < 1:
+        per = f"{MAMBA_SLOTS_PER_REQUEST} a request with the radix cache" if radix else "one a request"
+        raise RequestDoesNotFit(
+            f"SGLang's recurrent-state pool holds {slots:,} slot{'' if slots == 1 else 's'} ({per}): no request can run and SGLang refuses to "
+            "start (tp_worker.py: 'max_running_request is zero'); raise --mem-fraction-static or "
+            "--mamba-full-memory-ratio, or add GPUs",
+            state_slots=slots,
+        )
     conc = dataclasses.replace(conc, pool_limit=min(conc.pool_limit, cap))
     if cap >= conc.max_concurrency:
         return conc, cap
@@ -717,6 +732,30 @@ def _draft_apart_cap(
         conc, max_concurrency=held, factor=report.num_blocks / per_request,
         usable_factor=(report.num_blocks - engine.null_blocks) / per_request,
     )  # fmt: skip
+
+
+def _running_cap(
+    req: PlanRequest, engine: Engine, report: EngineReport, pool: Pool, max_len: int, attn_dp: int
+) -> tuple[int, str]:
+    """The most requests one attention rank's scheduler runs at once, a flag's cap or the engine's default: the batch
+    the decode speed rows time (the concurrency figures stay what memory holds). (cap, what sets it)"""
+    given = engine.request_cap(attn_dp)
+    if engine.name == "sglang":
+        tokens = report.kv_cache_tokens or (pool.num_blocks or 0) * pool.block_size
+        cap = max_running_requests(tokens, max_len, given)
+        return cap, "SGLang's max_running_requests (tp_worker.py, model_runner.py)"
+    if given is not None:
+        return given, "--max-num-seqs"
+    cls = engines.engine_class(engine.name)
+    default = (
+        cls.batch_defaults(req.gpu, req.usage, cls.parse_version(req.engine_version)).max_num_seqs or 256
+    )
+    budget = req.max_num_batched_tokens or default
+    return (
+        min(default, budget),
+        "vLLM's default --max-num-seqs (vllm/engine/arg_utils.py at v0.11.0, lowered to "
+        "--max-num-batched-tokens)",
+    )
 
 
 def _check_within_cap(req: PlanRequest, req_len: int, max_len: int) -> None:
@@ -776,8 +815,9 @@ def _does_not_fit(
     digits = 2 if abs(per_req - avail) > 0.01 * GiB else 4
     raise RequestDoesNotFit(
         f"one request at --max-model-len {max_len:,} needs {fmt_gib(per_req, digits)} of KV cache "
-        f"per GPU, but only {fmt_gib(avail, digits)} is usable (whole blocks, one kept as the null "
-        f"block){hint}; or {more}",
+        f"per GPU, but only {fmt_gib(avail, digits)} is usable ("
+        + ("whole blocks, one kept as the null block" if null_blocks else "whole pages")
+        + f"){hint}; or {more}",
         kv_bytes_per_request_per_gpu=per_req,
         usable_kv_bytes_per_gpu=avail,
         largest_fitting_max_model_len=fit,
@@ -1072,6 +1112,8 @@ def _more_kv(req: PlanRequest) -> str:
         flag = "--kv-cache-memory"
     elif req.num_gpu_blocks_override is not None:
         flag = "--num-gpu-blocks-override"
+    elif req.engine == "sglang":
+        flag = "--mem-fraction-static"
     else:
         flag = "--gpu-memory-utilization"
     return f"add GPUs, use a smaller --kv-cache-dtype, or raise {flag}"
@@ -1221,8 +1263,21 @@ def _estimate(req: PlanRequest) -> Plan:
     # state pool, vLLM's count of a draft's own group); the pool alone: no null block unpaged, so it may hold one more
     bound = conc.limited_by != "kv_cache" or conc.max_concurrency < pooled
     frag = _capped_fragmentation(frag, conc.max_concurrency if bound else None, avg, conc.max_concurrency)
+    # the decode rows time the batch the scheduler forms: no more than it runs at once, a flag's cap or its default
+    running, running_why = _running_cap(req, engine, report, pool, max_len, attn_dp)
+    batch = min(conc.max_concurrency, running)
+    speed_avg = _capped_avg(avg, [running], attn_dp, dp)
+    held = [(n, c) for n, c in ((f"{req_len:,}", conc.max_concurrency),
+                                (f"{avg.avg_context_tokens:,}" if avg else "", avg.max_concurrency_per_replica // attn_dp if avg else 0))
+            if c > running]  # fmt: skip
+    if held:
+        notes.append(
+            f"decode speed at {running * attn_dp:,} running requests a replica: {running_why} runs no more at once; "
+            + ", ".join(f"memory holds {c * attn_dp:,} at {n} tokens" for n, c in held)
+            + " (give a larger cap to batch more)"
+        )
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
-                                 tp, req_len, conc.max_concurrency * attn_dp, avg,
+                                 tp, req_len, batch * attn_dp, speed_avg,
                                  weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value), sh,
                                  tuple(w.offloaded_bytes_per_gpu for w in weights.stages))  # fmt: skip
     if dsa := [layer for layer in spec.layers if getattr(layer, "index_head_dim", None)]:

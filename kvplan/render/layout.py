@@ -97,18 +97,33 @@ def fitted_table(
     return t
 
 
-def left_out_line(t: SafeTable, width: int) -> str | None:
-    """The line that says which columns a narrow terminal left out, and how to see them."""
-    if not t.left_out:
-        return None
-    names = ", ".join(" ".join(h.split()) for h in t.left_out)
-    return f"not shown at {width} columns: {names} (COLUMNS=160 or --json shows them)"
-
-
-def kept_notes(notes: Sequence[str], t: SafeTable) -> list[str]:
-    """The notes, less those that explain a column the table left out (`name: ...` or `name ...`), or a family
-    of columns all left out (`KV read/step: ...` for `KV read/step, 1 req (...)` and `KV read/step, all (...)`)."""
-    gone = [" ".join(h.split()).rstrip(" *") for h in t.left_out]
-    shown = [" ".join(str(c.header).split()) for c in t.columns]
-    stems = {g.split(",")[0] for g in gone if "," in g} - {h.split(",")[0] for h in shown}
-    return [n for n in notes if not any(n.startswith((f"{g}:", f"{g} ")) for g in [*gone, *stems])]
+def stacked_tables(
+    title: str,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    width: int,
+    drop_order: Sequence[int] = (),
+    wraps: Sequence[int] = (),
+    left: Sequence[int] = (0,),
+    breaks: Sequence[int] = (),
+    keys: Sequence[int] = (0,),
+) -> list[SafeTable]:
+    """The table at `width`, and where its lesser columns (`drop_order`) do not fit beside the rest, they follow
+    in further tables that repeat the `keys` columns: a narrow terminal stacks columns, it loses none."""
+    first = fitted_table(title, headers, rows, width, drop_order, wraps, left, breaks)
+    tables = [first]
+    rest = [i for i in range(len(headers)) if headers[i] in first.left_out and i not in keys]
+    while rest:
+        cols = [*keys, *rest]
+        sub_rows = [[r[i] for i in cols] for r in rows]
+        # the first moved column always shows (folding if it must): each table takes at least one
+        order = [cols.index(i) for i in reversed(rest[1:])]
+        t = fitted_table(
+            "(continued)", [headers[i] for i in cols], sub_rows, width, order,
+            [cols.index(i) for i in wraps if i in cols], [cols.index(i) for i in left if i in cols],
+        )  # fmt: skip
+        t.left_out = []
+        tables.append(t)
+        shown = {str(c.header) for c in t.columns}
+        rest = [i for i in rest if headers[i] not in shown]
+    return tables

@@ -90,7 +90,7 @@ def markdown_text(rows: list[dict[str, Any]], columns: Columns, title: str, note
 def print_table(
     rows: list[dict[str, Any]], columns: Columns, title: str, notes: list[str], console: Console
 ) -> None:
-    from kvplan.render.layout import fitted_table, kept_notes, left_out_line
+    from kvplan.render.layout import stacked_tables
 
     headers = [h for h, _, _ in columns]
     cells = [[cell(k, r[key]) for _, key, k in columns] for r in rows]
@@ -98,15 +98,14 @@ def print_table(
     texts = tuple(i for i, (_, _, kind) in enumerate(columns) if kind is None and i >= 2)
     keys = [key for _, key, _ in columns]
     drop = [keys.index(k) for k in DROP_FIRST if k in keys]
-    t = fitted_table(
-        title, headers, cells, console.width, drop_order=drop, wraps=texts, left=(0, 1, *texts), breaks=(1,)
-    )
-    console.print(t)
-    for n in kept_notes(notes, t):
+    tables = stacked_tables(
+        title, headers, cells, console.width, drop_order=drop, wraps=texts, left=(0, 1, *texts), breaks=(1,),
+        keys=(0, 1),
+    )  # fmt: skip
+    for t in tables:
+        console.print(t)
+    for n in notes:
         console.print(f"- {n}", highlight=False, markup=False)
-    left_out = left_out_line(t, console.width)
-    if left_out:
-        console.print(left_out, highlight=False, markup=False)
 
 
 def table_json(result: TableResult) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from rich.markup import escape
 from kvplan import engines
 from kvplan.plan.disagg import Disaggregated
 from kvplan.plan.plan import Plan, plan_header
-from kvplan.render.layout import SafeTable, fitted_table, left_out_line, plain_table
+from kvplan.render.layout import SafeTable, plain_table, stacked_tables
 from kvplan.units import GiB, fmt_bytes, fmt_gib, plural
 
 
@@ -337,10 +337,10 @@ def render_models(models: list, console: Console) -> None:
         for m in models
     ]
     # never the name: at a narrow terminal the HF id goes first, then the layer count
-    t = fitted_table(
-        "Shipped models", headers, rows, console.width, drop_order=(1, 2), wraps=(3,), left=(0, 3)
-    )
-    console.print(t)
+    for t in stacked_tables(
+        "Shipped models", headers, rows, console.width, drop_order=(1, 2), wraps=(3,), left=(0, 1, 3)
+    ):
+        console.print(t)
     console.print(
         "KV/token: growing-layer KV, the layers whose cache grows with the context (windowed layers are "
         "capped at their window; `estimate` adds them per request).",
@@ -349,34 +349,22 @@ def render_models(models: list, console: Console) -> None:
 
 
 def render_gpus(gpus: list, console: Console) -> None:
-    # a GPU's name is what the user types: never cut it. The aliases need ~50 columns; below
-    # 110 they are left to --json rather than squeezed to nothing.
-    aliases = console.width >= 110
-    cols = [
-        "name",
-        *(["aliases"] if aliases else []),
-        "datasheet label",
-        "runtime total",
-        "HBM bandwidth",
-        "bf16 dense",
-    ]
-    t = _table("Shipped GPUs", *cols)
-    for g in gpus:
-        t.add_row(
+    # a GPU's name is what the user types: never cut it. Where the aliases do not fit on one line beside the
+    # figures, they follow in a table of their own, beside the names
+    headers = ["name", "aliases", "datasheet label", "runtime total", "HBM bandwidth", "bf16 dense"]
+    rows = [
+        [
             g.name,
-            *([", ".join(g.aliases[:3])] if aliases else []),
+            ", ".join(g.aliases) or "-",
             g.memory_marketing,
             f"{g.memory_bytes / GiB:,.2f} GiB",
             f"{g.hbm_bytes_per_s / 1e9:,.0f} GB/s",
             f"{g.bf16_dense_flops / 1e12:,.0f} TFLOP/s",
-        )
-    t.columns[0].no_wrap = True
-    t.columns[0].min_width = max((len(g.name) for g in gpus), default=4)
-    if aliases:
-        t.columns[1].no_wrap = False
-    console.print(t)
-    if not aliases:
-        console.print("aliases: kvplan gpus --json (or a terminal of 110+ columns)")
+        ]
+        for g in gpus
+    ]
+    for t in stacked_tables("Shipped GPUs", headers, rows, console.width, drop_order=(1,), left=(0, 1)):
+        console.print(t)
 
 
 def _cell(unit: str, value: float | None) -> str:
@@ -487,7 +475,7 @@ def _launch_lines(console: Console, i: int, a, sg: str) -> None:
 
 
 def render_solve(q, answers, console: Console, max_context: bool) -> None:
-    targets = [f"{q.users:,} users"]
+    targets = [plural(q.users, "user")]
     if q.max_model_len:
         targets.append(f"{q.max_model_len:,} tokens each")
     if q.tpot_ms:
@@ -535,8 +523,8 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
     drop = [6, 8] if q.tpot_ms else [6]
     if not max_context:
         drop.append(4)
-    t = fitted_table("", cols, rows, console.width, drop_order=drop, left=(0,))
-    console.print(t)
+    for t in stacked_tables("", cols, rows, console.width, drop_order=drop, left=(0,)):
+        console.print(t)
     if q.prices:
         console.print("* cost per hour: price per GPU-hour x GPUs, in the unit of --price", highlight=False)
     if any(a.expert_parallel_size > 1 or a.attention_dp_size > 1 for a in answers):
@@ -545,13 +533,10 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
             "own requests and KV; DP: deployments of that layout",
             highlight=False,
         )
-    left_out = left_out_line(t, console.width)
-    if left_out:
-        console.print(left_out, highlight=False, markup=False)
     console.print()
     for i, a in enumerate(answers, 1):
         sg = (
-            f" (SGLang's accounting holds {a.sglang_max_concurrency:,} users)"
+            f" (SGLang's accounting holds {plural(a.sglang_max_concurrency, 'user')})"
             if a.sglang_max_concurrency is not None and a.sglang_max_concurrency != a.max_concurrency
             else ""
         )
@@ -564,7 +549,7 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
         if q.has_workload
         else "every request at the full context"
     )
-    margin = "" if "users margin" in t.left_out else "; users margin: max users / users - 1"
+    margin = "; users margin: max users / users - 1"
     spec = answers[0].speculative
     what = (
         f"speculative decoding ({spec.method}): the verify step over {spec.verify_tokens} tokens a request "

@@ -750,7 +750,7 @@ def _why_expert_parallel(
     kv = "each of its DP attention ranks holds only its own requests' KV"
     a2a = f"; the all-to-all adds {step.all_to_all_ms:.2f} ms a step" if step.all_to_all_ms else ""
     deploy = f"; {units} such deployments" if units > 1 else ""
-    return f"{kv}, so {unit} {gpu.name} hold {p.max_concurrency:,} users{compared}{a2a}{deploy}"
+    return f"{kv}, so {unit} {gpu.name} hold {plural(p.max_concurrency, 'user')}{compared}{a2a}{deploy}"
 
 
 def _why_pipeline(
@@ -843,7 +843,7 @@ def verdict(q: Query, bounds: _Bounds) -> tuple[str, dict[str, Any]]:
         return f"weights alone need {n} {names} ({where}); --max-gpus is {q.max_gpus}", figures
     if q.fixed_num_gpus is not None:
         extra = "; ".join(bounds.reasons[:2])
-        return f"{q.users:,} users do not fit on {q.fixed_num_gpus} {names} at any context" + (
+        return f"{plural(q.users, 'user')} do not fit on {q.fixed_num_gpus} {names} at any context" + (
             f" ({extra})" if extra else ""
         ), {}
     if bounds.best_users is not None and bounds.best_users[0] < q.users:
@@ -863,7 +863,7 @@ def verdict(q: Query, bounds: _Bounds) -> tuple[str, dict[str, Any]]:
             figures["weights_step_ms"] = bounds.weight_ms
         return (
             f"--tpot-ms {q.tpot_ms:g}: the fastest layout within --max-gpus {q.max_gpus} reaches {t:.1f} ms "
-            f"at {q.users:,} users ({where}){weights}; allow more GPUs or relax the target"
+            f"at {plural(q.users, 'user')} ({where}){weights}; allow more GPUs or relax the target"
         ), figures
     return "no layout meets every target: " + "; ".join(bounds.reasons[:3]), {}
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from kvplan.engines import engine_class, parse_version
 from kvplan.engines.base import SglangDetails, VllmDetails
-from kvplan.engines.sglang import state_running_cap
+from kvplan.engines.sglang import max_running_requests, state_running_cap
 from kvplan.engines.vllm import V1_DEFAULT
 from kvplan.errors import InfeasibleError
 from kvplan.simulator.sglang_engine import (
@@ -107,14 +107,11 @@ class Deployment:
 
 
 def _sglang_max_running(plan: Plan, pool_tokens: int, ranks: int = 1) -> int:
-    """tp_worker.py: min(max_total_num_tokens // 2 (or --max-running-requests), the request pool),
-    model_runner.py: the request pool min(max(pool / context_len x 512, 2048), 4096). Under DP
-    attention each rank's scheduler takes --max-running-requests // dp_size (server_args.py 0.5.x)."""
+    """SGLang's running cap on one rank's scheduler (engines.sglang.max_running_requests)."""
     s = plan.settings
-    req_pool = min(max(int(pool_tokens / s.max_model_len * 512), 2048), 4096)
     caps = [c for c in (s.max_num_seqs, s.max_running_requests) if c is not None]  # as Sglang.request_cap
     given = max(1, min(caps) // ranks) if caps else None
-    return max(1, min(pool_tokens // 2 if given is None else given, req_pool))
+    return max_running_requests(pool_tokens, s.max_model_len, given)
 
 
 def _vllm_max_num_seqs(plan: Plan, req: PlanRequest) -> int:

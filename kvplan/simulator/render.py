@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvplan.errors import UsageError
-from kvplan.units import plain_text
+from kvplan.units import fmt_rate, plain_text, plural
 from kvplan.userdata import chart_path, write_atomic
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def render(result: SimResult, console: Console) -> None:
     console.print(f"workload: {w['description']}", highlight=False)
     failed = sum(result.failed.values())
     console.print(
-        f"completed {result.completed:,} requests in {result.duration_s:,.2f} s (simulated)"
+        f"completed {plural(result.completed, 'request')} in {result.duration_s:,.2f} s (simulated)"
         + (
             f"; {failed:,} refused: " + "; ".join(f"{n:,} {why}" for why, n in result.failed.items())
             if failed
@@ -92,12 +92,12 @@ def render(result: SimResult, console: Console) -> None:
     tput = Table(title="Throughput and cache", title_justify="left")
     tput.add_column("quantity")
     tput.add_column("value", justify="right")
-    tput.add_row("requests", f"{result.request_throughput:,.2f} req/s")
-    tput.add_row("output tokens", f"{result.output_token_throughput:,.0f} tok/s")
-    tput.add_row("prompt + output tokens", f"{result.total_token_throughput:,.0f} tok/s")
+    tput.add_row("requests", f"{fmt_rate(result.request_throughput, 2)} req/s")
+    tput.add_row("output tokens", f"{fmt_rate(result.output_token_throughput, 0)} tok/s")
+    tput.add_row("prompt + output tokens", f"{fmt_rate(result.total_token_throughput, 0)} tok/s")
     if result.goodput is not None:
         slo = ", ".join(f"{k.replace('_ms', '').upper()} <= {v:g} ms" for k, v in result.slo.items())
-        tput.add_row(f"goodput ({slo})", f"{result.goodput:,.2f} req/s")
+        tput.add_row(f"goodput ({slo})", f"{fmt_rate(result.goodput, 2)} req/s")
     tput.add_row(
         "prefix-cache hits",
         f"{result.prefix_cache_hit_rate:.1%} of {result.prefix_cache_query_tokens:,} prompt tokens",

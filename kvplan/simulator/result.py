@@ -10,6 +10,7 @@ from kvplan.simulator.deployment import Deployment
 from kvplan.simulator.loop import Run
 from kvplan.simulator.metrics import Stats, kv_series, weighted_stats
 from kvplan.simulator.workload import Workload
+from kvplan.units import plural
 
 SCHEMA = "kvplan.simulate/1"
 
@@ -52,7 +53,7 @@ class SimResult:
     def __repr__(self) -> str:
         d = self.deployment
         return (
-            f"SimResult({d['engine']} {d['model']}: {self.completed:,} requests in {self.duration_s:,.1f} s; "
+            f"SimResult({d['engine']} {d['model']}: {plural(self.completed, 'request')} in {self.duration_s:,.1f} s; "
             f"TTFT p50 {self.ttft_ms.median:,.0f} ms, TPOT p50 {self.tpot_ms.median:,.1f} ms, "
             f"{self.output_token_throughput:,.0f} output tok/s, prefix hits {self.prefix_cache_hit_rate:.1%}, "
             f"{self.preemptions:,} preemptions, KV peak {self.kv_usage_peak:.0%})"

@@ -40,6 +40,10 @@ def _length(value: object, path: Path, line: int, name: str) -> int:
     return int(value)
 
 
+# a Mooncake timestamp is milliseconds (from the trace's start, or epoch ms at most): 1e13 ms is the year 2286
+MAX_TIMESTAMP_MS = 1e13
+
+
 def _time(value: float, last: float, path: Path, line: int) -> float:
     if not math.isfinite(value) or value < 0:
         raise _bad(path, line, f"the timestamp must be a finite number >= 0, got {value!r}")
@@ -80,6 +84,13 @@ def read_mooncake(path: Path, text: str) -> list[RequestSpec]:
             seconds = float(ts)
         except OverflowError:  # an int past float's range
             seconds = math.inf
+        if math.isfinite(seconds) and seconds > MAX_TIMESTAMP_MS:
+            raise _bad(
+                path,
+                n,
+                f"timestamp {seconds:.3g} ms is past any trace's clock (epoch milliseconds reach "
+                f"{MAX_TIMESTAMP_MS:.0e} in the year 2286); give milliseconds from the trace's start",
+            )
         t = _time(seconds, last, path, n)
         last = t
         inp = _length(row["input_length"], path, n, "input_length")

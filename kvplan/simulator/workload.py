@@ -158,6 +158,11 @@ def synthetic(
         raise UsageError(f"--request-rate must be > 0 (inf: all at once), got {request_rate}")
     if not (0 < burstiness < 1e6):
         raise UsageError(f"--burstiness must be more than 0 and under 1e+06 (1: Poisson), got {burstiness:g}")
+    if burstiness != 1.0 and math.isinf(request_rate):
+        raise UsageError(
+            f"--burstiness {burstiness:g} shapes the gaps between arrivals at a finite --request-rate; with every "
+            "request sent at t = 0 (--request-rate inf, the default) it does not apply: give --request-rate or drop it"
+        )
     rng = random.Random(seed)
     if histogram is not None:
         rows = read_histogram(histogram)

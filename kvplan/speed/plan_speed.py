@@ -150,10 +150,12 @@ def spec_step(
     if spec.method == "ngram":
         one, why = 0.0, "n-gram drafting: a CPU lookup in the prompt, assumed free"
     else:
-        one = (plain.tpot_ms - plain.overhead_ms) / max(1, layers)
+        # the offloaded layers are the target's (loaded first, they fill the budget): the draft pays no copy
+        one = (plain.tpot_ms - plain.overhead_ms - plain.offload_ms) / max(1, layers)
         why = (
             f"{spec.method}: each draft pass assumed one decoder layer like the target's, 1/{layers} of its "
             "plain step less the per-step overhead"
+            + (" and the offloaded weights' copy" if plain.offload_ms else "")
         )
     draft = spec.draft_steps * one
     step = verify.tpot_ms + draft
@@ -586,6 +588,8 @@ def parts_of(req: PlanRequest, kv_bits: float = 16) -> ProfileParts | None:
         label = (
             step_model.SHIPPED.format(device=use.device_name)
             if use is not None and use.shipped
+            else f"measured on {use.device_name}, used for this GPU by --force-calibration"
+            if use is not None and use.forced
             else step_model.MEASURED
         )
         return ProfileParts(req.calibration, kv_bits, label)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -279,13 +279,17 @@ def _is_plain(pattern: str) -> bool:
     return not pattern.startswith("re:") and "*" not in pattern and "?" not in pattern
 
 
-def _segment_runs(name: str) -> Iterator[str]:
-    """Every run of whole dotted segments of a module name: a plain pattern matches the name if it is one
-    (`layers.0.mlp` matches `model.layers.0.mlp.experts.gate_proj`)."""
+def _segment_runs(name: str, lengths: frozenset[int]) -> Iterator[str]:
+    """The runs of whole dotted segments of a module name, of the lengths (in segments) the plain patterns have:
+    a plain pattern matches the name if it is one (`layers.0.mlp` matches `model.layers.0.mlp.experts.gate_proj`)."""
     parts = name.split(".")
-    for a in range(len(parts)):
-        for b in range(a + 1, len(parts) + 1):
-            yield ".".join(parts[a:b])
+    for n in lengths:
+        for a in range(len(parts) - n + 1):
+            yield ".".join(parts[a : a + n])
+
+
+def _lengths(names: Iterable[str]) -> frozenset[int]:
+    return frozenset(n.count(".") + 1 for n in names)
 
 
 def _regex(pattern: str) -> re.Pattern:
@@ -308,6 +312,7 @@ class Matcher:
         # searched at every position took 10 s: plain names are looked up by the runs of a name's
         # segments, and patterns with a wildcard are grouped by the layer they name, if any.
         self.literals = {p for p in patterns if _is_plain(p)}
+        self.lengths = _lengths(self.literals)
         by_layer: dict[str | None, list[str]] = {}
         for p in patterns:
             if not p.startswith("re:") and not _is_plain(p):
@@ -319,7 +324,7 @@ class Matcher:
         return bool(self.regexes or self.literals or self.wild)
 
     def _glob_matches(self, name: str) -> bool:
-        if self.literals and any(run in self.literals for run in _segment_runs(name)):
+        if self.literals and any(run in self.literals for run in _segment_runs(name, self.lengths)):
             return True
         if not self.wild:
             return False
@@ -363,12 +368,13 @@ class _Groups:
                     self.literal.setdefault(t, i)
             else:
                 self.other.append((i, Matcher(g.targets) if g.targets else None))
+        self.lengths = _lengths(self.literal)
 
     def first(self, names: list[str]) -> int | None:
         best = len(self.groups)
         if self.literal:
             for name in names:
-                for run in _segment_runs(name):
+                for run in _segment_runs(name, self.lengths):
                     best = min(best, self.literal.get(run, best))
         for i, matcher in self.other:
             if i >= best:
@@ -439,7 +445,7 @@ def quant_config(top: dict, cfg: dict, path: Path) -> tuple[Any, str]:
         if source.get("quantization_config") is not None:
             return source["quantization_config"], f"{path}: {where}"
     beside = path.parent / "hf_quant_config.json"
-    if beside.is_file():
+    if beside.exists() or beside.is_symlink():  # a directory, FIFO or broken link there: read_text says why
         data = read_sidecar(beside)
         if not isinstance(data, dict) or not isinstance(data.get("quantization"), dict):
             raise SpecError(f"{beside}: quantization: expected an object (ModelOpt's hf_quant_config.json)")
