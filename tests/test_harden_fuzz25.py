@@ -232,3 +232,37 @@ def test_a_quant_sidecar_that_is_no_file_is_refused(tmp_path, kind):
     side.mkdir() if kind == "directory" else os.mkfifo(side)
     r = run_cli("estimate", "-m", str(tmp_path), "-g", "2xH100")
     assert r.exit_code == 2 and str(side) in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def _gemma3_4b(folder) -> str:
+    """Gemma-3-4B-it's config as tests/test_engines.py builds it: its text dims over the corpus Gemma-3-27B-it
+    config (the same SigLIP vision_config; the projector follows the text width)."""
+    import json
+
+    from tests.helpers import REPO
+
+    cfg = json.loads((REPO / "tests" / "fixtures" / "hf" / "corpus" / "gemma-3-27b-it.json").read_text())
+    cfg["text_config"].update(
+        hidden_size=2560, intermediate_size=10240, num_hidden_layers=34, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256, query_pre_attn_scalar=256,
+        layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(34)],
+    )  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return str(folder)
+
+
+def test_gemma3_weights_count_the_siglip_tower_vllm_loads(tmp_path):
+    # issue 24 audit: on the one vLLM ROCm log (Gemma-3-4B-it on an MI300X) kvplan's weights were the text model's
+    # alone, 7.23 GiB against a logged checkpoint of 8.01 GiB and a load of 8.58 GiB (-15.8%)
+    from tests.helpers import REPO
+
+    folder = _gemma3_4b(tmp_path)
+    j = run_cli("estimate", "-m", folder, "-g", "MI300X", "--max-model-len", "8192", "--json").json()
+    assert j["settings"]["weight_formats"]["vision"] == "bf16"
+    assert j["weight_bytes_per_gpu"] / 2**30 == pytest.approx(8.01, abs=0.005)  # "Checkpoint size: 8.01 GiB"
+    assert not any("nor the vision tower's weights" in a for a in j["assumptions"])
+    log = REPO / "tests" / "fixtures" / "logs" / "real" / "vllm_0.23.0_gemma-3-4b-it_mi300x_tp1.log"
+    out = " ".join(run_cli("check-log", str(log), "-m", folder, "-g", "MI300X").stdout.split())
+    assert "weights per GPU │ 8.58 GiB │ 8.01 GiB │ -6.7%" in out
+    # the shipped 27B spec and its config.json agree, the tower included
+    assert run_cli("estimate", "-m", "gemma3-27b", "--json").json()["params_total"] == 27_431_724_144

@@ -39,11 +39,12 @@ def test_the_gpu_table_and_assumptions_do_not_call_a_binary_capacity_gb():
 
 @pytest.mark.parametrize(
     ("model", "held"),
-    [("gemma3-27b", 435), ("nemotron-h-56b", 199)],  # 8 and 6 padding layers; nemotron's state pages padded
+    [("gemma3-27b", 434), ("nemotron-h-56b", 199)],  # 8 and 6 padding layers; nemotron's state pages padded
 )
 def test_padding_layers_are_charged_as_vllm_charges_them(model, held):
     # J1: kvplan said 462 users for gemma3-27b on 8x H100 at 8K (218 for nemotron-h-56b) where vLLM's blocks
-    # hold 435 (199): it counted the padding slots' pages as usable. Now its figure is vLLM's:
+    # hold 435 (199; gemma3-27b 434 since its SigLIP tower's weights are counted): it counted the padding slots'
+    # pages as usable. Now its figure is vLLM's:
     # (blocks - null block) // blocks a full-length request holds
     p = plan(model, "H100", num_gpus=8, max_model_len=8192)
     d = p.engine.details
@@ -54,16 +55,17 @@ def test_padding_layers_are_charged_as_vllm_charges_them(model, held):
 
 
 def test_simulate_pool_of_a_grouped_vllm_layout_holds_what_vllms_blocks_hold():
-    # J2: gemma3-27b on one H100 at 8K: vLLM's 14,952 blocks are shared by 7 KV-cache groups (a full-length
-    # request holds 902 of them), yet the simulator gave a request one block per 16 tokens of all 14,952
-    # (239,216 tokens, ~7x the engine's pool). Scaled by 512/902: 8,487 blocks, 16 full-length requests as vLLM
+    # J2: gemma3-27b on one H100 at 8K: vLLM's 14,307 blocks (14,952 before its SigLIP tower's weights were
+    # counted) are shared by 7 KV-cache groups (a full-length request holds 902 of them), yet the simulator gave a
+    # request one block per 16 tokens of all of them (~7x the engine's pool). Scaled by 512/902: 16 full-length
+    # requests as vLLM
     import kvplan
 
     r = kvplan.simulate("gemma3-27b", gpus="H100", max_model_len="8K", num_prompts=20)
     d = r.to_dict()["deployment"]
-    assert d["pool_tokens"] == (14952 * 512 // 902 - 1) * 16
+    assert d["pool_tokens"] == (14307 * 512 // 902 - 1) * 16
     assert any(
-        "14,952 shared by 7 KV-cache groups, scaled by 512/902" in a for a in r.to_dict()["assumptions"]
+        "14,307 shared by 7 KV-cache groups, scaled by 512/902" in a for a in r.to_dict()["assumptions"]
     )
     plain = kvplan.simulate("llama3.1-8b", gpus="H100", max_model_len="8K", num_prompts=20).to_dict()[
         "deployment"

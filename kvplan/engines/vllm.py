@@ -905,11 +905,11 @@ class Vllm(Engine):
     def load_buffer_bytes(self, spec: ModelSpec) -> tuple[int, str | None]:
         tower = spec.vision_tower
         rotary = next((t.head_dim for t in spec.layer_types.values() if isinstance(t, FullAttention)), None)
-        if tower is None or tower.style == "mllama" or rotary is None or self.version < (0, 10):
+        if tower is None or tower.style in ("mllama", "siglip") or rotary is None or self.version < (0, 10):
             return (
                 0,
                 None,
-            )  # M-RoPE and deepstack buffers are the Qwen-VL models'; Mllama's text uses plain RoPE
+            )  # M-RoPE and deepstack buffers are the Qwen-VL models'; Mllama's and Gemma 3's text plain RoPE
         act_bytes = 4 if spec.activation_dtype == "fp32" else 2
         extra = vm.vision_load_bytes(
             tower, spec.max_context, rotary, spec.hidden_size, self.req.batched_tokens, act_bytes

@@ -210,6 +210,8 @@ def vision_matrices(v: VisionTower) -> list[Matrix]:
     embed, Qwen3-VL's position table and the norms are replicated. Biases are matrices of one row."""
     if v.style == "mllama":
         return _mllama_vision(v)
+    if v.style == "siglip":
+        return _siglip_vision(v)
     h, inter, merged = v.hidden_size, v.intermediate_size, v.hidden_size * v.spatial_merge_size**2
     rms = v.style == "qwen2_5_vl"  # RMSNorm: a weight only; LayerNorm: weight and bias
     norm = 1 if rms else 2
@@ -243,6 +245,34 @@ def vision_matrices(v: VisionTower) -> list[Matrix]:
         Matrix(None, "vision", "merger.fc2.bias", 1, v.out_hidden_size, count=mergers, replicated=True),
     ]
     return out
+
+
+def _siglip_vision(v: VisionTower) -> list[Matrix]:
+    """Gemma 3's SigLIP tower and projector (vLLM siglip.py SiglipVisionModel, gemma3_mm.py
+    Gemma3MultiModalProjector). Embeddings: a Conv2d with bias (replicated) and a position table of
+    (image / patch)^2 rows (a VocabParallelEmbedding, split over TP). Layers: q/k/v (QKVParallelLinear) and
+    out_proj, fc1 and fc2, each with a bias (a RowParallel bias whole on every rank), two LayerNorms; a
+    post-LayerNorm. Projector: mm_input_projection_weight [vision hidden, text hidden] and an RMSNorm."""
+    h, inter, d = v.hidden_size, v.intermediate_size, v.depth
+    patches = (v.image_size // v.patch_size) ** 2
+    conv = v.in_channels * v.patch_size**2
+    names = ("vision_tower.vision_model.embeddings.patch_embedding",)
+    return [
+        Matrix(None, "vision", "patch_embedding", h, conv, names, replicated=True, quantizable=False),
+        Matrix(None, "vision", "patch_embedding.bias", 1, h, replicated=True, quantizable=False),
+        Matrix(None, "vision", "position_embedding", patches, h, quantizable=False),
+        Matrix(None, "vision", "layer_norms", 1, (2 * d + 1) * 2 * h, replicated=True, quantizable=False),
+        Matrix(None, "vision", "layers.self_attn.qkv", 3 * h, h, ("self_attn.qkv_proj",), d),
+        Matrix(None, "vision", "layers.self_attn.qkv.bias", 1, 3 * h, count=d),
+        Matrix(None, "vision", "layers.self_attn.out_proj", h, h, ("self_attn.out_proj",), d),
+        Matrix(None, "vision", "layers.mlp.fc1", inter, h, ("mlp.fc1",), d),
+        Matrix(None, "vision", "layers.mlp.fc1.bias", 1, inter, count=d),
+        Matrix(None, "vision", "layers.mlp.fc2", h, inter, ("mlp.fc2",), d),
+        Matrix(None, "vision", "layers.row.bias", 1, 2 * h, count=d, replicated=True),  # out_proj, fc2
+        Matrix(None, "vision", "projector", h, v.out_hidden_size, ("multi_modal_projector",), replicated=True,
+               quantizable=False),
+        Matrix(None, "vision", "projector.norm", 1, h, replicated=True, quantizable=False),
+    ]  # fmt: skip
 
 
 def _mllama_vision(v: VisionTower) -> list[Matrix]:

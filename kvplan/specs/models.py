@@ -271,9 +271,11 @@ class VisionTower(_Strict):
     patch merger (merge^2 patches -> one out_hidden_size token), Qwen3-VL's deepstack mergers.
     Or Llama 3.2 Vision's (style mllama, transformers modeling_mllama.py MllamaVisionModel): a Conv2d
     patch embed, tile and position embeddings, `depth` local and `global_layers` gated layers, and the
-    multi_modal_projector from the concatenated intermediate outputs (`projector_in` wide) to the text."""
+    multi_modal_projector from the concatenated intermediate outputs (`projector_in` wide) to the text.
+    Or Gemma 3's (style siglip, vLLM gemma3_mm.py over siglip.py): a SigLIP ViT of `depth` layers, a position
+    table of (image_size / patch)^2 rows, and the multi_modal_projector's one hidden x text-hidden matrix."""
 
-    style: Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "mllama"]
+    style: Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "mllama", "siglip"]
     depth: PositiveInt
     hidden_size: PositiveInt
     intermediate_size: PositiveInt

@@ -17,6 +17,7 @@ from kvplan.specs.models import (
     Interconnect,
     ModelSpec,
     MoE,
+    VisionTower,
 )
 from kvplan.specs.record import Record
 
@@ -59,7 +60,10 @@ def _shipped(cls: type[T], data: dict) -> T:
             for name, layer in data["layer_types"].items()
         }
         moe = MoE.model_construct(**data["moe"]) if data.get("moe") else None
-        return cast(T, ModelSpec.model_construct(**{**data, "layer_types": layers, "moe": moe}))
+        tower = VisionTower.model_construct(**data["vision_tower"]) if data.get("vision_tower") else None
+        return cast(
+            T, ModelSpec.model_construct(**{**data, "layer_types": layers, "moe": moe, "vision_tower": tower})
+        )
     ic = data.get("interconnect")
     return cast(
         T,

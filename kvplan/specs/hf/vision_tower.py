@@ -1,4 +1,5 @@
-"""Qwen2-VL / Qwen2.5-VL / Qwen3-VL vision towers, from config.json's vision_config, and the largest
+"""Qwen2-VL / Qwen2.5-VL / Qwen3-VL, Llama 3.2 Vision and Gemma 3 vision towers, from config.json's
+vision_config, and (Qwen-VL) the largest
 multimodal item in encoder tokens, from the processor configs beside config.json.
 
 The tower's layout is vLLM's (0.11/0.12, vllm/model_executor/models/): qwen2_vl.py (LayerNorm, a
@@ -71,6 +72,34 @@ def _mllama(top: dict, vc: dict) -> dict[str, Any] | None:
     }
 
 
+def _siglip(top: dict, vc: dict) -> dict[str, Any] | None:
+    """Gemma 3's SigLIP tower (vLLM gemma3_mm.py Gemma3ForConditionalGeneration over siglip.py
+    SiglipVisionModel, no head: vision_use_head false): transformers' SiglipVisionConfig defaults where a
+    key is absent are not rebuilt, so every shape must be given."""
+    text = top.get("text_config")
+    out = _pos_int(text, "hidden_size") if isinstance(text, dict) else None
+    hidden, inter = _pos_int(vc, "hidden_size"), _pos_int(vc, "intermediate_size")
+    depth, patch, image = (
+        _pos_int(vc, "num_hidden_layers"),
+        _pos_int(vc, "patch_size"),
+        _pos_int(vc, "image_size"),
+    )
+    if not (out and hidden and inter and depth and patch and image) or vc.get("vision_use_head") is True:
+        return None
+    return {
+        "style": "siglip",
+        "depth": depth,
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "out_hidden_size": out,
+        "patch_size": patch,
+        "temporal_patch_size": 1,
+        "in_channels": _pos_int(vc, "num_channels") or 3,
+        "spatial_merge_size": 1,
+        "image_size": image,
+    }
+
+
 def tower(top: dict, path: Path) -> dict[str, Any] | None:
     """The VisionTower fields of a vision_config kvplan can count, else None."""
     vc = top.get("vision_config")
@@ -78,6 +107,8 @@ def tower(top: dict, path: Path) -> dict[str, Any] | None:
         return None
     if top.get("model_type") == "mllama":
         return _mllama(top, vc)
+    if top.get("model_type") == "gemma3" and vc.get("model_type") == "siglip_vision_model":
+        return _siglip(top, vc)
     style = _STYLES.get(str(top.get("model_type") or vc.get("model_type") or ""))
     if style is None:
         return None
