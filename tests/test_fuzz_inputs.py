@@ -259,7 +259,64 @@ CHANNELS = {
     "simulate --trace .jsonl": (lambda d: d / "t.jsonl", lambda p: (*SIM, "--trace", str(p))),
     "simulate --trace .csv": (lambda d: d / "t.csv", lambda p: (*SIM, "--trace", str(p))),
     "simulate --length-histogram": (lambda d: d / "h.csv", lambda p: (*SIM, "--length-histogram", str(p))),
+    # the issue-24 audit's gaps: a draft checkpoint's config, solve's trace, the files read beside a config.json
+    # and the config.json of a folder
+    "--speculative-draft-config": (
+        lambda d: d / "draft.json",
+        lambda p: (
+            *EST_H100,
+            "--speculative-config",
+            '{"method":"eagle","num_speculative_tokens":2}',
+            "--speculative-draft-config",
+            str(p),
+        ),
+    ),  # fmt: skip
+    "solve --trace": (
+        lambda d: d / "s.jsonl",
+        lambda p: (
+            "solve",
+            "-m",
+            "qwen3-8b",
+            "--max-model-len",
+            "8K",
+            "--max-rate",
+            "-g",
+            "1xH100",
+            "--ttft-ms",
+            "500",
+            "--tpot-ms",
+            "50",
+            "--trace",
+            str(p),
+        ),
+    ),  # fmt: skip
+    "hf_quant_config.json beside config.json": (
+        lambda d: _beside_config(d, "hf_quant_config.json"),
+        lambda p: ("estimate", "-m", str(p.parent), "--gpus", "H100", "--max-model-len", "8K"),
+    ),
+    "model.safetensors.index.json beside config.json": (
+        lambda d: _beside_config(d, "model.safetensors.index.json"),
+        lambda p: ("estimate", "-m", str(p.parent), "--gpus", "H100", "--max-model-len", "8K"),
+    ),
+    "preprocessor_config.json beside a Qwen3-VL config.json": (
+        lambda d: _beside_config(d, "preprocessor_config.json", "qwen3-vl-30b-a3b-instruct.json"),
+        lambda p: ("estimate", "-m", str(p.parent), "--gpus", "H100", "--max-model-len", "8K"),
+    ),
+    "a folder's config.json": (
+        lambda d: d / "ckpt" / "config.json",
+        lambda p: ("estimate", "-m", str(p.parent), "--gpus", "H100"),
+    ),
 }
+
+
+def _beside_config(folder: Path, name: str, config: str = "qwen3-14b.json") -> Path:
+    """A real config.json in `folder`, and the path of the sidecar file `name` to make bad beside it."""
+    import shutil
+
+    from tests.helpers import REPO
+
+    shutil.copy(REPO / "tests" / "fixtures" / "hf" / "corpus" / config, folder / "config.json")
+    return folder / name
 
 
 def _make_bad(path: Path, kind: str) -> None:

@@ -266,3 +266,22 @@ def test_gemma3_weights_count_the_siglip_tower_vllm_loads(tmp_path):
     assert "weights per GPU │ 8.58 GiB │ 8.01 GiB │ -6.7%" in out
     # the shipped 27B spec and its config.json agree, the tower included
     assert run_cli("estimate", "-m", "gemma3-27b", "--json").json()["params_total"] == 27_431_724_144
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("m.yaml", ("estimate", "-m", "{p}", "--gpus", "H100")),
+        ("config.json", ("estimate", "-m", "{p}", "--gpus", "H100")),
+        ("p.yaml", ("estimate", "-m", "qwen3-8b", "--gpus", "H100", "--calibration-file", "{p}")),
+    ],
+)
+def test_a_file_one_byte_over_8_mib_is_refused_by_its_size(tmp_path, name, args):
+    # issue 24 audit: the 8 MiB rule was tested only on a 65 MiB file
+    from kvplan.limits import MAX_FILE_BYTES
+
+    path = tmp_path / name
+    with open(path, "wb") as fh:  # sparse: refused by its size before a byte is read
+        fh.truncate(MAX_FILE_BYTES + 1)
+    r = run_cli(*[a.format(p=path) for a in args])
+    assert r.exit_code == 2 and name in r.stderr and "8" in r.stderr and len(r.stderr.splitlines()) == 1

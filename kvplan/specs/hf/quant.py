@@ -434,6 +434,12 @@ def resolve(spec: ModelSpec, scheme: Scheme) -> dict[str, str]:
 # --- files beside config.json -----------------------------------------------------------------------
 
 
+def sidecar_present(path: Path) -> bool:
+    """Whether a file beside config.json is there to read: a directory, FIFO or broken link of its name counts,
+    so that read_sidecar refuses it in one line instead of the model planning without it."""
+    return path.exists() or path.is_symlink()
+
+
 def read_sidecar(path: Path) -> Any:
     """A JSON file beside config.json, size- and nesting-bounded; any problem is one SpecError."""
     return load_json_text(read_text(path, MAX_INDEX_FILE_BYTES), path)
@@ -445,7 +451,7 @@ def quant_config(top: dict, cfg: dict, path: Path) -> tuple[Any, str]:
         if source.get("quantization_config") is not None:
             return source["quantization_config"], f"{path}: {where}"
     beside = path.parent / "hf_quant_config.json"
-    if beside.exists() or beside.is_symlink():  # a directory, FIFO or broken link there: read_text says why
+    if sidecar_present(beside):
         data = read_sidecar(beside)
         if not isinstance(data, dict) or not isinstance(data.get("quantization"), dict):
             raise SpecError(f"{beside}: quantization: expected an object (ModelOpt's hf_quant_config.json)")
@@ -483,7 +489,7 @@ def checkpoint_layers_beyond(path: Path, num_layers: int) -> bool:
     """Whether the index's weight_map names a decoder layer past the model's last (an MTP layer kept in the
     checkpoint: DeepSeek's model.layers.61.*); True when it cannot tell."""
     index = path.parent / "model.safetensors.index.json"
-    data = read_sidecar(index) if index.is_file() else None
+    data = read_sidecar(index) if sidecar_present(index) else None
     names = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(names, dict) or not names:
         return True
@@ -494,7 +500,7 @@ def checkpoint_layers_beyond(path: Path, num_layers: int) -> bool:
 def checkpoint_weight_bytes(path: Path) -> int | None:
     """metadata.total_size of model.safetensors.index.json beside config.json: the checkpoint's bytes."""
     index = path.parent / "model.safetensors.index.json"
-    if not index.is_file():
+    if not sidecar_present(index):
         return None
     data = read_sidecar(index)
     meta = data.get("metadata", {}) if isinstance(data, dict) else None

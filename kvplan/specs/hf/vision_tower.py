@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.errors import SpecError
-from kvplan.specs.hf.quant import read_sidecar
+from kvplan.specs.hf.quant import read_sidecar, sidecar_present
 
 _STYLES = {
     "qwen2_vl": "qwen2_vl",
@@ -142,7 +142,7 @@ def tower(top: dict, path: Path) -> dict[str, Any] | None:
 
 def _max_pixels(path: Path) -> int | None:
     """longest_edge (transformers >= 4.5x) or max_pixels (older Qwen2-VL processors) of one file."""
-    if not path.is_file():
+    if not sidecar_present(path):
         return None
     data = read_sidecar(path)
     if not isinstance(data, dict):
