@@ -338,3 +338,15 @@ def test_the_hubs_own_answers_become_one_line(fake_hub, tmp_path):
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
     assert "gated" in gated.stderr and "HF_TOKEN" in gated.stderr
     assert "unknown model 'acme/no-such-7b'" in missing.stderr and "Hugging Face Hub" in missing.stderr
+
+
+def test_a_hub_name_that_says_fp8_without_a_quantization_config_is_warned(hf_cache):
+    # issue 24 audit: the warning was tested on folders only. A repository named ...-FP8 whose config.json has no
+    # quantization_config (and no hf_quant_config.json beside it) is planned in bf16, and says so
+    repo = "someone/Qwen3-Next-80B-A3B-Thinking-FP8"
+    cache_repo(hf_cache, repo, {"config.json": CORPUS / "qwen3-next-80b-a3b-thinking.json"})
+    r = run_cli("estimate", "-m", repo, "--gpus", "8xH100", "--max-model-len", "8K", "--json")
+    assert r.exit_code == 0, r.stderr
+    said = " ".join(r.json()["model"]["warnings"]) + r.stderr
+    assert "the name says FP8 but there is no quantization_config" in said
+    assert r.json()["settings"]["weight_dtype"] == "bf16"
