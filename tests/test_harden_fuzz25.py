@@ -13,12 +13,8 @@ def test_solve_max_context_reports_the_users_memory_holds_not_the_cap_it_launche
     out = run_cli(
         "solve", "-m", "llama3.1-8b", "--users", "10", "-g", "2xH100", "--max-context", "--json"
     ).json()
-    first = out["answers"][0]
-    assert (first["max_model_len"], first["data_parallel_size"], first["kv_cache_dtype"]) == (
-        131072,
-        2,
-        "fp8",
-    )
+    first = next(a for a in out["answers"] if (a["data_parallel_size"], a["kv_cache_dtype"]) == (2, "fp8"))
+    assert first["max_model_len"] == 131072
     assert "--max-num-seqs 5" in first["vllm_flags"]
     # the server that line launches, planned by estimate: capped at 5 a replica, its memory holds 7 a replica
     plan = run_cli("estimate", "-m", "llama3.1-8b", "-g", "2xH100", "-tp", "1", "-dp", "2",
@@ -109,7 +105,7 @@ def test_check_log_never_pairs_a_concurrency_with_another_pool(tmp_path):
     assert r.exit_code == 0, r.stderr
     flat = " ".join(r.stdout.split())
     assert "maximum concurrency" not in flat and "-44.6%" not in flat
-    assert "2 'GPU KV cache size' lines with different figures but 1 'Maximum concurrency' line(s)" in flat
+    assert "the log's 2 'GPU KV cache size' and 1 'Maximum concurrency' line(s) do not pair" in flat
     once = REPEATED.replace("30.00 GiB", "54.11 GiB").replace("245,760", "443,264")  # the same pool twice
     log.write_text(once)
     assert "maximum concurrency" in run_cli("check-log", str(log), "-g", "H100", "-m", "llama3.1-8b").stdout
@@ -285,3 +281,131 @@ def test_a_file_one_byte_over_8_mib_is_refused_by_its_size(tmp_path, name, args)
         fh.truncate(MAX_FILE_BYTES + 1)
     r = run_cli(*[a.format(p=path) for a in args])
     assert r.exit_code == 2 and name in r.stderr and "8" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+# --- fuzz pass 26 (Q1-Q8) ---
+
+
+def test_sglang_running_requests_below_the_dp_size_refuses_as_sglang_does():
+    # Q1: 4 over 8 attention-DP ranks was planned as 1 a rank; SGLang asserts 'max_running_request is zero'
+    r = run_cli("estimate", "-m", "deepseek-v3", "-g", "8xH200", "--engine", "sglang", "--enable-dp-attention",
+                "--dp-size", "8", "--max-model-len", "8K", "--max-running-requests", "4")  # fmt: skip
+    assert r.exit_code == 2 and "gives 0 a rank" in r.stderr and "give at least 8" in r.stderr
+    ok = run_cli("estimate", "-m", "deepseek-v3", "-g", "8xH200", "--engine", "sglang", "--enable-dp-attention",
+                 "--dp-size", "8", "--max-model-len", "8K", "--max-running-requests", "8", "--json")  # fmt: skip
+    assert ok.exit_code == 0 and ok.json()["max_concurrency"] == 8
+
+
+def test_check_log_reads_no_concurrency_from_lines_of_two_lengths(tmp_path):
+    # Q2: a second 'Maximum concurrency' line for 8,192 gave the 32,768 line's 13.53x beside length 8,192: +300%
+    from tests.helpers import REPO
+
+    base = (REPO / "tests" / "fixtures" / "logs" / "vllm_v011_llama31_8b_h100.log").read_text()
+    log = tmp_path / "two.log"
+    log.write_text(
+        base
+        + "INFO 11-28 10:01:30 [kv_cache_utils.py:1091] Maximum concurrency for 8,192 tokens per request: 54.11x\n"
+    )
+    flat = " ".join(run_cli("check-log", str(log), "-g", "H100").stdout.split())
+    assert "max-model-len 32,768" in flat and "maximum concurrency │" not in flat and "+299.9%" not in flat
+    assert "1 'GPU KV cache size' and 2 'Maximum concurrency' line(s) do not pair" in flat
+
+
+def test_sglang_request_pool_binding_is_named_and_no_larger_cap_advised():
+    # Q3: "memory holds 6,000 ... (give a larger cap)" where 6,000 was the flag and the 4,096 request pool binds
+    a = run_cli("estimate", "-m", "llama3.1-8b", "-g", "B200", "--max-model-len", "2K", "--avg-context", "128",
+                "--engine", "sglang", "--max-running-requests", "6000", "--json").json()  # fmt: skip
+    note = next(x for x in a["assumptions"] if x.startswith("decode speed at"))
+    assert "SGLang's request pool" in note and "memory holds 8,807 at 128 tokens" in note
+    assert "larger cap" not in note and a["decode"]["at_avg_context"]["batch"] == 4096
+
+
+def test_gemma3_vision_config_oddities_are_said_or_refused(tmp_path):
+    # Q4: num_channels 0 counted as 3, vision_config null dropped the tower without a word, 10^9 layers unbounded
+    import json
+
+    from tests.helpers import REPO
+
+    cfg = json.loads((REPO / "tests" / "fixtures" / "hf" / "corpus" / "gemma-3-27b-it.json").read_text())
+
+    def run(change) -> object:
+        c = json.loads(json.dumps(cfg))
+        change(c)
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(c))
+        return run_cli("estimate", "-m", str(path), "-g", "8xH100", "--max-model-len", "32K")
+
+    for change in (
+        lambda c: c["vision_config"].update(num_channels=0),
+        lambda c: c.update(vision_config=None),
+    ):
+        r = run(change)
+        assert r.exit_code == 0 and "nor the vision tower's weights" in " ".join(r.stdout.split())
+    deep = run(lambda c: c["vision_config"].update(num_hidden_layers=10**9))
+    assert (
+        deep.exit_code == 2
+        and "vision_config.num_hidden_layers 1,000,000,000 is over kvplan's limit" in deep.stderr
+    )
+
+
+def test_solve_max_context_breaks_ties_by_users_and_speed():
+    # Q5: at one context the fewest users and twice the TPOT ranked first (search order)
+    answers = run_cli(
+        "solve", "-m", "llama3.1-8b", "-u", "4", "--max-context", "-g", "8xH100", "--json"
+    ).json()["answers"]
+    same = [a for a in answers if (a["max_model_len"], a["kv_cache_dtype"]) == (131072, "auto")]
+    assert len(same) >= 2
+    assert [a["max_concurrency"] for a in same] == sorted((a["max_concurrency"] for a in same), reverse=True)
+
+
+def test_compare_table_never_folds_a_figure_beside_a_long_name(tmp_path):
+    # Q6: a 55- and a 73-character folder name at 80 columns printed 2,346 as `2,3`/`46` and lost some figures
+    import shutil
+
+    from tests.helpers import REPO
+
+    for name in ("Qwen3-Coder-480B-A35B-Instruct-FP8-dynamic-quantized-ab",
+                 "a-very-long-directory-name-for-testing-table-widths-llama-3.1-70b-config"):  # fmt: skip
+        folder = tmp_path / name
+        folder.mkdir()
+        shutil.copy(
+            REPO / "tests" / "fixtures" / "hf" / "corpus" / "llama-3.1-70b.json", folder / "config.json"
+        )
+        args = (
+            "compare",
+            "table",
+            "-m",
+            f"{folder},llama3.1-8b",
+            "--variants",
+            "shipped,gqa4+int4+window2048",
+        )
+        out = _at_80(*args)
+        for figure in ("320 KiB", "128 KiB", "165", "2,346", "7,500", "531"):
+            assert f" {figure} " in out or f" {figure}\n" in out, (name, figure)
+        assert max(len(line.rstrip()) for line in out.splitlines()) <= 80
+
+
+def _at_80(*args: str) -> str:
+    from typer.testing import CliRunner
+
+    from kvplan.cli import app
+
+    return CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1"}).invoke(app, list(args)).stdout
+
+
+def test_gpu_names_stay_whole_beside_their_wrapped_aliases():
+    # Q7: `A100-40GB-PCI` / `e` in the aliases table at 80 columns
+    out = _at_80("gpus")
+    cont = out.split("(continued)")[1]
+    for name in ("A100-40GB-PCIe", "A100-80GB-PCIe", "H100-SXM", "RTX3090"):
+        assert f"\n{name} " in cont
+    assert "NVIDIA H100 80GB HBM3" in cont
+
+
+def test_vllm_default_cap_lines_agree():
+    # Q8: "concurrency is capped only by a --max-num-seqs you give" beside "vLLM's default --max-num-seqs ... runs
+    # no more at once"
+    a = run_cli("estimate", "-m", "llama3.1-8b", "-g", "B200", "--max-model-len", "2K", "--avg-context", "128",
+                "--json").json()["assumptions"]  # fmt: skip
+    assert not any("concurrency is capped only by" in x for x in a)
+    assert any("caps the requests run at once" in x for x in a)

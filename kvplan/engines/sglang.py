@@ -461,7 +461,12 @@ class Sglang(Engine):
         # managers/tp_worker.py: max_running_requests = min(--max-running-requests, the request pool); under DP
         # attention each rank's scheduler takes --max-running-requests // dp_size (model_runner.py, 0.5.x)
         caps = [c for c in (self.req.max_num_seqs, self.req.max_running_requests) if c is not None]
-        return max(1, min(caps) // attn_dp) if caps else None
+        if caps and min(caps) // attn_dp < 1:
+            raise UsageError(
+                f"--max-running-requests {min(caps):,} over {attn_dp} attention-DP ranks gives 0 a rank: SGLang "
+                f"refuses to start (tp_worker.py: 'max_running_request is zero'); give at least {attn_dp}"
+            )
+        return min(caps) // attn_dp if caps else None
 
     def oversized_request(self, max_len: int, fitting_len: int | None) -> tuple[int, str] | None:
         # the pool holds `fitting_len` tokens (SGLang has no null block); tp_worker.py asserts

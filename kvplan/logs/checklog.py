@@ -607,8 +607,8 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
     if f.get("unpaired_kv_lines"):
         pools, shares = f["unpaired_kv_lines"]
         notes.append(
-            f"the log prints {pools} 'GPU KV cache size' lines with different figures but {shares} 'Maximum "
-            "concurrency' line(s), which vLLM prints beside each: which concurrency goes with the pool read (the "
+            f"the log's {pools} 'GPU KV cache size' and {shares} 'Maximum concurrency' line(s) do not pair (vLLM "
+            "prints one beside the other, at one max_model_len): which concurrency goes with the pool read (the "
             "smallest) is unknown, so none is compared; paste one startup's log as the engine printed it"
         )
     rows, measured = _prediction_rows(f, pred, engine, notes)

@@ -646,14 +646,21 @@ _KV_TOKENS = re.compile(r"GPU KV cache size: " + _NUM + r" tokens")
 
 def _check_pairs(log: ParsedLog, text: str) -> None:
     """vLLM prints 'GPU KV cache size' and 'Maximum concurrency' together, once per KV-cache config
-    (kv_cache_utils.py): a startup's lines holding different pools but not as many concurrency lines cannot say
-    which concurrency goes with the pool read (the smallest), so none is read and check-log says why."""
+    (kv_cache_utils.py), at one max_model_len: lines for two lengths, or not as many concurrency lines as pool
+    lines where either's figures differ, cannot say which concurrency goes with the pool read (the smallest),
+    so none is read and check-log says why."""
     tokens = [_count(m.group(1)) for m in _KV_TOKENS.finditer(text)]
-    shares = len(_CONCURRENCY.findall(text))
-    if tokens and shares and len(tokens) != shares and len(set(tokens)) > 1:
+    shares = [(_count(m.group(1)), _f(m.group(2))) for m in _CONCURRENCY.finditer(text)]
+    if not tokens or not shares:
+        return
+    lengths = {n for n, _ in shares}
+    differ = len(set(tokens)) > 1 or len({c for _, c in shares}) > 1
+    if len(lengths) > 1 or (len(tokens) != len(shares) and differ):
         log.facts.pop("max_concurrency", None)
         log.evidence.pop("max_concurrency", None)
-        log.facts["unpaired_kv_lines"] = (len(tokens), shares)
+        log.facts["unpaired_kv_lines"] = (len(tokens), len(shares))
+        if len(lengths) > 1 and log.facts.get("configured_max_model_len") is not None:
+            log.facts["max_model_len"] = log.facts["configured_max_model_len"]  # the arguments', not a guess
 
 
 def _check_pool(log: ParsedLog) -> None:

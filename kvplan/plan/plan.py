@@ -736,16 +736,21 @@ def _draft_apart_cap(
 
 def _running_cap(
     req: PlanRequest, engine: Engine, report: EngineReport, pool: Pool, max_len: int, attn_dp: int
-) -> tuple[int, str]:
+) -> tuple[int, str, bool]:
     """The most requests one attention rank's scheduler runs at once, a flag's cap or the engine's default: the batch
-    the decode speed rows time (the concurrency figures stay what memory holds). (cap, what sets it)"""
+    the decode speed rows time (the concurrency figures stay what memory holds). (cap, what sets it, whether a
+    larger flag raises it)"""
     given = engine.request_cap(attn_dp)
     if engine.name == "sglang":
         tokens = report.kv_cache_tokens or (pool.num_blocks or 0) * pool.block_size
         cap = max_running_requests(tokens, max_len, given)
-        return cap, "SGLang's max_running_requests (tp_worker.py, model_runner.py)"
+        if given is not None and cap == given:
+            return cap, "--max-running-requests", True
+        if cap < (tokens // 2 if given is None else given):  # the request pool binds: no flag lifts it
+            return cap, "SGLang's request pool (model_runner.py: at most 4,096 requests)", False
+        return cap, "SGLang's default max_running_requests, the pool's tokens // 2 (tp_worker.py)", True
     if given is not None:
-        return given, "--max-num-seqs"
+        return given, "--max-num-seqs", True
     cls = engines.engine_class(engine.name)
     default = (
         cls.batch_defaults(req.gpu, req.usage, cls.parse_version(req.engine_version)).max_num_seqs or 256
@@ -753,8 +758,8 @@ def _running_cap(
     budget = req.max_num_batched_tokens or default
     return (
         min(default, budget),
-        "vLLM's default --max-num-seqs (vllm/engine/arg_utils.py at v0.11.0, lowered to "
-        "--max-num-batched-tokens)",
+        "vLLM's default --max-num-seqs (vllm/engine/arg_utils.py at v0.11.0, lowered to --max-num-batched-tokens)",
+        True,
     )
 
 
@@ -1012,8 +1017,9 @@ def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list
     if req.max_num_seqs is None and d.max_num_seqs is not None:
         applied["max_num_seqs"] = d.max_num_seqs
         line += (
-            f"; its --max-num-seqs default {d.max_num_seqs:,} sizes the sampler's profiling run "
-            "(concurrency is capped only by a --max-num-seqs you give)"
+            f"; its --max-num-seqs default {d.max_num_seqs:,} sizes the sampler's profiling run and caps the "
+            "requests run at once (kvplan's concurrency figures are what memory holds, capped only by a "
+            "--max-num-seqs you give; its decode speed rows time no more than the cap)"
         )
     if cls.name == "vllm":  # SGLang's step budget is --chunked-prefill-size; the figure keys nothing it plans
         notes.append(f"{line}: {d.why}; override with --max-num-batched-tokens / --max-num-seqs")
@@ -1258,23 +1264,26 @@ def _estimate(req: PlanRequest) -> Plan:
     conc, state_cap = _state_pool_cap(report, conc, notes, req.enable_prefix_caching)
     pooled = conc.max_concurrency
     conc = _draft_apart_cap(engine, report, conc, notes)
+    memory_avg = avg  # what memory holds at --avg-context, before any cap
     avg = _capped_avg(avg, [engine.request_cap(attn_dp), state_cap], attn_dp, dp)
     # the preallocation row is held to the headline where more than the pool's bytes bound it (a cap, the
     # state pool, vLLM's count of a draft's own group); the pool alone: no null block unpaged, so it may hold one more
     bound = conc.limited_by != "kv_cache" or conc.max_concurrency < pooled
     frag = _capped_fragmentation(frag, conc.max_concurrency if bound else None, avg, conc.max_concurrency)
     # the decode rows time the batch the scheduler forms: no more than it runs at once, a flag's cap or its default
-    running, running_why = _running_cap(req, engine, report, pool, max_len, attn_dp)
+    running, running_why, raisable = _running_cap(req, engine, report, pool, max_len, attn_dp)
     batch = min(conc.max_concurrency, running)
     speed_avg = _capped_avg(avg, [running], attn_dp, dp)
-    held = [(n, c) for n, c in ((f"{req_len:,}", conc.max_concurrency),
-                                (f"{avg.avg_context_tokens:,}" if avg else "", avg.max_concurrency_per_replica // attn_dp if avg else 0))
-            if c > running]  # fmt: skip
+    memory = [(f"{req_len:,}", conc.pool_limit, conc.max_concurrency)]
+    if memory_avg is not None and avg is not None:
+        memory.append((f"{memory_avg.avg_context_tokens:,}", memory_avg.max_concurrency_per_replica // attn_dp,
+                       avg.max_concurrency_per_replica // attn_dp))  # fmt: skip
+    held = [(n, c) for n, c, capped in memory if capped > running]
     if held:
         notes.append(
             f"decode speed at {running * attn_dp:,} running requests a replica: {running_why} runs no more at once; "
             + ", ".join(f"memory holds {c * attn_dp:,} at {n} tokens" for n, c in held)
-            + " (give a larger cap to batch more)"
+            + (" (give a larger cap to batch more)" if raisable else "")
         )
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
                                  tp, req_len, batch * attn_dp, speed_avg,

@@ -65,10 +65,14 @@ def fitted_table(
     wraps: Sequence[int] = (),
     left: Sequence[int] = (0,),
     breaks: Sequence[int] = (),
+    caps: dict[int, int] | None = None,
 ) -> SafeTable:
     """A table of `rows` that fits `width`: columns in `drop_order` go first; a cell is never cut
-    (the columns in `wraps` wrap at spaces, headers wrap at spaces)."""
+    (the columns in `wraps` wrap at spaces, headers wrap at spaces; a column in `caps` is held to that width,
+    its text wrapping or folding onto further lines)."""
     keep, needed = fit_columns(headers, rows, width, drop_order, wraps)
+    for i, w in (caps or {}).items():
+        needed[i] = min(needed[i], w)
     if breaks and sum(needed[i] for i in keep) + _SEPARATOR_CELLS * (len(keep) - 1) > width:
         # still too wide with every lesser column gone: a composite name (int4+window4096) goes on
         # one line per part, each part whole
@@ -107,23 +111,49 @@ def stacked_tables(
     left: Sequence[int] = (0,),
     breaks: Sequence[int] = (),
     keys: Sequence[int] = (0,),
+    texts: Sequence[int] = (),
 ) -> list[SafeTable]:
-    """The table at `width`, and where its lesser columns (`drop_order`) do not fit beside the rest, they follow
-    in further tables that repeat the `keys` columns: a narrow terminal stacks columns, it loses none."""
-    first = fitted_table(title, headers, rows, width, drop_order, wraps, left, breaks)
-    tables = [first]
-    rest = [i for i in range(len(headers)) if headers[i] in first.left_out and i not in keys]
-    while rest:
-        cols = [*keys, *rest]
-        sub_rows = [[r[i] for i in cols] for r in rows]
-        # the first moved column always shows (folding if it must): each table takes at least one
-        order = [cols.index(i) for i in reversed(rest[1:])]
-        t = fitted_table(
-            "(continued)", [headers[i] for i in cols], sub_rows, width, order,
-            [cols.index(i) for i in wraps if i in cols], [cols.index(i) for i in left if i in cols],
+    """The table at `width`; where its columns do not all fit, the rest follow in further tables, titled
+    "(continued)", that repeat the `keys` columns: a narrow terminal stacks columns, it loses none. The first
+    table takes the columns not in `drop_order` first, then those in it, the first named last; a figure is
+    never narrower than its widest cell (where the names leave no room for it, the widest name folds; a
+    column of text (`texts`, `wraps`) wider than the room left wraps)."""
+    cells = [list(r) for r in rows]
+    needed = [_needed_cells(h, [r[i] for r in cells], i in wraps) for i, h in enumerate(headers)]
+    everything = list(range(len(headers)))
+    if sum(needed) + _SEPARATOR_CELLS * (len(headers) - 1) <= width:
+        return [fitted_table(title, headers, cells, width, (), wraps, left)]
+    others = [i for i in everything if i not in keys]
+    figures = [needed[i] for i in others if i not in wraps and i not in texts] or [1]
+
+    def room() -> int:
+        return width - sum(needed[k] for k in keys) - _SEPARATOR_CELLS * len(keys)
+
+    if breaks and room() < max(figures):  # composite names one part a line (int4+ / window4096), each whole
+        cells = [[c.replace("+", "+\n") if i in breaks else c for i, c in enumerate(r)] for r in cells]
+        needed = [_needed_cells(h, [r[i] for r in cells], i in wraps) for i, h in enumerate(headers)]
+    caps: dict[int, int] = {}
+    if room() < max(figures):  # the names leave no room for the widest figure: the widest name folds
+        k = max(keys, key=lambda j: needed[j])
+        caps[k] = needed[k] = max(needed[k] - (max(figures) - room()), 4)
+    order = [i for i in others if i not in drop_order] + [i for i in reversed(drop_order) if i in others]
+    groups: list[list[int]] = [[]]
+    for i in order:
+        used = sum(needed[j] + _SEPARATOR_CELLS for j in groups[-1])
+        if groups[-1] and used + needed[i] > room():
+            groups.append([])
+        groups[-1].append(i)
+    tables = []
+    for n, group in enumerate(groups):
+        cols = sorted([*keys, *group])
+        held = {cols.index(i): w for i, w in caps.items() if i in cols}
+        # a text column wider than the room left beside the names (a list of aliases) wraps to it
+        held.update({cols.index(i): max(room() - 1, 4) for i in group if needed[i] > room()})
+        tables.append(
+            fitted_table(
+                title if n == 0 else "(continued)", [headers[i] for i in cols], [[r[i] for i in cols] for r in cells],
+                width, (), [cols.index(i) for i in wraps if i in cols], [cols.index(i) for i in left if i in cols],
+                caps=held,
+            )
         )  # fmt: skip
-        t.left_out = []
-        tables.append(t)
-        shown = {str(c.header) for c in t.columns}
-        rest = [i for i in rest if headers[i] not in shown]
     return tables

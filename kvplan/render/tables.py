@@ -363,7 +363,9 @@ def render_gpus(gpus: list, console: Console) -> None:
         ]
         for g in gpus
     ]
-    for t in stacked_tables("Shipped GPUs", headers, rows, console.width, drop_order=(1,), left=(0, 1)):
+    for t in stacked_tables(
+        "Shipped GPUs", headers, rows, console.width, drop_order=(1,), left=(0, 1), texts=(1,)
+    ):
         console.print(t)
 
 

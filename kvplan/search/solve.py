@@ -597,17 +597,17 @@ def _dominated(answers: list[Answer], q: Query, gpu: GpuSpec, replica_gpus: int)
 
 
 def _rank(q: Query, a: Answer) -> tuple:
-    if q.fixed_num_gpus is not None:  # --max-context: longest context first
-        return (
-            -a.max_model_len,
-            ENGINE_DTYPES.index(a.kv_cache_dtype) if a.kv_cache_dtype in ENGINE_DTYPES else 9,
-        )
-    cost = a.cost_per_hour if a.cost_per_hour is not None else a.num_gpus
     quality = ENGINE_DTYPES.index(a.kv_cache_dtype) if a.kv_cache_dtype in ENGINE_DTYPES else 9
+    ep = a.expert_parallel_size > 1 or a.attention_dp_size > 1
+    if q.fixed_num_gpus is not None:  # --max-context: longest context first, then as below
+        return (
+            -a.max_model_len, quality, a.pipeline_parallel_size, ep, -a.max_concurrency, round(a.tpot_ms, 3),
+            a.tensor_parallel_size,
+        )  # fmt: skip
+    cost = a.cost_per_hour if a.cost_per_hour is not None else a.num_gpus
     # at equal cost the simpler layout first: fewer pipeline stages (each adds a hop to every token),
     # then plain TP before expert parallelism (no all-to-all, no DP-attention balancing); then the most
     # users and the faster step
-    ep = a.expert_parallel_size > 1 or a.attention_dp_size > 1
     return (
         cost, a.num_gpus, quality, a.pipeline_parallel_size, ep, -a.max_concurrency, round(a.tpot_ms, 3),
         a.tensor_parallel_size,

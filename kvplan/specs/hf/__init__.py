@@ -451,7 +451,9 @@ def model_from_config(cfg: Any, path: Path) -> ModelSpec:
         "pooling_config": q.has_pooling_config(path),
         "checkpoint_kv_cache_dtype": q.kv_cache_dtype(quant),
         "draft_vocab_size": r.int("draft_vocab_size", default=None),
-        "vision_encoder": isinstance(top.get("vision_config"), dict),
+        # Gemma 3 with vision_config null: transformers builds its default SigLIP tower
+        "vision_encoder": isinstance(top.get("vision_config"), dict)
+        or ("vision_config" in top and top.get("model_type") == "gemma3"),
         "vision_tower": vision_tower.tower(top, path),
         "vision_vit": _vision_vit(top),
         "activation_dtype": act,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.errors import SpecError
+from kvplan.limits import MAX_LAYERS
 from kvplan.specs.hf.quant import read_sidecar, sidecar_present
 
 _STYLES = {
@@ -72,7 +73,7 @@ def _mllama(top: dict, vc: dict) -> dict[str, Any] | None:
     }
 
 
-def _siglip(top: dict, vc: dict) -> dict[str, Any] | None:
+def _siglip(top: dict, vc: dict, path: Path) -> dict[str, Any] | None:
     """Gemma 3's SigLIP tower (vLLM gemma3_mm.py Gemma3ForConditionalGeneration over siglip.py
     SiglipVisionModel, no head: vision_use_head false): transformers' SiglipVisionConfig defaults where a
     key is absent are not rebuilt, so every shape must be given."""
@@ -84,8 +85,17 @@ def _siglip(top: dict, vc: dict) -> dict[str, Any] | None:
         _pos_int(vc, "patch_size"),
         _pos_int(vc, "image_size"),
     )
-    if not (out and hidden and inter and depth and patch and image) or vc.get("vision_use_head") is True:
-        return None
+    channels = _pos_int(vc, "num_channels") if "num_channels" in vc else 3
+    if (
+        not (out and hidden and inter and depth and patch and image and channels)
+        or vc.get("vision_use_head") is True
+    ):
+        return None  # a shape missing or not a positive count: not counted, and the plan says so
+    if depth > MAX_LAYERS:
+        raise SpecError(
+            f"{path}: vision_config.num_hidden_layers {depth:,} is over kvplan's limit of {MAX_LAYERS:,}; "
+            "is it the right config?"
+        )
     return {
         "style": "siglip",
         "depth": depth,
@@ -94,7 +104,7 @@ def _siglip(top: dict, vc: dict) -> dict[str, Any] | None:
         "out_hidden_size": out,
         "patch_size": patch,
         "temporal_patch_size": 1,
-        "in_channels": _pos_int(vc, "num_channels") or 3,
+        "in_channels": channels,
         "spatial_merge_size": 1,
         "image_size": image,
     }
@@ -108,7 +118,7 @@ def tower(top: dict, path: Path) -> dict[str, Any] | None:
     if top.get("model_type") == "mllama":
         return _mllama(top, vc)
     if top.get("model_type") == "gemma3" and vc.get("model_type") == "siglip_vision_model":
-        return _siglip(top, vc)
+        return _siglip(top, vc, path)
     style = _STYLES.get(str(top.get("model_type") or vc.get("model_type") or ""))
     if style is None:
         return None
