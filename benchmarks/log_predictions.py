@@ -68,6 +68,20 @@ class Case:
 
 # log -> the model config and GPU, mapped by hand (the GPU from SOURCES.tsv)
 CASES: dict[str, Case] = {
+    "vllm_0.6.4.dev9_mixtral-8x7b-instruct_mi300x_tp1.log": Case(
+        "mixtral-8x7b",
+        "MI300X",
+        "shipped spec (Mixtral-8x7B-Instruct has Mixtral-8x7B's shapes); MI300X printed in the fused_moe config name "
+        "device_name=AMD_Instinct_MI300X; benchmark_throughput.py (the LLM class: offline usage), its Namespace "
+        "printed: only tensor_parallel_size 1 and gpu_memory_utilization 0.9 (the default) bear on memory",
+        usage="offline",
+    ),
+    "vllm_0.6.4.dev9_mixtral-8x7b-instruct_mi300x_tp2.log": Case(
+        "mixtral-8x7b",
+        "MI300X",
+        "as the TP 1 log of the same notebook session; tensor_parallel_size 2",
+        usage="offline",
+    ),
     "sglang_0.5.8.post1_kimi-k2.5_mi355x_tp8.md": Case(
         "kimi-k2.5",
         "MI355X",
@@ -559,7 +573,10 @@ def flags_for(name: str) -> tuple[dict[str, Any], str]:
     args = user_args(text)
     case = CASES[name]
     version = name.split("_")[1]
-    flags = base_flags(case, int(args.get("tensor_parallel_size", 1)), "vllm")
+    # a log without 'non-default args' (an offline benchmark's Namespace prints every default): the engine
+    # config line's tensor_parallel_size, the layout it ran
+    tp = args.get("tensor_parallel_size") or facts.get("tensor_parallel_size") or 1
+    flags = base_flags(case, int(tp), "vllm")
     flags["engine_version"] = ".".join(version.split(".")[:2])
     if "max_model_len" in args:
         flags["max_model_len"] = args["max_model_len"]
@@ -650,15 +667,22 @@ def predict(name: str) -> Result:
 
 
 def logged_kv_bytes(name: str) -> int:
-    """vLLM: "Available KV cache memory" (the budget, per GPU). SGLang: the pool it allocated per GPU,
-    K size + V size (MLA: KV size) of "KV Cache is allocated", GiB to 2 decimals."""
+    """vLLM: "Available KV cache memory" (the budget, per GPU); a V0 log that prints only "# GPU blocks": its blocks
+    x one block's bytes per GPU (the model's KV layout at the block size, which check-log reproduces exactly; the
+    budget's remainder under one block is not printed). SGLang: the pool it allocated per GPU, K size + V size
+    (MLA: KV size) of "KV Cache is allocated", GiB to 2 decimals."""
+    from kvplan.commands.inputs import EstimateFlags, plan_request
     from kvplan.logs.logparse import parse
+    from kvplan.plan.plan import estimate
 
     facts = parse((LOGS / name).read_text(errors="replace")).facts
     if engine_of(name) == "sglang":
         if "kv_size_bytes" in facts:
             return int(facts["kv_size_bytes"])
         return int(facts["k_size_bytes"] + facts["v_size_bytes"])
+    if "available_kv_bytes" not in facts and "num_gpu_blocks" in facts:
+        plan = estimate(plan_request(EstimateFlags(**flags_for(name)[0])))
+        return int(facts["num_gpu_blocks"]) * plan.block_bytes_per_gpu
     return int(facts["available_kv_bytes"])
 
 

@@ -409,3 +409,28 @@ def test_vllm_default_cap_lines_agree():
                 "--json").json()["assumptions"]  # fmt: skip
     assert not any("concurrency is capped only by" in x for x in a)
     assert any("caps the requests run at once" in x for x in a)
+
+
+@pytest.mark.parametrize(("tp", "weights", "blocks"), [(1, "87.00 GiB │ 86.99 GiB │ -0.0%", "39,212"),
+                                                      (2, "43.51 GiB │ 43.50 GiB │ -0.0%", "124,518")])  # fmt: skip
+def test_vllm_moe_logs_on_mi300x_match_weights_and_blocks(tp, weights, blocks):
+    # issue 24's AMD item: the first vLLM MoE startup logs on an MI300X (Mixtral-8x7B-Instruct, vLLM 0.6.4, offline
+    # benchmark; AUGMXNT/MI300-testing): the weights as loaded and the token arithmetic given the logged blocks
+    from tests.helpers import REPO
+
+    log = (
+        REPO
+        / "tests"
+        / "fixtures"
+        / "logs"
+        / "real"
+        / f"vllm_0.6.4.dev9_mixtral-8x7b-instruct_mi300x_tp{tp}.log"
+    )
+    out = " ".join(run_cli("check-log", str(log), "-g", "MI300X").stdout.split())
+    assert f"weights per GPU │ {weights}" in out
+    assert f"GPU blocks │ {blocks} blocks │ {blocks} blocks │ +0.0%" in out
+    assert (
+        "maximum concurrency │ 19.15x │ 19.15x │ +0.0%" in out
+        if tp == 1
+        else "60.80x │ 60.80x │ +0.0%" in out
+    )

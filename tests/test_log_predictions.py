@@ -36,6 +36,9 @@ History of the held-out figures (what the bounds below hold now is the last line
   apart, is run (they predict the same): +5.8%, a miss. The 0.10.2 Qwen3-30B-A3B log joins the fitting
   set by a rule (it prints the sampler peak SORT_BYTES was fitted to: REPEATS_RULE). 8 fitted, 21 held
   out: held-out median 2.0%, 16 of 21 within 5% (the issue's 80% is not met).
+- Session 17: the first vLLM MoE logs on AMD (Mixtral-8x7B-Instruct on MI300X, vLLM 0.6.4, offline benchmark, TP 1
+  and TP 2; weights exact, token arithmetic exact): +7.5% at TP 1 (a miss: V0's non-KV memory on ROCm, 5.8 GiB
+  more than kvplan's estimate) and +2.6% at TP 2. 23 held out: held-out median 2.3%, 17 of 23 within 5%.
 
 Splits by source (as benchmarks/fit_decode.py): SOURCES.tsv's source column gives each log a source key;
 FROZEN_RULE (fit_decode's, by a hash of the key) makes the frozen test set. The constants fitted to two
@@ -125,12 +128,13 @@ def test_only_typed_flags_reach_the_prediction(results):
 
 def test_held_out_logs_hold_what_is_reached(results):
     # issue 12's targets: median |error| <= 3% (met: 2.0%) and >= 80% of logs within 5%, not met since
-    # issue 26 counts the A100/A800 log (+5.8%): 16 of 21. This holds what is reached so that a
-    # regression fails; the misses are named in the docstring
+    # issue 26 counts the A100/A800 log (+5.8%): 16 of 21; session 17 added the two vLLM 0.6 Mixtral logs on MI300X
+    # (+7.5% at TP 1, +2.6% at TP 2: 17 of 23). This holds what is reached so that a regression fails; the misses are
+    # named in the docstring
     held = [r for r in results if r.half == "held-out"]
     median, _, within = lp.summary(held)
-    assert len(held) == 21
-    assert median <= 0.03 and within >= 16 / 21 - 1e-9
+    assert len(held) == 23
+    assert median <= 0.03 and within >= 17 / 23 - 1e-9
 
 
 def test_the_defaults_applied_are_stated(results):
@@ -140,7 +144,10 @@ def test_the_defaults_applied_are_stated(results):
         if lp.engine_of(r.log) == "sglang":  # a vLLM flag: SGLang's budget is --chunked-prefill-size
             assert not any("--max-num-batched-tokens" in a for a in r.assumptions), r.log
             continue
-        assert any("--max-num-batched-tokens" in a and "arg_utils.py" in a for a in r.assumptions), r.log
+        cited = ("arg_utils.py", "SchedulerConfig")  # V0 (before 0.8): vllm/config.py SchedulerConfig
+        assert any("--max-num-batched-tokens" in a and any(c in a for c in cited) for a in r.assumptions), (
+            r.log
+        )
 
 
 @pytest.mark.parametrize(

@@ -89,7 +89,11 @@ def vllm_batch_defaults(gpu: GpuSpec, usage: str, version: Version) -> BatchDefa
     if version < (0, 8):
         # V0 (vllm/config.py SchedulerConfig): max_num_seqs 256; without chunked prefill the batch is
         # max(max_model_len, 2048) tokens, which kvplan keeps at its former 8192
-        return BatchDefaults(8192, 256, "vLLM V0's defaults (before 0.8), batched tokens taken as 8192")
+        return BatchDefaults(
+            8192,
+            256,
+            "vLLM V0's defaults (vllm/config.py SchedulerConfig, before 0.8), batched tokens taken as 8192",
+        )
     large = large_card(gpu, version)
     tokens, seqs = BATCH_DEFAULTS[(usage, large)]
     command = "`vllm serve`" if usage == "serve" else "the offline LLM class"
