@@ -183,9 +183,8 @@ def disaggregate(
 
     assert d.avg_context is not None  # set above
     held = d.avg_context.max_concurrency_per_replica
-    at = (
-        d.decode.at_avg_context
-    )  # timed at the batch the scheduler forms: its running cap, a flag's or its default
+    # timed at the batch the scheduler forms: its running cap, a flag's or its default
+    at = d.decode.at_avg_context
     conc = min(held, at.batch) if at is not None else held
     if conc < 1:
         raise RequestDoesNotFit(

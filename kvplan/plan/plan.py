@@ -173,9 +173,8 @@ class Plan:
     max_concurrency_per_replica: int
     max_concurrency: int
     limited_by: str
-    pool_max_concurrency_per_replica: (
-        int  # what memory alone holds, before --max-num-seqs/--max-running-requests
-    )
+    # what memory alone holds (KV pool, SGLang's state pool), before --max-num-seqs / --max-running-requests
+    pool_max_concurrency_per_replica: int
     avg_context: AvgContext | None
     prefix_caching: PrefixCaching | None
     fragmentation: Fragmentation
@@ -632,9 +631,8 @@ class Concurrency:
     max_concurrency: int  # per replica
     limited_by: str
     request_tokens: int  # the longest request served: max_model_len, or the engine's cap to the pool
-    pool_limit: (
-        int  # per replica: what memory alone allows (KV pool, state pool, vLLM's draft count), no flag's cap
-    )
+    # per replica: what memory alone allows (KV pool, state pool, vLLM's draft count), no flag's cap
+    pool_limit: int
 
 
 def _concurrency(
@@ -694,9 +692,9 @@ def _state_pool_cap(
     if cap < 1:
         per = f"{MAMBA_SLOTS_PER_REQUEST} a request with the radix cache" if radix else "one a request"
         raise RequestDoesNotFit(
-            f"SGLang's recurrent-state pool holds {slots:,} slot{'' if slots == 1 else 's'} ({per}): no request can run and SGLang refuses to "
-            "start (tp_worker.py: 'max_running_request is zero'); raise --mem-fraction-static or "
-            "--mamba-full-memory-ratio, or add GPUs",
+            f"SGLang's recurrent-state pool holds {slots:,} slot{'' if slots == 1 else 's'} ({per}): no request "
+            "can run and SGLang refuses to start (tp_worker.py: 'max_running_request is zero'); raise "
+            "--mem-fraction-static or --mamba-full-memory-ratio, or add GPUs",
             state_slots=slots,
         )
     conc = dataclasses.replace(conc, pool_limit=min(conc.pool_limit, cap))
@@ -761,6 +759,25 @@ def _running_cap(
         "vLLM's default --max-num-seqs (vllm/engine/arg_utils.py at v0.11.0, lowered to --max-num-batched-tokens)",
         True,
     )
+
+
+def _running_note(
+    running: int, why: str, raisable: bool, attn_dp: int, req_len: int, conc: Concurrency,
+    memory_avg: AvgContext | None, avg: AvgContext | None,
+) -> list[str]:  # fmt: skip
+    """The line that says where the running cap, not memory, sets the decode rows' batch (none where it does not)."""
+    memory = [(f"{req_len:,}", conc.pool_limit, conc.max_concurrency)]
+    if memory_avg is not None and avg is not None:
+        memory.append((f"{memory_avg.avg_context_tokens:,}", memory_avg.max_concurrency_per_replica // attn_dp,
+                       avg.max_concurrency_per_replica // attn_dp))  # fmt: skip
+    held = [(n, c) for n, c, capped in memory if capped > running]
+    if not held:
+        return []
+    return [
+        f"decode speed at {running * attn_dp:,} running requests a replica: {why} runs no more at once; "
+        + ", ".join(f"memory holds {c * attn_dp:,} at {n} tokens" for n, c in held)
+        + (" (give a larger cap to batch more)" if raisable else "")
+    ]
 
 
 def _check_within_cap(req: PlanRequest, req_len: int, max_len: int) -> None:
@@ -1274,17 +1291,7 @@ def _estimate(req: PlanRequest) -> Plan:
     running, running_why, raisable = _running_cap(req, engine, report, pool, max_len, attn_dp)
     batch = min(conc.max_concurrency, running)
     speed_avg = _capped_avg(avg, [running], attn_dp, dp)
-    memory = [(f"{req_len:,}", conc.pool_limit, conc.max_concurrency)]
-    if memory_avg is not None and avg is not None:
-        memory.append((f"{memory_avg.avg_context_tokens:,}", memory_avg.max_concurrency_per_replica // attn_dp,
-                       avg.max_concurrency_per_replica // attn_dp))  # fmt: skip
-    held = [(n, c) for n, c, capped in memory if capped > running]
-    if held:
-        notes.append(
-            f"decode speed at {running * attn_dp:,} running requests a replica: {running_why} runs no more at once; "
-            + ", ".join(f"memory holds {c * attn_dp:,} at {n} tokens" for n, c in held)
-            + (" (give a larger cap to batch more)" if raisable else "")
-        )
+    notes += _running_note(running, running_why, raisable, attn_dp, req_len, conc, memory_avg, avg)
     decode, prefill = plan_speed(req, spec, weights.params, weights.weight_fmt, weights.expert_fmt, pool,
                                  tp, req_len, batch * attn_dp, speed_avg,
                                  weights.stages[0].embedding_bytes_per_gpu, float(fmt.bits_per_value), sh,

@@ -1,5 +1,5 @@
-"""What every rich table shares: text from files is never markup, and at a narrow terminal the
-lesser columns go before any cell is cut (a cell never shrinks to `0.…`)."""
+"""What every rich table shares: text from files is never markup, and at a narrow terminal the columns
+that do not fit follow in a "(continued)" table: no name or figure is cut (a cell never shrinks to `0.…`)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ _SEPARATOR_CELLS = 3  # " │ " between columns (no edge, no edge padding)
 
 class SafeTable(Table):
     """A rich Table whose string cells are shown as typed: a model named `evil[/]model[bold]` stays so."""
-
-    left_out: list[str] = []  # the headers of columns fitted_table left out at a narrow width
 
     def add_row(self, *renderables: Any, **kwargs: Any) -> None:
         super().add_row(*[escape(r) if isinstance(r, str) else r for r in renderables], **kwargs)
@@ -34,70 +32,37 @@ def _needed_cells(header: str, cells: list[str], wraps: bool) -> int:
     return max([len(w) for w in words + header.split()] or [1])
 
 
-def fit_columns(
-    headers: Sequence[str],
-    rows: Sequence[Sequence[str]],
-    width: int,
-    drop_order: Sequence[int],
-    wraps: Sequence[int] = (),
-) -> tuple[list[int], list[int]]:
-    """(the columns to show at `width`, dropping those in `drop_order` first as needed; each column's
-    minimum width, so that no cell is cut)."""
-    needed = [_needed_cells(h, [r[i] for r in rows], i in wraps) for i, h in enumerate(headers)]
-    keep = list(range(len(headers)))
-
-    def total(cols: list[int]) -> int:
-        return sum(needed[i] for i in cols) + _SEPARATOR_CELLS * (len(cols) - 1)
-
-    for i in drop_order:
-        if total(keep) <= width:
-            break
-        keep.remove(i)
-    return keep, needed
-
-
-def fitted_table(
+def _table(
     title: str,
     headers: Sequence[str],
     rows: Sequence[Sequence[str]],
     width: int,
-    drop_order: Sequence[int] = (),
-    wraps: Sequence[int] = (),
-    left: Sequence[int] = (0,),
-    breaks: Sequence[int] = (),
-    caps: dict[int, int] | None = None,
+    wraps: Sequence[int],
+    left: Sequence[int],
+    caps: dict[int, int],
 ) -> SafeTable:
-    """A table of `rows` that fits `width`: columns in `drop_order` go first; a cell is never cut
-    (the columns in `wraps` wrap at spaces, headers wrap at spaces; a column in `caps` is held to that width,
-    its text wrapping or folding onto further lines)."""
-    keep, needed = fit_columns(headers, rows, width, drop_order, wraps)
-    for i, w in (caps or {}).items():
+    """A table of every column of `rows` at `width`: at its natural widths where they fit; else each column at the
+    cells it needs (so no cell is cut; headers wrap at spaces), the columns in `wraps` wrapping at spaces and a
+    column in `caps` held to that width, its text wrapping or folding onto further lines."""
+    needed = [_needed_cells(h, [r[i] for r in rows], i in wraps) for i, h in enumerate(headers)]
+    for i, w in caps.items():
         needed[i] = min(needed[i], w)
-    if breaks and sum(needed[i] for i in keep) + _SEPARATOR_CELLS * (len(keep) - 1) > width:
-        # still too wide with every lesser column gone: a composite name (int4+window4096) goes on
-        # one line per part, each part whole
-        rows = [[c.replace("+", "+\n") if i in breaks else c for i, c in enumerate(r)] for r in rows]
-        keep, needed = fit_columns(headers, rows, width, drop_order, wraps)
     natural = [
         max([len(line) for h in (headers[i], *(r[i] for r in rows)) for line in h.splitlines() or [""]])
-        for i in keep
+        for i in range(len(headers))
     ]
-    fits = sum(natural) + _SEPARATOR_CELLS * (len(keep) - 1) <= width
+    fits = sum(natural) + _SEPARATOR_CELLS * (len(headers) - 1) <= width
     t = plain_table(title)
-    t.left_out = [headers[i] for i in range(len(headers)) if i not in keep]
-    for i in keep:
+    for i, header in enumerate(headers):
         t.add_column(
-            headers[i],
+            header,
             justify="left" if i in left else "right",
             no_wrap=fits and i not in wraps,
-            # too narrow for every header on one line: fixed widths, so no cell is cut, headers wrap
             width=None if fits or i in wraps else needed[i],
-            # narrower still (every lesser column gone): a long name or header folds onto the next
-            # line whole, never cut to an ellipsis
-            overflow="fold",
+            overflow="fold",  # a long name or header folds onto the next line whole, never cut to an ellipsis
         )
     for r in rows:
-        t.add_row(*[r[i] for i in keep])
+        t.add_row(*r)
     return t
 
 
@@ -122,7 +87,7 @@ def stacked_tables(
     needed = [_needed_cells(h, [r[i] for r in cells], i in wraps) for i, h in enumerate(headers)]
     everything = list(range(len(headers)))
     if sum(needed) + _SEPARATOR_CELLS * (len(headers) - 1) <= width:
-        return [fitted_table(title, headers, cells, width, (), wraps, left)]
+        return [_table(title, headers, cells, width, wraps, left, {})]
     others = [i for i in everything if i not in keys]
     figures = [needed[i] for i in others if i not in wraps and i not in texts] or [1]
 
@@ -150,10 +115,9 @@ def stacked_tables(
         # a text column wider than the room left beside the names (a list of aliases) wraps to it
         held.update({cols.index(i): max(room() - 1, 4) for i in group if needed[i] > room()})
         tables.append(
-            fitted_table(
+            _table(
                 title if n == 0 else "(continued)", [headers[i] for i in cols], [[r[i] for i in cols] for r in cells],
-                width, (), [cols.index(i) for i in wraps if i in cols], [cols.index(i) for i in left if i in cols],
-                caps=held,
+                width, [cols.index(i) for i in wraps if i in cols], [cols.index(i) for i in left if i in cols], held,
             )
         )  # fmt: skip
     return tables
