@@ -386,11 +386,15 @@ def test_compare_table_never_folds_a_figure_beside_a_long_name(tmp_path):
 
 
 def _at_80(*args: str) -> str:
+    return _at(80, *args)
+
+
+def _at(width: int, *args: str) -> str:
     from typer.testing import CliRunner
 
     from kvplan.cli import app
 
-    return CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1"}).invoke(app, list(args)).stdout
+    return CliRunner(env={"COLUMNS": str(width), "NO_COLOR": "1"}).invoke(app, list(args)).stdout
 
 
 def test_gpu_names_stay_whole_beside_their_wrapped_aliases():
@@ -434,3 +438,38 @@ def test_vllm_moe_logs_on_mi300x_match_weights_and_blocks(tp, weights, blocks):
         if tp == 1
         else "60.80x │ 60.80x │ +0.0%" in out
     )
+
+
+# --- fuzz pass 27 (R1, R2) ---
+
+
+def test_a_window_as_long_as_the_context_is_a_not_applicable_row():
+    # R1: compare table -m gpt3-175b --variants window4096 was a pydantic traceback (window >= max_context 2,048)
+    r = run_cli("compare", "table", "-m", "gpt3-175b,llama3-8b", "--variants", "shipped,window4096")
+    assert r.exit_code == 0, r.stderr
+    flat = " ".join(r.stdout.split())
+    assert (
+        "gpt3-175b window4096: not applicable: variant window4096: a window of 4,096 tokens keeps every"
+        in flat
+    )
+
+
+def test_double_width_names_take_their_screen_cells(tmp_path):
+    # R2: widths were counted in characters, so a CJK name overran the width and rich cut `320 KiB` to `3`
+    import shutil
+
+    from rich.cells import cell_len
+
+    from tests.helpers import REPO
+
+    folder = tmp_path / ("llama-中文微调模型-" * 4 + "final")
+    folder.mkdir()
+    shutil.copy(REPO / "tests" / "fixtures" / "hf" / "corpus" / "llama-3.1-70b.json", folder / "config.json")
+    args = ("compare", "table", "-m", f"{folder},llama3-70b", "--variants", "shipped,gqa2,int4+window4096")
+    rows = run_cli(*args, "--json").json()["rows"]
+    for width in (80, 100):  # at 100 the old count of characters cut `320 KiB` to `3`
+        out = _at(width, *args)
+        assert max(cell_len(line) for line in out.splitlines()) <= width
+        for figure in ("320 KiB", "80 KiB", "vs MHA", *(f"{r['max_concurrency']:,}" for r in rows)):
+            assert figure in out, (width, figure)
+        assert "final" in out  # the name folds whole, it is not cut

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
@@ -29,7 +30,9 @@ def _needed_cells(header: str, cells: list[str], wraps: bool) -> int:
     """Cells a column needs: its widest cell (a wrapping column: its longest word), at least the header's
     longest word."""
     words = [w for c in cells for w in (c.split() if wraps else c.splitlines() or [c])]
-    return max([len(w) for w in words + header.split()] or [1])
+    return max(
+        [cell_len(w) for w in words + header.split()] or [1]
+    )  # screen cells: a CJK character takes two
 
 
 def _table(
@@ -48,7 +51,7 @@ def _table(
     for i, w in caps.items():
         needed[i] = min(needed[i], w)
     natural = [
-        max([len(line) for h in (headers[i], *(r[i] for r in rows)) for line in h.splitlines() or [""]])
+        max([cell_len(line) for h in (headers[i], *(r[i] for r in rows)) for line in h.splitlines() or [""]])
         for i in range(len(headers))
     ]
     fits = sum(natural) + _SEPARATOR_CELLS * (len(headers) - 1) <= width

@@ -165,6 +165,11 @@ def _window(spec: ModelSpec, w: int, what: str) -> ModelSpec:
         raise VariantNotApplicable(
             f"variant {what}: {spec.name}'s {latent} latent (MLA) layers have no sliding-window form in kvplan"
         )
+    if w >= spec.max_context:  # every token kept: the same model, not a window (a spec refuses such a layer)
+        raise VariantNotApplicable(
+            f"variant {what}: a window of {w:,} tokens keeps every token of {spec.name}'s {spec.max_context:,}-token "
+            "context: no sliding-window form to compare"
+        )
     out = []
     for layer in spec.layers:
         if isinstance(layer, HeadLayer):
