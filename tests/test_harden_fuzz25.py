@@ -473,3 +473,22 @@ def test_double_width_names_take_their_screen_cells(tmp_path):
         for figure in ("320 KiB", "80 KiB", "vs MHA", *(f"{r['max_concurrency']:,}" for r in rows)):
             assert figure in out, (width, figure)
         assert "final" in out  # the name folds whole, it is not cut
+
+
+def test_a_text_column_longer_than_the_room_wraps_beside_a_whole_name():
+    # fuzz 27's note: in `models` an HF id longer than the room beside the name was taken for a figure, so the
+    # name folded to make room for it
+    from rich.console import Console
+
+    from kvplan.render.tables import render_models
+    from kvplan.specs.registry import load_model
+
+    spec = load_model("llama3-8b").model_copy(
+        update={"name": "a-model-name-of-29-characters", "hf_id": "org/" + "x" * 70}
+    )
+    console = Console(width=80, record=True)
+    render_models([spec], console)
+    out = console.export_text()
+    assert "\na-model-name-of-29-characters │" in out
+    assert "".join(out.split("(continued)")[1].split()).count("x") >= 70
+    assert max(len(line) for line in out.splitlines()) <= 80

@@ -338,7 +338,14 @@ def render_models(models: list, console: Console) -> None:
     ]
     # never the name: at a narrow terminal the HF id goes first, then the layer count
     for t in stacked_tables(
-        "Shipped models", headers, rows, console.width, drop_order=(1, 2), wraps=(3,), left=(0, 1, 3)
+        "Shipped models",
+        headers,
+        rows,
+        console.width,
+        drop_order=(1, 2),
+        wraps=(3,),
+        left=(0, 1, 3),
+        texts=(1,),
     ):
         console.print(t)
     console.print(
