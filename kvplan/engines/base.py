@@ -233,6 +233,11 @@ class Engine(ABC):
         """The cap on running requests a flag sets, per attention rank (None: only the KV cache caps them)."""
         return self.req.max_num_seqs
 
+    def running_cap(self, pool_tokens: int, max_len: int, attn_dp: int = 1) -> tuple[int, str, bool]:
+        """The most requests one scheduler (an attention rank's) runs at once, a flag's cap or the engine's default:
+        (cap, what sets it, whether a larger flag raises it)."""
+        raise NotImplementedError(f"{self.display_name} states no running cap")
+
     def auto_fit_line(self, full: int, fitted: int, available_bytes: int) -> str:
         """The line the engine logs once it has fitted --max-model-len auto (auto_fit_since)."""
         raise NotImplementedError(f"{self.display_name} has no --max-model-len auto")

@@ -468,6 +468,15 @@ class Sglang(Engine):
             )
         return min(caps) // attn_dp if caps else None
 
+    def running_cap(self, pool_tokens: int, max_len: int, attn_dp: int = 1) -> tuple[int, str, bool]:
+        given = self.request_cap(attn_dp)
+        cap = max_running_requests(pool_tokens, max_len, given)
+        if given is not None and cap == given:
+            return cap, "--max-running-requests", True
+        if cap < (pool_tokens // 2 if given is None else given):  # the request pool binds: no flag lifts it
+            return cap, "SGLang's request pool (model_runner.py: at most 4,096 requests)", False
+        return cap, "SGLang's default max_running_requests, the pool's tokens // 2 (tp_worker.py)", True
+
     def oversized_request(self, max_len: int, fitting_len: int | None) -> tuple[int, str] | None:
         # the pool holds `fitting_len` tokens (SGLang has no null block); tp_worker.py asserts
         # max_req_len > 0 and max_req_input_len > 0 ("Memory pool size is too small")

@@ -766,6 +766,13 @@ class Vllm(Engine):
         seqs = req.max_num_seqs or self.batch_defaults(gpu, req.usage, self.version).max_num_seqs or 256
         return min(seqs, req.batched_tokens)
 
+    def running_cap(self, pool_tokens: int, max_len: int, attn_dp: int = 1) -> tuple[int, str, bool]:
+        # the scheduler runs at most max_num_seqs: the dummy run's count (profile_num_seqs), the same rule
+        if self.req.max_num_seqs is not None:
+            return self.profile_num_seqs(self.req.gpu), "--max-num-seqs", True
+        why = "vLLM's default --max-num-seqs (vllm/engine/arg_utils.py at v0.11.0, lowered to --max-num-batched-tokens)"
+        return self.profile_num_seqs(self.req.gpu), why, True
+
     def block_size(self, spec: ModelSpec, gpu: GpuSpec) -> tuple[int, str | None]:
         bs, why = default_block_size(spec, gpu)
         return (

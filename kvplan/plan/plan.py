@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from kvplan import engines
 from kvplan.engines import Budget, Engine, EngineDefaults, EngineReport, EngineUnsupported, StageCache
-from kvplan.engines.sglang import MAMBA_SLOTS_PER_REQUEST, max_running_requests, state_running_cap
+from kvplan.engines.sglang import MAMBA_SLOTS_PER_REQUEST, state_running_cap
 from kvplan.engines.vllm import V1_DEFAULT, before_0_10_1
 from kvplan.errors import NoKvMemoryLeft, RequestDoesNotFit, UsageError, WeightsDoNotFit
 from kvplan.formats import Format, normalize_dtype_name, weight_format
@@ -175,6 +175,8 @@ class Plan:
     limited_by: str
     # what memory alone holds (KV pool, SGLang's state pool), before --max-num-seqs / --max-running-requests
     pool_max_concurrency_per_replica: int
+    # the most requests one scheduler (an attention-DP rank's) runs at once: a flag's cap or the engine's default
+    running_cap_per_rank: int
     avg_context: AvgContext | None
     prefix_caching: PrefixCaching | None
     fragmentation: Fragmentation
@@ -732,35 +734,6 @@ def _draft_apart_cap(
     )  # fmt: skip
 
 
-def _running_cap(
-    req: PlanRequest, engine: Engine, report: EngineReport, pool: Pool, max_len: int, attn_dp: int
-) -> tuple[int, str, bool]:
-    """The most requests one attention rank's scheduler runs at once, a flag's cap or the engine's default: the batch
-    the decode speed rows time (the concurrency figures stay what memory holds). (cap, what sets it, whether a
-    larger flag raises it)"""
-    given = engine.request_cap(attn_dp)
-    if engine.name == "sglang":
-        tokens = report.kv_cache_tokens or (pool.num_blocks or 0) * pool.block_size
-        cap = max_running_requests(tokens, max_len, given)
-        if given is not None and cap == given:
-            return cap, "--max-running-requests", True
-        if cap < (tokens // 2 if given is None else given):  # the request pool binds: no flag lifts it
-            return cap, "SGLang's request pool (model_runner.py: at most 4,096 requests)", False
-        return cap, "SGLang's default max_running_requests, the pool's tokens // 2 (tp_worker.py)", True
-    if given is not None:
-        return given, "--max-num-seqs", True
-    cls = engines.engine_class(engine.name)
-    default = (
-        cls.batch_defaults(req.gpu, req.usage, cls.parse_version(req.engine_version)).max_num_seqs or 256
-    )
-    budget = req.max_num_batched_tokens or default
-    return (
-        min(default, budget),
-        "vLLM's default --max-num-seqs (vllm/engine/arg_utils.py at v0.11.0, lowered to --max-num-batched-tokens)",
-        True,
-    )
-
-
 def _running_note(
     running: int, why: str, raisable: bool, attn_dp: int, req_len: int, conc: Concurrency,
     memory_avg: AvgContext | None, avg: AvgContext | None,
@@ -1288,7 +1261,9 @@ def _estimate(req: PlanRequest) -> Plan:
     bound = conc.limited_by != "kv_cache" or conc.max_concurrency < pooled
     frag = _capped_fragmentation(frag, conc.max_concurrency if bound else None, avg, conc.max_concurrency)
     # the decode rows time the batch the scheduler forms: no more than it runs at once, a flag's cap or its default
-    running, running_why, raisable = _running_cap(req, engine, report, pool, max_len, attn_dp)
+    # one attention rank's pool, as the engine reports it (SGLang sizes its request pool from it)
+    rank_tokens = report.kv_cache_tokens or (pool.num_blocks or 0) * pool.block_size
+    running, running_why, raisable = engine.running_cap(rank_tokens, max_len, attn_dp)
     batch = min(conc.max_concurrency, running)
     speed_avg = _capped_avg(avg, [running], attn_dp, dp)
     notes += _running_note(running, running_why, raisable, attn_dp, req_len, conc, memory_avg, avg)
@@ -1421,6 +1396,7 @@ def _estimate(req: PlanRequest) -> Plan:
         max_concurrency=conc.max_concurrency * attn_dp * dp,
         limited_by=conc.limited_by,
         pool_max_concurrency_per_replica=conc.pool_limit * attn_dp,
+        running_cap_per_rank=running,
         avg_context=avg,
         prefix_caching=prefix,
         fragmentation=frag,

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kvplan.engines import engine_class, parse_version
+from kvplan.engines import parse_version
 from kvplan.engines.base import SglangDetails, VllmDetails
-from kvplan.engines.sglang import max_running_requests, state_running_cap
+from kvplan.engines.sglang import state_running_cap
 from kvplan.engines.vllm import V1_DEFAULT
 from kvplan.errors import InfeasibleError
 from kvplan.simulator.sglang_engine import (
@@ -106,31 +106,6 @@ class Deployment:
         }
 
 
-def _sglang_max_running(plan: Plan, pool_tokens: int, ranks: int = 1) -> int:
-    """SGLang's running cap on one rank's scheduler (engines.sglang.max_running_requests)."""
-    s = plan.settings
-    caps = [c for c in (s.max_num_seqs, s.max_running_requests) if c is not None]  # as Sglang.request_cap
-    given = max(1, min(caps) // ranks) if caps else None
-    return max_running_requests(pool_tokens, s.max_model_len, given)
-
-
-def _vllm_max_num_seqs(plan: Plan, req: PlanRequest) -> int:
-    """--max-num-seqs as given, else vLLM's default for the card and usage, lowered to the step's token
-    budget (vllm/engine/arg_utils.py at v0.11.0, _set_default_args: min(default, max_num_batched_tokens))."""
-    s = plan.settings
-    if s.max_num_seqs:
-        return s.max_num_seqs
-    applied = s.engine_defaults.max_num_seqs
-    if applied:
-        default = int(applied)
-    else:
-        cls = engine_class("vllm")
-        default = (
-            cls.batch_defaults(req.gpu, s.usage, cls.parse_version(s.engine_version)).max_num_seqs or 256
-        )
-    return min(default, s.max_num_batched_tokens)
-
-
 def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
     """The deployment `estimate` planned (from `req`), one data-parallel replica of it."""
     s = plan.settings
@@ -144,7 +119,7 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
             plan.engine.kv_cache_tokens or plan.kv_pool_tokens
         )  # one attention-DP rank's under DP attention
         num_blocks = pool_tokens // s.block_size
-        max_seqs = _sglang_max_running(plan, pool_tokens, ranks)
+        max_seqs = plan.running_cap_per_rank  # one attention rank's scheduler (Sglang.running_cap)
         details = plan.engine.details
         if isinstance(details, SglangDetails) and details.mamba_cache_slots is not None:
             # model_runner.py: max_num_reqs <= max_mamba_cache_size // 3 (the state pool; estimate's state_pool cap)
@@ -178,7 +153,7 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
         if fixed:
             grouped += f", {fixed} state page(s) a request"
         pool_tokens = max(0, num_blocks - 1) * s.block_size
-        max_seqs = _vllm_max_num_seqs(plan, req)
+        max_seqs = plan.running_cap_per_rank  # --max-num-seqs or vLLM's default (Vllm.running_cap)
         chunk = None
         if parse_version(s.engine_version, "vllm") < V1_DEFAULT:
             notes.append(
