@@ -54,8 +54,10 @@ Figures per bucket (GPU x engine x dense/MoE/hybrid): rows, median |error| and m
 (bias, > 0: the simulation is slower / higher than published for TTFT and TPOT, higher for
 throughput), for dev and frozen sources.
 
-Run:  python benchmarks/serving_check.py            # simulate every row; write benchmarks/results/serving_check.yaml and README's block
-      python benchmarks/serving_check.py --readme   # README.md's block from serving_check.yaml only
+Run:  python benchmarks/serving_check.py            # simulate every row; write benchmarks/results/serving_check.yaml,
+                                                    # kvplan/data/served_evidence.yaml (what estimate and simulate
+                                                    # print of their bucket) and README's block
+      python benchmarks/serving_check.py --readme   # README.md's block and served_evidence.yaml from serving_check.yaml only
       python benchmarks/serving_check.py --lines 5,17  # replay some rows, print them, write nothing
 """
 
@@ -579,6 +581,71 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+EVIDENCE = REPO / "kvplan" / "data" / "served_evidence.yaml"
+
+
+def _planned_gpu(rec: dict[str, Any]) -> tuple[str, bool]:
+    """The card a record was simulated on (its --gpus flag: '8xH100', '2x1xA100-40GB', '8xH100-PCIe') and
+    whether its tensor-parallel group crossed nodes (NODESxPER_NODExGPU)."""
+    spec = str(rec["flags"]["gpus"])
+    counts = re.match(r"^((?:\d+x)+)", spec)
+    assert counts, spec
+    return spec[counts.end() :], counts.group(1).count("x") > 1
+
+
+def held_out_evidence(data: dict[str, Any]) -> dict[str, Any]:
+    """kvplan/data/served_evidence.yaml: per bucket (the card simulated, engine, kind, TP across nodes or not),
+    the served TPOT and TTFT errors of every replayed row (dev and frozen: none is fitted), for
+    kvplan/speed/evidence.py to print beside the figures of a plan in that bucket."""
+
+    def stats(recs: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+        got = [
+            (r["metrics"][metric]["error"], r["source"])
+            for r in recs
+            if metric in r["metrics"] and "not_compared" not in r["metrics"][metric]
+        ]
+        if not got:
+            return None
+        errs = [e for e, _ in got]
+        return {
+            "rows": len(errs),
+            "sources": len({s for _, s in got}),
+            "median_abs": round(statistics.median(abs(e) for e in errs), 4),
+            "median_signed": round(statistics.median(errs), 4),
+        }
+
+    recs = data["records"]
+    by: dict[tuple[str, str, str, bool], list[dict[str, Any]]] = {}
+    for r in recs:
+        gpu, across = _planned_gpu(r)
+        by.setdefault((gpu, r["engine"], r["kind"], across), []).append(r)
+    buckets = []
+    for (gpu, engine, kind, across), mine in sorted(by.items()):
+        entry: dict[str, Any] = {"gpu": gpu, "engine": engine, "kind": kind, "across_nodes": across}
+        for metric in ("tpot", "ttft"):
+            if (s := stats(mine, metric)) is not None:
+                entry[metric] = s
+        buckets.append(entry)
+    overall = {m: s for m in ("tpot", "ttft") if (s := stats(recs, m)) is not None}
+    return {
+        "schema": "kvplan.served-evidence/1",
+        "what": "kvplan simulate against published serving runs it never fitted, per bucket: median |error| and "
+        "median signed error (> 0: kvplan higher) of TPOT and TTFT; written by benchmarks/serving_check.py from "
+        "benchmarks/results/serving_check.yaml",
+        "overall": overall,
+        "buckets": buckets,
+    }
+
+
+def write_evidence(data: dict[str, Any]) -> None:
+    import yaml
+
+    text = yaml.safe_dump(held_out_evidence(data), sort_keys=False, width=120)
+    tmp = EVIDENCE.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(EVIDENCE)
+
+
 README_MARK = (
     "<!-- serving-accuracy: written by benchmarks/serving_check.py --readme -->",
     "<!-- /serving-accuracy -->",
@@ -660,7 +727,8 @@ def main(argv: list[str]) -> None:
 
     if "--readme" in argv:
         write_readme(load())
-        print("wrote README.md's serving-accuracy block")
+        write_evidence(load())
+        print(f"wrote README.md's serving-accuracy block and {EVIDENCE.relative_to(REPO)}")
         return
     cases, excluded = read_rows()
     if "--lines" in argv:
@@ -701,7 +769,10 @@ def main(argv: list[str]) -> None:
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(yaml.safe_dump(data, sort_keys=False, width=120), encoding="utf-8")
     write_readme(data)
-    print(f"\nwrote {OUT.relative_to(REPO)} and README.md's serving-accuracy block")
+    write_evidence(data)
+    print(
+        f"\nwrote {OUT.relative_to(REPO)}, {EVIDENCE.relative_to(REPO)} and README.md's serving-accuracy block"
+    )
 
 
 if __name__ == "__main__":

@@ -286,8 +286,8 @@ def compare(
     "shipped,gqa8+int8,mla512+fp8". gpus: "8xH100" (the default: one node). max_model_len: tokens per
     request (default 8K). kv_cache_dtype: every row's KV dtype ("fp8": each variant naming none gets "+fp8").
     kv_cache_memory: bytes per GPU ("50GiB"). offload_gib: CPU memory per GPU, in GiB, added as a
-    KV tier. network: the inter-node fabric per GPU ("400G", the default; "25G" ... "800G"), or
-    network_gbps / network_latency_us. data_parallel_size / enable_expert_parallel: vLLM's DP engine cores
+    KV tier. network, network_gbps, network_latency_us are refused: no figure here crosses the network
+    (estimate, simulate and solve take them). data_parallel_size / enable_expert_parallel: vLLM's DP engine cores
     and expert parallelism (MoE rows). Each row's figures are bytes, ms and counts (`row.to_dict()`); a row that cannot run
     keeps its reason in `row.error`. `result.to_dict()` is `compare table --json`.
     """
@@ -445,6 +445,34 @@ def _no_workload_flags(
         )
 
 
+def _check_progress(progress: Any) -> None:
+    """simulate's progress callback: a function taking (done, total), refused in one line otherwise."""
+    if progress is None:
+        return
+    if not callable(progress):
+        raise UsageError(
+            f"simulate: progress must be a function (done, total), got {type(progress).__name__}"
+        )
+    import inspect
+
+    try:
+        inspect.signature(progress).bind(0, 0)
+    except TypeError:
+        raise UsageError("simulate: progress must take two arguments, (done, total)") from None
+    except ValueError:  # a builtin with no signature: taken as it is
+        pass
+
+
+def _no_workload_guesses(flags: dict[str, Any]) -> None:
+    """estimate's guesses about the workload are refused by simulate, which serves the workload itself."""
+    guessed = sorted(k for k in ("avg_context", "shared_prefix_tokens", "prefix_hit_rate") if k in flags)
+    if guessed:
+        raise UsageError(
+            f"simulate: {', '.join(guessed)} describe a workload for estimate; simulate serves one "
+            "(input_len/output_len, length_histogram or a trace, with prefix caching as the engine runs it)"
+        )
+
+
 def simulate(
     model: str | None = None,
     *,
@@ -498,14 +526,13 @@ def simulate(
         raise UsageError(
             "simulate: length_histogram is empty; give a CSV file of input_len,output_len,weight"
         )
-    if progress is not None and not callable(progress):
-        raise UsageError(
-            f"simulate: progress must be a function (done, total), got {type(progress).__name__}"
-        )
+    _check_progress(progress)
     if deployment is None:
         if model is None:
             raise UsageError("simulate: give a model (or a prepared deployment)")
+        _no_workload_guesses(flags)
         req = inputs.plan_request(_flags(inputs.EstimateFlags, {"model": model, **flags}, "simulate"))
+        req = dataclasses.replace(req, remedies=("--weight-dtype",))  # simulate takes no --cpu-offload-gb
         for warning in req.model.warnings:
             warnings.warn(warning, stacklevel=2)
         if req.calibration_use is not None and req.calibration_use.warning:

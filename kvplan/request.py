@@ -185,6 +185,8 @@ class PlanRequest:
     runner: str = "auto"  # vLLM --runner: auto (from the model), generate or pooling (embedding models)
     dtype: str = "auto"  # --dtype: the model dtype (activations, auto KV, unquantized weights)
     cpu_offload_gb: float = 0.0  # --cpu-offload-gb: GiB of weights per GPU kept in CPU memory
+    # the remedy flags the calling command takes, named in its refusals (compare and solve take neither)
+    remedies: tuple[str, ...] = ("--weight-dtype", "--cpu-offload-gb")
     max_total_tokens: int | None = None  # SGLang: a cap on the KV pool's tokens
     max_running_requests: int | None = None  # SGLang: a cap on running requests
     chunked_prefill_size: int | None = None  # SGLang; None: its default for the card, -1: no chunking

@@ -110,7 +110,25 @@ def chart_path(text: str, flag: str) -> Path:
     if path.suffix.lower() not in (".png", ".svg"):
         raise UsageError(f"{flag} {text}: the chart is written as .png or .svg; name the file so")
     check_output(path, flag)
+    if path.is_file() and not _a_chart(path):
+        raise UsageError(
+            f"{flag} {path}: exists and is not a chart kvplan drew (matplotlib's PNG or SVG); choose another "
+            "name, or delete it first"
+        )
     return path
+
+
+def _a_chart(path: Path) -> bool:
+    """Whether an existing file is a matplotlib chart (kvplan draws with matplotlib: its PNG text chunk and
+    its SVG header name it), which a new chart may replace; anything else is never overwritten."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return b"matplotlib" in head.lower() and (
+        head.startswith(b"\x89PNG") or b"<svg" in head or b"<?xml" in head
+    )
 
 
 def check_output(path: Path, flag: str) -> None:

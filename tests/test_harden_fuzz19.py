@@ -115,9 +115,15 @@ def test_solve_refuses_a_workload_the_engine_turns_away_in_its_own_words(tmp_pat
     path = tmp_path / "one_long.csv"
     rows = [f"2024-05-10 00:{i // 60:02d}:{i % 60:02d},{9000 if i == 7 else 1000},100" for i in range(200)]
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    # llama3-8b's own context is 8,192 (fuzz 28 S8: a --max-model-len above it is no remedy)
     want = ("error: 1 of the workload's 200 requests need more than 8,192 tokens (prompt + output, the longest "
-            "9,100), which the engine refuses whatever the GPUs: give --max-model-len 9100 or more, or leave them "
-            "out of the workload")  # fmt: skip
+            "9,100), which the engine refuses whatever the GPUs: llama3-8b's context is 8,192 tokens, so no GPUs "
+            "serve them with this model: leave them out of the workload, or plan a model with a longer context")  # fmt: skip
+    longer = run_cli("solve", "-m", "llama3.1-8b", "--max-model-len", "8K", "--ttft-ms", "500", "--tpot-ms", "30",
+                     "--trace", str(path), "--request-rate", "5")  # fmt: skip
+    assert longer.exit_code == 2 and longer.stderr.strip().endswith(
+        "the engine refuses whatever the GPUs: give --max-model-len 9100 or more, or leave them out of the workload"
+    )
     for mode in (
         ("--request-rate", "5"),
         ("--max-rate", "-g", "8xH100"),
@@ -132,7 +138,7 @@ def test_solve_refuses_a_workload_the_engine_turns_away_in_its_own_words(tmp_pat
                 "--trace", str(one), "--request-rate", "5")  # fmt: skip
     assert r.exit_code == 2
     assert r.stderr.startswith("error: the workload sends its one request at t = 0 (Azure LLM trace one.csv: 1 "
-                               "request at their timestamps)")  # fmt: skip
+                               "request at its timestamp)")  # fmt: skip
 
 
 def test_max_rate_on_a_workload_too_short_to_load_the_gpus_says_so():

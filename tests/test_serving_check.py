@@ -107,3 +107,16 @@ def test_the_no_p2p_rule_rests_on_the_logs_it_names(check):
         for r in data["records"]
         if r["source"] in check.NO_P2P
     )
+
+
+def test_the_shipped_served_evidence_is_the_files(check, data):
+    """kvplan/data/served_evidence.yaml (what estimate and simulate print of a plan's bucket) follows from
+    serving_check.yaml's records; a re-run that moves a figure must rewrite it."""
+    import yaml
+
+    shipped = yaml.safe_load((ROOT / "kvplan" / "data" / "served_evidence.yaml").read_text(encoding="utf-8"))
+    assert check.held_out_evidence(data) == shipped
+    # rows whose tensor-parallel group crossed nodes (one GPU per pod) are a bucket of their own
+    across = [b for b in shipped["buckets"] if b["across_nodes"]]
+    assert [(b["gpu"], b["engine"], b["kind"]) for b in across] == [("A100-40GB", "vllm", "dense")]
+    assert across[0]["tpot"]["rows"] == 8 and across[0]["tpot"]["median_signed"] < -0.5

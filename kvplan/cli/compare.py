@@ -67,9 +67,6 @@ def table_cmd(
     gpu_memory_utilization: o.GpuMemoryUtilization = None,
     kv_cache_memory: o.KvCacheMemory = None,
     block_size: o.BlockSize = None,
-    network: o.Network = None,
-    network_gbps: o.NetworkGbps = None,
-    network_latency_us: o.NetworkLatencyUs = None,
     data_parallel_size: o.DataParallelSize = None,
     enable_expert_parallel: o.EnableExpertParallel = False,
     offload_gib: OffloadGib = 0.0,
@@ -92,9 +89,9 @@ def table_cmd(
         gpu_memory_utilization,
         kv_cache_memory,
         block_size,
-        network,
-        network_gbps,
-        network_latency_us,
+        None,  # no compare figure crosses the network: the flags are estimate's, simulate's and solve's
+        None,
+        None,
         data_parallel_size,
         enable_expert_parallel,
     )
@@ -119,9 +116,6 @@ def ladder_cmd(
     gpu_memory_utilization: o.GpuMemoryUtilization = None,
     kv_cache_memory: o.KvCacheMemory = None,
     block_size: o.BlockSize = None,
-    network: o.Network = None,
-    network_gbps: o.NetworkGbps = None,
-    network_latency_us: o.NetworkLatencyUs = None,
     fmt: o.Format = "table",
     json_out: o.Json = False,
 ) -> None:
@@ -141,9 +135,9 @@ def ladder_cmd(
         gpu_memory_utilization,
         kv_cache_memory,
         block_size,
-        network,
-        network_gbps,
-        network_latency_us,
+        None,  # no compare figure crosses the network: the flags are estimate's, simulate's and solve's
+        None,
+        None,
     )
     result = comparisons.ladder(model, cluster, avg_context, shared_prefix_tokens, prefix_hit_rate)
     if fmt == "table":
@@ -173,9 +167,6 @@ def plot_cmd(
     gpu_memory_utilization: o.GpuMemoryUtilization = None,
     kv_cache_memory: o.KvCacheMemory = None,
     block_size: o.BlockSize = None,
-    network: o.Network = None,
-    network_gbps: o.NetworkGbps = None,
-    network_latency_us: o.NetworkLatencyUs = None,
     data_parallel_size: o.DataParallelSize = None,
     enable_expert_parallel: o.EnableExpertParallel = False,
     json_out: o.Json = False,
@@ -195,9 +186,9 @@ def plot_cmd(
         gpu_memory_utilization,
         kv_cache_memory,
         block_size,
-        network,
-        network_gbps,
-        network_latency_us,
+        None,  # no compare figure crosses the network: the flags are estimate's, simulate's and solve's
+        None,
+        None,
         data_parallel_size,
         enable_expert_parallel,
     )

@@ -169,16 +169,9 @@ def solve(
             raise UsageError(
                 "--request-rate/--max-rate answer by simulation: not with --users or --max-context"
             )
-        # one answer: --top has nothing to choose from; --max-rate's GPUs are the ones given
-        idle = [flag for flag, on in (
-            ("--top", top != inputs.SolveFlags.top), ("--max-gpus", max_rate and max_gpus != inputs.SolveFlags.max_gpus),
-            ("--price", max_rate and price is not None),
-            ("--partial-nodes", max_rate and partial_nodes),
-        ) if on]  # fmt: skip
-        if idle:
-            what = "--max-rate answers for the GPUs given" if max_rate else "--request-rate gives one answer"
+        if plot is not None and disaggregated:
             raise UsageError(
-                f"{', '.join(idle)} would change nothing: {what}; leave {'it' if len(idle) == 1 else 'them'} out"
+                "--plot: --disaggregated draws no chart (its answer is two pools' sizes); leave it out"
             )
         load = inputs.LoadFlags(
             **{k: given[k] for k in load_names},

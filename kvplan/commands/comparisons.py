@@ -37,6 +37,18 @@ class ClusterFlags:
     data_parallel_size: int | None = None  # vLLM: DP engine cores of TP GPUs (with EP: their MoE group)
     enable_expert_parallel: bool = False  # vLLM: whole experts over TP x DP GPUs (MoE rows only)
 
+    def __post_init__(self) -> None:
+        from kvplan.commands.inputs import refuse_empty
+
+        refuse_empty(self)
+        given = [f for f, v in (("network", self.network), ("network_gbps", self.network_gbps),
+                                ("network_latency_us", self.network_latency_us)) if v is not None]  # fmt: skip
+        if given:
+            raise UsageError(
+                f"compare: {given[0]} plays no part in its figures (KV memory, requests held, the KV read a step at "
+                "HBM bandwidth); give it to estimate, simulate or solve"
+            )
+
 
 @dataclass(frozen=True)
 class TableCluster:
@@ -121,6 +133,7 @@ def base_request(model_ref: str, flags: ClusterFlags, max_model_len: str | None)
 
     gpu, num_gpus, nodes = load_cluster(flags.gpus)
     return PlanRequest(
+        remedies=(),  # compare takes neither --weight-dtype nor --cpu-offload-gb
         model=inputs.load_spec(model_ref),
         gpu=gpu,
         num_gpus=num_gpus,
@@ -142,7 +155,7 @@ def base_request(model_ref: str, flags: ClusterFlags, max_model_len: str | None)
 def _models(models: str | None) -> tuple[list[str], list[ModelSpec]]:
     from kvplan.commands import inputs
 
-    names = split(models) if models else list(compare.DEFAULT_MODELS)
+    names = split(models) if models is not None else list(compare.DEFAULT_MODELS)
     if not names:
         raise UsageError(f"--models: no model named in {models!r}; give e.g. --models qwen3-8b,llama3-70b")
     if models and len(names) != len(models.split(",")):

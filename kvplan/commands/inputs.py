@@ -71,6 +71,17 @@ def load_cluster(text: str, flag: str = "--gpus") -> tuple[GpuSpec, int | None, 
     return gpu, num_gpus, nodes
 
 
+def refuse_empty(flags: object) -> None:
+    """A text flag given as '' (an unset shell variable, "$KV") is refused in one line, never read as the
+    flag left out: every str field of a flags dataclass, named as its --flag."""
+    import dataclasses as dc
+
+    for f in dc.fields(flags):  # type: ignore[arg-type]
+        value = getattr(flags, f.name)
+        if isinstance(value, str) and not value.strip():
+            raise UsageError(f"--{f.name.replace('_', '-')}: empty; give a value, or leave the flag out")
+
+
 # --- estimate ---------------------------------------------------------------------------------
 
 
@@ -138,6 +149,9 @@ class EstimateFlags:
     speculative_num_draft_tokens: int | None = None
     acceptance_length: float | None = None
     speculative_draft_config: str | None = None  # the draft checkpoint's config.json (EAGLE heads)
+
+    def __post_init__(self) -> None:
+        refuse_empty(self)
 
 
 def _json_flag(text: str, flag: str) -> Any:
@@ -756,6 +770,13 @@ def check_log(
     from kvplan.logs.checklog import check, request_from_log
     from kvplan.units import parse_count
 
+    for flag, given in (
+        ("--gpus", gpus),
+        ("--model", model),
+        ("--max-num-batched-tokens", overrides.get("max_num_batched_tokens")),
+    ):
+        if isinstance(given, str) and not given.strip():
+            raise UsageError(f"{flag}: empty; give a value, or leave the flag out")
     text, source = (text, "text") if text is not None else read_log(log_file)
     log = parse_log(text, source)
     spec = log_model(log, source, model)
@@ -829,6 +850,9 @@ class SolveFlags:
     acceptance_length: float | None = None
     speculative_draft_config: str | None = None
 
+    def __post_init__(self) -> None:
+        refuse_empty(self)
+
 
 @dataclass(frozen=True)
 class LoadFlags:
@@ -847,6 +871,9 @@ class LoadFlags:
     trace: str | None = None
     seed: int = 0
     disaggregated: bool = False  # a prefill pool and a decode pool (search/disagg_rate.py)
+
+    def __post_init__(self) -> None:
+        refuse_empty(self)
 
 
 def lengths(input_len: int | str | None, output_len: int | str | None) -> tuple[int, int]:
@@ -884,6 +911,22 @@ def solve_load(f: SolveFlags, load: LoadFlags) -> Any:
     if (load.request_rate is None) == (not load.max_rate):
         raise UsageError(
             "give one of --request-rate R (the GPUs for that rate) or --max-rate (on --gpus NxGPU)"
+        )
+    # one answer: --top has nothing to choose from; --max-rate's GPUs are the ones given (the CLI and the API)
+    plain = SolveFlags(model=f.model, users=1)
+    idle = [flag for flag, on in (
+        ("--top", f.top != plain.top), ("--max-gpus", load.max_rate and f.max_gpus != plain.max_gpus),
+        ("--price", load.max_rate and f.price is not None), ("--partial-nodes", load.max_rate and f.partial_nodes),
+    ) if on]  # fmt: skip
+    if idle:
+        what = "--max-rate answers for the GPUs given" if load.max_rate else "--request-rate gives one answer"
+        raise UsageError(
+            f"{', '.join(idle)} would change nothing: {what}; leave {'it' if len(idle) == 1 else 'them'} out"
+        )
+    if f.avg_context is not None:
+        raise UsageError(
+            "--avg-context: under --request-rate/--max-rate each request's context is its workload's lengths "
+            "(--input-len/--output-len or the trace), simulated token by token; leave it out"
         )
     if load.ttft_ms is None or f.tpot_ms is None:
         raise UsageError("--request-rate/--max-rate need both targets: --ttft-ms and --tpot-ms")

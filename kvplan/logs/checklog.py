@@ -586,13 +586,21 @@ def check(log: ParsedLog, req: PlanRequest) -> CheckResult:
         fields, slack = given
         try:
             arith = estimate(dataclasses.replace(req, **fields))
-        except NoKvMemoryLeft:  # the log's KV memory and weights together exceed this GPU: not the log's GPU
+        except NoKvMemoryLeft:  # the log's KV memory and weights together exceed this GPU
             kv = fields.get("kv_cache_memory_bytes") or 0
-            raise UsageError(
+            head = (
                 f"the log's KV cache memory ({kv / GiB:,.2f} GiB) and kvplan's weights "
                 f"({pred.weight_bytes_per_gpu / GiB:,.2f} GiB) per GPU exceed {req.gpu.name}'s "
-                f"{req.gpu.memory_bytes / GiB:,.2f} GiB: pass the GPU the log ran on (--gpus)"
-            ) from None
+                f"{req.gpu.memory_bytes / GiB:,.2f} GiB"
+            )
+            loaded = f.get("weights_bytes")
+            if loaded and loaded + kv <= req.gpu.memory_bytes:
+                # the log's own weights and KV fit this GPU: kvplan's weight format is what differs
+                raise UsageError(
+                    f"{head}, but the log loaded {loaded / GiB:,.2f} GiB of weights, which fit beside it: kvplan's "
+                    "weight format is not the checkpoint's; give --weight-dtype"
+                ) from None
+            raise UsageError(f"{head}: pass the GPU the log ran on (--gpus)") from None
         arows = _arithmetic_rows(f, arith, slack, req)
     notes: list[str] = []
     if note := _version_note(f, engine, req):

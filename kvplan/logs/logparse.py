@@ -104,6 +104,8 @@ _VLLM_NUMBERS: list[tuple[re.Pattern, str, Any, str]] = [
     (re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), "kv_cache_tokens", _count, "min"),
     (re.compile(r"# (?:GPU|CUDA) blocks: " + _NUM), "num_gpu_blocks", _count, "min"),
     (re.compile(r"Model loading took " + _NUM + r" ?GiB"), "weights_bytes", _gib, "last"),
+    # vLLM 0.8.x V1 (vllm/v1/worker/gpu_model_runner.py load_model): "Model loading took %.4f GB" of bytes / 2**30
+    (re.compile(r"Model loading took " + _NUM + r" ?GB\b"), "weights_bytes", _gib, "last"),
     (re.compile(r"Loading model weights took " + _NUM + r" ?GB"), "weights_bytes", _gib, "last"),
     (re.compile(r"model weights take " + _NUM + r" ?GiB"), "weights_bytes", _gib, "last"),
     (re.compile(r"non_torch_memory(?: takes)?\s+" + _NUM + r" ?GiB"), "non_torch_bytes", _gib, "last"),

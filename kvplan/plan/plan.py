@@ -473,13 +473,8 @@ def _stage_budget(
         raise WeightsDoNotFit(
             f"weights need {fmt_gib(weights.bytes_per_gpu)} per GPU (stage {weights.stage}, TP {tp}, PP {pp}) "
             f"but {budget.usable_label} gives {fmt_gib(budget.requested_bytes)}; "
-            "use more GPUs (-tp/-pp), a smaller --weight-dtype, a larger GPU"
-            # offered where a quarter of the weights or less is over: that much kept in CPU memory starts the engine
-            + (
-                ", or --cpu-offload-gb to keep some in CPU memory (copied over PCIe every step)"
-                if not req.cpu_offload_gb
-                and weights.bytes_per_gpu - budget.requested_bytes <= weights.bytes_per_gpu / 4
-                else ""
+            + _weights_remedies(
+                req, weights.bytes_per_gpu - budget.requested_bytes <= weights.bytes_per_gpu / 4
             ),
             requested_bytes_per_gpu=budget.requested_bytes,
             **figures,
@@ -1002,6 +997,13 @@ def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list
             )
         return req, applied, notes
     d = cls.batch_defaults(req.gpu, req.usage, version)
+    if cls.name == "vllm" and req.max_num_seqs and d.max_num_batched_tokens < req.max_num_seqs:
+        # the same _verify_args check, on the default budget: vLLM fills it in before it verifies
+        raise UsageError(
+            f"--max-num-seqs {req.max_num_seqs:,} is above vLLM's default --max-num-batched-tokens "
+            f"{d.max_num_batched_tokens:,} for this card and usage: vLLM refuses to start (max_num_batched_tokens must be >= "
+            f"max_num_seqs); give --max-num-batched-tokens {req.max_num_seqs:,} or more, or a smaller --max-num-seqs"
+        )
     applied["max_num_batched_tokens"] = d.max_num_batched_tokens
     line = f"--max-num-batched-tokens {d.max_num_batched_tokens:,}"
     if req.max_num_seqs is None and d.max_num_seqs is not None:
@@ -1086,7 +1088,8 @@ def _layout(req: PlanRequest) -> Layout:
     if req.num_gpus is None:
         t, p = req.tp or 1, req.pp or 1
         return make_layout(t * p * d, per_node, 1, t, p)
-    tp = req.tp or max(1, min(per_node, req.num_gpus) // d)
+    # TP defaults to what gives d replicas of TP x PP, no wider than a node: 2x8xH100 -dp 2 is TP 8 x DP 2
+    tp = req.tp or max(1, min(per_node, req.num_gpus // (d * (req.pp or 1))))
     layout = make_layout(req.num_gpus, per_node, req.nodes, tp, req.pp or 1)
     if layout.dp % d:
         raise UsageError(
@@ -1094,6 +1097,22 @@ def _layout(req: PlanRequest) -> Layout:
             f"{layout.tp} x PP {layout.pp}; give --gpus with {d} x TP x PP GPUs or a smaller --data-parallel-size"
         )
     return layout
+
+
+def _weights_remedies(req: PlanRequest, offload_helps: bool) -> str:
+    """What to do when the weights do not fit, naming only the flags the calling command takes; offload is
+    offered where a quarter of the weights or less is over (that much kept in CPU memory starts the engine)."""
+    ways = ["use more GPUs (-tp/-pp)"]
+    if "--weight-dtype" in req.remedies:
+        ways.append("a smaller --weight-dtype")
+    ways.append("a larger GPU")
+    text = ", ".join(ways)
+    if offload_helps and not req.cpu_offload_gb:
+        if "--cpu-offload-gb" in req.remedies:
+            text += ", or --cpu-offload-gb to keep some in CPU memory (copied over PCIe every step)"
+        else:
+            text += "; `kvplan estimate --cpu-offload-gb` plans keeping some in CPU memory"
+    return text
 
 
 def estimate(req: PlanRequest) -> Plan:
@@ -1188,6 +1207,12 @@ def _estimate(req: PlanRequest) -> Plan:
     kv_tp, attn_dp = sh.attn_tp, sh.attn_dp
     ex: list[Explain] = []
     notes: list[str] = list(default_notes)
+    if req.data_parallel_size and not req.enable_dp_attention and dp != req.data_parallel_size:
+        notes.append(
+            f"--data-parallel-size {req.data_parallel_size}: the {layout.num_gpus} GPUs hold {dp} replicas of "
+            f"TP {tp} x PP {pp}, i.e. {dp // req.data_parallel_size} deployments of DP {req.data_parallel_size}; "
+            "the figures are per replica and for all of them"
+        )
     if req.model.checkpoint_kv_cache_dtype and normalize_dtype_name(req.kv_cache_dtype) == "auto":
         notes.append(
             f"--kv-cache-dtype auto: {fmt.name}, the checkpoint's KV quantization (as the engines resolve auto: "
@@ -1276,7 +1301,7 @@ def _estimate(req: PlanRequest) -> Plan:
         notes.append(DSA_SPARSE.format(topk=topk) if topk else DSA_DENSE)
     notes.append(
         f"decode step model: {decode.bandwidth_source}; prefill: {prefill.gemm_words}, attention, "
-        f"all-reduces, launch, {prefill.source}; both estimates"
+        f"all-reduces, launch, {prefill.source}; both are estimates"
     )
     notes += link_notes(req, decode.inputs)
     if not sh.plain:

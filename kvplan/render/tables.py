@@ -252,7 +252,8 @@ def _render_speed(plan: Plan, console: Console) -> None:
         sv = d.served
         console.print(
             f"served TPOT at {plural(sv.batch, 'request')} of {sv.input_tokens:,} in / {sv.output_tokens:,} out: "
-            f"{sv.tpot_ms:,.2f} ms (the {sv.step_ms:,.2f} ms decode step + the other requests' prompts "
+            f"{sv.tpot_ms:,.2f} ms (the {sv.step_ms:,.2f} ms "
+            f"{'speculative TPOT (below)' if sv.speculative else 'decode step'} + the other requests' prompts "
             f"prefilled within the steps, {sv.batch - 1:,} x {sv.chunk_ms:,.1f} ms / {sv.output_tokens:,}; "
             "kvplan simulate replays the traffic)",
             highlight=False,
@@ -282,6 +283,8 @@ def _render_speed(plan: Plan, console: Console) -> None:
     parts = ", ".join(f"{name} {ms:,.2f}" for name, ms in terms if ms)
     console.print(f"batch-1 step (ms): {parts}", highlight=False, markup=False)
     console.print(f"decode: {d.bandwidth_source}", highlight=False, markup=False)
+    if d.held_out is not None:
+        console.print(f"  {d.held_out.tpot_line()}", highlight=False, markup=False)
     if one.offload_ms:
         console.print(f"offload copy: {one.sources['offload']}", highlight=False, markup=False)
     pf = plan.prefill
@@ -302,6 +305,8 @@ def _render_speed(plan: Plan, console: Console) -> None:
     )
     if pf.caveat:
         console.print(f"  caveat: {pf.caveat}", highlight=False, markup=False)
+    if d.held_out is not None and (line := d.held_out.ttft_line()):
+        console.print(f"  {line}", highlight=False, markup=False)
     console.print()
 
 
@@ -571,6 +576,9 @@ def render_solve(q, answers, console: Console, max_context: bool) -> None:
         f"TPOT: {what} with {at}, from kvplan's step model ({speed_source(answers)}){margin}",
         highlight=False,
     )
+    held = answers[0].plan.decode.held_out
+    if held is not None:
+        console.print(f"#1's TPOT {held.tpot_line()}", highlight=False, markup=False)
 
 
 def render_profile(prof, path, console: Console) -> None:

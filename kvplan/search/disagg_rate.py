@@ -50,7 +50,7 @@ from kvplan.speed import plan_speed
 from kvplan.speed.prefill import prefill_caveat
 
 SCHEMA = "kvplan.solve-disaggregated/1"
-PREFILL_TPOT_MS = 1e8  # a prefill instance emits one token: no TPOT target applies to it
+PREFILL_TPOT_MS = rate.NO_TPOT_MS  # a prefill instance emits one token: no TPOT target applies to it
 
 
 @dataclass(frozen=True)

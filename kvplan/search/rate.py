@@ -61,6 +61,10 @@ def check_target_ms(name: str, v: float) -> None:
         raise UsageError(f"{name} must be more than 0 and under {MAX_TARGET_MS:.0e} milliseconds, got {v:g}")
 
 
+# the TPOT "target" of a pool whose requests emit one token each (a disaggregated prefill pool): none applies
+NO_TPOT_MS = 1e8
+
+
 @dataclass(frozen=True)
 class LoadTargets:
     ttft_ms: float
@@ -77,7 +81,8 @@ class LoadTargets:
         return float(getattr(s, PERCENTILES[self.percentile]))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "percentile": self.percentile}
+        tpot = None if self.tpot_ms >= NO_TPOT_MS else self.tpot_ms  # null: no TPOT target applies
+        return {"ttft_ms": self.ttft_ms, "tpot_ms": tpot, "percentile": self.percentile}
 
 
 class ScaledWorkload:
@@ -249,8 +254,13 @@ def check_lengths(q: Query, workload: Workload) -> None:
         n = len(workload.requests)
         raise UsageError(
             f"{len(over):,} of the workload's {n:,} requests need more than {ctx:,} tokens (prompt + output, the "
-            f"longest {max(over):,}), which the engine refuses whatever the GPUs: give --max-model-len "
-            f"{max(over)} or more, or leave them out of the workload"
+            f"longest {max(over):,}), which the engine refuses whatever the GPUs: "
+            + (
+                f"give --max-model-len {max(over)} or more, or leave them out of the workload"
+                if max(over) <= q.model.max_context
+                else f"{q.model.name}'s context is {q.model.max_context:,} tokens, so no GPUs serve them with "
+                "this model: leave them out of the workload, or plan a model with a longer context"
+            )
         )
 
 

@@ -116,6 +116,8 @@ class Answer:
         d.pop("plan")
         d["decode_step"] = self.decode_step.to_dict()  # in ms, with memory_ms
         d["speculative"] = self.speculative.to_dict() if self.speculative else None
+        held = self.plan.decode.held_out  # the step model's held-out accuracy in this answer's bucket
+        d["held_out"] = held.to_dict() if held is not None else None
         return d
 
 
@@ -169,6 +171,8 @@ def _replica(
                 req = dataclasses.replace(req, max_running_requests=cap)
             elif cap is not None:
                 req = dataclasses.replace(req, max_num_seqs=cap)
+                if cap > vllm_default_budget(gpu):  # as the launch line names it (_flags)
+                    req = dataclasses.replace(req, max_num_batched_tokens=cap)
             _PLANS[key] = estimate(req)
         except InfeasibleError as exc:
             _PLANS[key] = exc
@@ -248,6 +252,7 @@ def _request(
     q: Query, gpu: GpuSpec, tp: int, pp: int, dtype: str, max_len: int, par: Parallel = PLAIN
 ) -> PlanRequest:
     return PlanRequest(
+        remedies=(),  # solve takes neither --weight-dtype nor --cpu-offload-gb
         model=q.model,
         gpu=gpu,
         tp=tp,
@@ -442,12 +447,23 @@ def _vllm_block_flag(q: Query, a: Answer) -> tuple[str, ...]:
     return (f"--block-size {bs}",) if bs else ()
 
 
+def vllm_default_budget(gpu: GpuSpec) -> int:
+    """`vllm serve`'s default --max-num-batched-tokens on this card (the latest release's rule)."""
+    vcls = engines.engine_class("vllm")
+    return vcls.batch_defaults(gpu, "serve", vcls.latest).max_num_batched_tokens
+
+
 def _flags(q: Query, a: Answer, p: Plan, mfs: float) -> tuple[str | None, str | None]:
     model = q.model.hf_id or q.model.name
     moe = q.model.moe is not None
     per_replica = ceil_div(q.users, a.data_parallel_size)
     util = p.settings.gpu_memory_utilization or vllm_default_utilization(engines.ENGINES["vllm"].latest)
     vllm_extra = [f"--kv-cache-dtype {a.kv_cache_dtype}", f"--gpu-memory-utilization {util:g}"]
+    # vLLM refuses --max-num-seqs above its step budget (SchedulerConfig._verify_args, on the default budget
+    # too): a cap above the default names a budget that holds it
+    vllm_cap = ceil_div(per_replica, a.attention_dp_size) if a.expert_parallel_size > 1 else per_replica
+    if vllm_cap > vllm_default_budget(next(g for g in q.gpus if g.name == p.gpu.name)):
+        vllm_extra.append(f"--max-num-batched-tokens {vllm_cap}")
     vllm_extra += speculative_flags("vllm", q.speculative)
     sg_dtype = SGLANG_KV_DTYPE.get(a.kv_cache_dtype, a.kv_cache_dtype)
     sg_extra = [f"--kv-cache-dtype {sg_dtype}", f"--mem-fraction-static {mfs:g}"]
@@ -787,14 +803,20 @@ def _longest_context(
     cap = per_replica_users if par == PLAIN else None
 
     def fits(length: int) -> Plan | None:
-        try:
-            p = _replica(q, gpu, tp, pp, dtype, length, par, cap)
-        except KvplanError:
-            return None
         unit = unit_gpus(q, tp, pp, par)
-        if bounds.weights_min is None or unit < bounds.weights_min[0]:  # the weights fit: the verdict's cue
-            bounds.weights_min = (unit, f"{gpu.name} {_label(q, tp, pp, par)}")
-        if p.max_concurrency < per_replica_users:
+        p: Plan | None = None
+        for c in (None, cap) if cap is not None else (None,):
+            # with the engine's default budget: whether the weights fit (the verdict's cue); then the server the
+            # launch line starts, with its cap (and, past vLLM's default step budget, a budget that holds it),
+            # which alone decides
+            try:
+                p = _replica(q, gpu, tp, pp, dtype, length, par, c)
+            except KvplanError:
+                p = None
+                continue
+            if bounds.weights_min is None or unit < bounds.weights_min[0]:
+                bounds.weights_min = (unit, f"{gpu.name} {_label(q, tp, pp, par)}")
+        if p is None or p.max_concurrency < per_replica_users:
             return None
         if q.tpot_ms is not None and _unit_tpot(q, p, par, per_replica_users) > q.tpot_ms:
             return None

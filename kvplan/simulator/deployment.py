@@ -234,6 +234,10 @@ def from_plan(plan: Plan, req: PlanRequest) -> Deployment:
     caveat = prefill_caveat(d.inputs.kind, "TTFT, and TPOT where prompts share steps with decodes, are")
     if caveat:
         notes.append(f"prefill: {caveat}")
+    if d.held_out is not None:
+        notes.append(f"TPOT {d.held_out.tpot_line()}")
+        if line := d.held_out.ttft_line():
+            notes.append(f"TTFT {line}")
     return Deployment(
         engine=s.engine,
         engine_version=s.engine_version,

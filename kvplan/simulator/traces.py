@@ -183,6 +183,10 @@ def read_trace(
     path: str | Path, max_concurrency: int | None = None, num_prompts: int | None = None
 ) -> Workload:
     """A Mooncake .jsonl or an Azure .csv trace as a workload (the first num_prompts requests)."""
+    if not str(path).strip():
+        raise UsageError(
+            "--trace: empty; give a Mooncake .jsonl or an Azure .csv file, or leave the flag out"
+        )
     p = Path(path)
     try:
         if p.is_dir():
@@ -217,5 +221,5 @@ def read_trace(
     return Workload(
         tuple(reqs),
         max_concurrency,
-        f"{kind} {p.name}: {plural(len(reqs), 'request')} at their timestamps{since}{cap}",
+        f"{kind} {p.name}: {plural(len(reqs), 'request')} at {'its timestamp' if len(reqs) == 1 else 'their timestamps'}{since}{cap}",
     )

@@ -91,19 +91,22 @@ def read_histogram(path: Path) -> list[tuple[int, int, float]]:
     text = read_regular(path, MAX_HISTOGRAM_BYTES).decode("utf-8-sig", errors="replace")
     rows: list[tuple[int, int, float]] = []
     order = [0, 1, 2]  # the columns of input_len, output_len, weight
+    first = True  # the first line that is neither blank nor a comment may be the header
     for i, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         parts = [p.strip() for p in line.split(",")]
-        if i == 1 and not _numeric(parts[0]):
+        if first and not _numeric(parts[0]):
+            first = False
             names = [p.lower() for p in parts]
             if sorted(names) != sorted(HISTOGRAM_COLUMNS):
                 raise UsageError(
-                    f"{path}:1: the header must name the columns {','.join(HISTOGRAM_COLUMNS)}, got {line[:60]!r}"
+                    f"{path}:{i}: the header must name the columns {','.join(HISTOGRAM_COLUMNS)}, got {line[:60]!r}"
                 )
             order = [names.index(c) for c in HISTOGRAM_COLUMNS]
             continue
+        first = False
         try:
             if len(parts) != 3:
                 raise ValueError
@@ -163,6 +166,10 @@ def synthetic(
             f"--burstiness {burstiness:g} shapes the gaps between arrivals at a finite --request-rate; with every "
             "request sent at t = 0 (--request-rate inf, the default) it does not apply: give --request-rate or drop it"
         )
+    if (
+        not 0 <= seed < 2**32
+    ):  # Python's Random takes -n as n: two seeds, one workload; vLLM's seeds are numpy's
+        raise UsageError(f"--seed must be 0 to {2**32 - 1:,}, got {seed}")
     rng = random.Random(seed)
     if histogram is not None:
         rows = read_histogram(histogram)

@@ -29,6 +29,7 @@ from kvplan.specs.models import (
     SharedKV,
 )
 from kvplan.speed import step_model
+from kvplan.speed.evidence import BucketAccuracy, bucket_accuracy
 from kvplan.speed.prefill import (
     Evidence,
     PrefillCoefficients,
@@ -102,9 +103,12 @@ class ServedTpot:
     batch: int
     input_tokens: int
     output_tokens: int
-    step_ms: float  # the pure decode step at this batch
+    step_ms: (
+        float  # the pure decode step at this batch; under speculative decoding its TPOT (SpecStep.tpot_ms)
+    )
     chunk_ms: float  # one other request's prompt riding in the steps (prefill.chunk_seconds)
     tpot_ms: float  # step_ms + (batch - 1) x chunk_ms / output_tokens
+    speculative: bool = False  # step_ms is the speculative step's time per output token
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -185,6 +189,8 @@ class Decode:
     speculative: list[SpecStep] | None = (
         None  # batch 1 and the planned concurrency, under speculative decoding
     )
+    # how far the step model and `simulate` were from held-out published runs in this plan's bucket
+    held_out: BucketAccuracy | None = field(default=None, compare=False)
 
     def step(self, batch: int, kv_bytes_per_request: float, context_tokens: int = 0) -> step_model.StepTime:
         """The same model at another batch or context (solve)."""
@@ -235,6 +241,7 @@ class Decode:
             "served": self.served.to_dict() if self.served else None,
             "speculative": [x.to_dict() for x in self.speculative] if self.speculative else None,
             "coefficients": self.coefficients.to_dict(),
+            "held_out": self.held_out.to_dict() if self.held_out else None,
         }
 
 
@@ -669,18 +676,25 @@ def plan_speed(
         )
     measured = any(step_model.is_measured(v) for v in one.sources.values())
     work = prefill_work(spec, gpu, w_fmt, params, inp)
-    served = None
-    if full is not None and req.input_len and req.output_len:
-        # the planned concurrency, each request at the mean context of its decode (input + output / 2)
-        step = step_model.decode_step(inp, full.batch, per_req_ctx, ctx, parts)
-        chunk = chunk_seconds(inp, work, req.input_len, 0, c, decode_batch=full.batch) * 1e3
-        tpot = served_tpot_ms(step.tpot_ms, full.batch, chunk, req.output_len, inp.parallel.attn_dp)
-        served = ServedTpot(full.batch, req.input_len, req.output_len, step.tpot_ms, chunk, tpot)
     spec_rows = None
     if req.speculative is not None:
         spec_rows = [spec_step(inp, req.speculative, 1, per_req_ctx, ctx, parts)]
         if full is not None:
             spec_rows.append(spec_step(inp, req.speculative, full.batch, per_req_ctx, ctx, parts))
+    served = None
+    if full is not None and req.input_len and req.output_len:
+        # the planned concurrency, each request at the mean context of its decode (input + output / 2);
+        # under speculative decoding a request's own time per output token is the draft + verify step
+        # over the tokens it accepts (spec_step), and the others' prompts still ride in its steps
+        if spec_rows is not None:
+            step_ms = spec_rows[-1].tpot_ms
+        else:
+            step_ms = step_model.decode_step(inp, full.batch, per_req_ctx, ctx, parts).tpot_ms
+        chunk = chunk_seconds(inp, work, req.input_len, 0, c, decode_batch=full.batch) * 1e3
+        tpot = served_tpot_ms(step_ms, full.batch, chunk, req.output_len, inp.parallel.attn_dp)
+        served = ServedTpot(
+            full.batch, req.input_len, req.output_len, step_ms, chunk, tpot, spec_rows is not None
+        )
     decode = Decode(
         bandwidth_bytes_per_s=gpu.hbm_bytes_per_s * c.gemm_efficiency,
         bandwidth_source=bandwidth_source(one, req.decode_bandwidth_source),
@@ -697,6 +711,10 @@ def plan_speed(
         parts=parts,
         served=served,
         speculative=spec_rows,
+        # the held-out rows judge the fitted model: a measured profile's terms are not what they saw
+        held_out=None
+        if measured
+        else bucket_accuracy(gpu.name, req.engine, inp.kind, inp.tp_link.inter_node),
     )
     pc = prefill_coefficients()
     terms = prefill_time(inp, work, max_len, 0, True, c, pc)
