@@ -631,6 +631,8 @@ class Sglang(Engine):
         return f"SGLang has no windowed pool for {spec.architecture or 'this model'}"
 
     def budget(self, spec: ModelSpec, gpu: GpuSpec, tp: int, pp: int) -> Budget:
+        # a vision encoder kvplan has no tower for: SGLang loads its weights, kvplan does not count them
+        self.vision_uncounted = bool(spec.vision_encoder) and spec.vision_tower is None
         self.memory = mem = memory_settings(
             gpu.memory_bytes,
             tp,
@@ -679,6 +681,12 @@ class Sglang(Engine):
                 f"{gpu.memory_bytes / GiB:,.1f} GiB and TP {tp} x PP {pp} ({mem.source}{reserves})"
             )
         notes += self._release_notes()
+        if getattr(self, "vision_uncounted", False):
+            notes.append(
+                "WARNING: kvplan does not count this model's vision tower weights, which SGLang loads beside the "
+                "language model, so the KV memory here is an upper bound: give --reserve-memory, or run check-log "
+                "on a startup log"
+            )
         return notes
 
     def _release_notes(self) -> list[str]:

@@ -494,16 +494,21 @@ class ModelSpec(_Strict):
         return " + ".join(f"{n}x {label}" for label, n in counts.items())
 
 
+def _kv_dims(layer: FullAttention) -> str:
+    """'kv8x128', or 'kv8x192/128' where V's head is not K's (every attention kind alike)."""
+    dims = f"{layer.head_dim}" if layer.v_dim == layer.head_dim else f"{layer.head_dim}/{layer.v_dim}"
+    return f"kv{layer.num_kv_heads}x{dims}"
+
+
 def _layer_label(layer: Layer) -> str:
     if isinstance(layer, SlidingWindow):
-        return f"sliding({layer.window}) kv{layer.num_kv_heads}x{layer.head_dim}"
+        return f"sliding({layer.window}) {_kv_dims(layer)}"
     if isinstance(layer, ChunkedAttention):
-        return f"chunked({layer.chunk}) kv{layer.num_kv_heads}x{layer.head_dim}"
+        return f"chunked({layer.chunk}) {_kv_dims(layer)}"
     if isinstance(layer, CompressedAttention):
-        return f"compressed(1/{layer.ratio}) kv{layer.num_kv_heads}x{layer.head_dim}"
+        return f"compressed(1/{layer.ratio}) {_kv_dims(layer)}"
     if isinstance(layer, FullAttention):
-        dims = f"{layer.head_dim}" if layer.v_dim == layer.head_dim else f"{layer.head_dim}/{layer.v_dim}"
-        return f"full kv{layer.num_kv_heads}x{dims}"
+        return f"full {_kv_dims(layer)}"
     if isinstance(layer, LatentAttention):
         indexer = f" + indexer {layer.index_head_dim}" if layer.index_head_dim else ""
         return f"MLA latent {layer.kv_lora_rank}+{layer.qk_rope_head_dim}{indexer}"

@@ -221,8 +221,9 @@ _CLASS_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "mixtral": (
         "MixtralConfig (configuration_mixtral.py)",
-        {"num_local_experts": 8, "num_experts_per_tok": 2},
+        {"num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2},
     ),
+    "mistral": ("MistralConfig (configuration_mistral.py)", {"num_key_value_heads": 8}),
     "qwen2_moe": (
         "Qwen2MoeConfig (configuration_qwen2_moe.py)",
         {

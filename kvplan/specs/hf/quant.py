@@ -82,8 +82,11 @@ def _fp8(f: _Field) -> Scheme:
         fmt = f"fp8-b{block[0]}-s32"  # DeepSeek-V3 fine-grained fp8: one fp32 scale per block
     else:
         raise f.bad("weight_block_size", f"expected [rows, cols], got {block!r}")
-    # transformers keeps the output embedding unquantized (get_modules_to_not_convert)
-    return Scheme("fp8", (Group(fmt),), f.patterns("modules_to_not_convert"), _KEEP_HEAD)
+    # vllm/model_executor/layers/quantization/fp8.py v0.11.0 Fp8Config.from_config: ignored_layers (AutoFP8,
+    # llm-compressor exports), else modules_to_not_convert; transformers keeps the output embedding unquantized
+    # (get_modules_to_not_convert)
+    kept = f.patterns("ignored_layers") or f.patterns("modules_to_not_convert")
+    return Scheme("fp8", (Group(fmt),), kept, _KEEP_HEAD)
 
 
 def _awq_gptq(f: _Field, method: str) -> Scheme:
