@@ -670,7 +670,10 @@ def test_vllm_lowers_its_default_max_num_seqs_to_the_budget_and_refuses_a_given_
     assert from_plan(estimate(req), req).max_num_seqs == 512
     r = run_cli("estimate", "-m", "qwen3-8b", "--max-model-len", "8K", "--max-num-batched-tokens", "100",
                 "--max-num-seqs", "200")  # fmt: skip
-    assert r.exit_code == 2 and "is below --max-num-seqs 200: vLLM refuses to start" in r.stderr
+    assert (
+        r.exit_code == 2
+        and "--max-num-seqs 200 is above --max-num-batched-tokens 100: vLLM refuses to start" in r.stderr
+    )
 
 
 def test_gpt_oss_without_layer_types_alternates_as_transformers_does(tmp_path):

@@ -94,7 +94,10 @@ def test_max_num_seqs_above_vllms_default_budget_is_refused_as_vllm_refuses_it()
     # max_num_batched_tokens >= max_num_seqs; kvplan checked only a budget typed out
     r = run_cli("estimate", "-m", "llama3-8b", "--max-model-len", "64", "--max-num-seqs", "10000")
     assert r.exit_code == 2
-    assert "--max-num-seqs 10,000 is above vLLM's default --max-num-batched-tokens 8,192" in r.stderr
+    assert (
+        "--max-num-seqs 10,000 is above vLLM's default --max-num-batched-tokens for this card and usage, 8,192"
+        in r.stderr
+    )
     assert "give --max-num-batched-tokens 10,000 or more" in r.stderr
     ok = run_cli("estimate", "-m", "llama3-8b", "--max-model-len", "64", "--max-num-seqs", "10000",
                  "--max-num-batched-tokens", "10000", "--json")  # fmt: skip

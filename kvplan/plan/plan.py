@@ -987,23 +987,26 @@ def engine_defaults(req: PlanRequest) -> tuple[PlanRequest, dict[str, Any], list
         notes.append(
             "prefix caching off: vLLM's V0 engine (before 0.8) enables it only with --enable-prefix-caching"
         )
-    if req.max_num_batched_tokens is not None:
-        # vllm/config/scheduler.py at v0.11.0 (SchedulerConfig._verify_args); a default max_num_seqs is
-        # first lowered to the budget (vllm/engine/arg_utils.py _set_default_args), so only a given one
-        if cls.name == "vllm" and req.max_num_seqs and req.max_num_batched_tokens < req.max_num_seqs:
-            raise UsageError(
-                f"--max-num-batched-tokens {req.max_num_batched_tokens:,} is below --max-num-seqs "
-                f"{req.max_num_seqs:,}: vLLM refuses to start (max_num_batched_tokens must be >= max_num_seqs)"
-            )
-        return req, applied, notes
-    d = cls.batch_defaults(req.gpu, req.usage, version)
-    if cls.name == "vllm" and req.max_num_seqs and d.max_num_batched_tokens < req.max_num_seqs:
-        # the same _verify_args check, on the default budget: vLLM fills it in before it verifies
-        raise UsageError(
-            f"--max-num-seqs {req.max_num_seqs:,} is above vLLM's default --max-num-batched-tokens "
-            f"{d.max_num_batched_tokens:,} for this card and usage: vLLM refuses to start (max_num_batched_tokens must be >= "
-            f"max_num_seqs); give --max-num-batched-tokens {req.max_num_seqs:,} or more, or a smaller --max-num-seqs"
+    given = req.max_num_batched_tokens is not None
+    d = None if given else cls.batch_defaults(req.gpu, req.usage, version)
+    budget = req.max_num_batched_tokens if d is None else d.max_num_batched_tokens
+    assert budget is not None
+    # vllm/config/scheduler.py at v0.11.0 (SchedulerConfig._verify_args), on the budget given or the default vLLM
+    # fills in before it verifies; a default max_num_seqs is first lowered to the budget (vllm/engine/arg_utils.py
+    # _set_default_args), so only a given one is checked
+    if cls.name == "vllm" and req.max_num_seqs and budget < req.max_num_seqs:
+        what = (
+            "--max-num-batched-tokens"
+            if given
+            else "vLLM's default --max-num-batched-tokens for this card and usage,"
         )
+        raise UsageError(
+            f"--max-num-seqs {req.max_num_seqs:,} is above {what} {budget:,}: vLLM refuses to start "
+            f"(max_num_batched_tokens must be >= max_num_seqs); give --max-num-batched-tokens {req.max_num_seqs:,} "
+            "or more, or a smaller --max-num-seqs"
+        )
+    if d is None:
+        return req, applied, notes
     applied["max_num_batched_tokens"] = d.max_num_batched_tokens
     line = f"--max-num-batched-tokens {d.max_num_batched_tokens:,}"
     if req.max_num_seqs is None and d.max_num_seqs is not None:

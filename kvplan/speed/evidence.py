@@ -21,10 +21,12 @@ from typing import Any
 
 import yaml
 
+from kvplan import engines
+from kvplan.units import plural
+
 SERVED_FILE = "served_evidence.yaml"
 DECODE_FILE = "decode_fit.yaml"
 KIND_WORDS = {"dense": "dense", "moe": "MoE", "hybrid": "hybrid"}
-ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang"}
 LEAN = 0.05  # a median signed error this small or smaller is printed as "no lean"
 
 
@@ -48,7 +50,7 @@ class HeldOut:
             if self.median_signed <= -LEAN
             else "no lean"
         )
-        runs = f"{self.rows} run{'s' if self.rows != 1 else ''}, {self.sources} source{'s' if self.sources != 1 else ''}"
+        runs = f"{plural(self.rows, 'run')}, {plural(self.sources, 'source')}"
         return f"{self.what} {self.median_abs:.0%} off at the median, {lean} ({runs})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,7 +143,8 @@ class BucketAccuracy:
 
     def bucket_words(self) -> str:
         nodes = ", tensor parallel across nodes" if self.across_nodes else ""
-        return f"{KIND_WORDS.get(self.kind, self.kind)} models on {self.gpu} under {ENGINE_WORDS.get(self.engine, self.engine)}{nodes}"
+        engine = engines.engine_class(self.engine).display_name
+        return f"{KIND_WORDS.get(self.kind, self.kind)} models on {self.gpu} under {engine}{nodes}"
 
     def tpot_line(self) -> str:
         """One line on the decode step and served TPOT figures."""
